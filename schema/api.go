@@ -1,0 +1,87 @@
+package schema
+
+import "encoding/json"
+
+// Wire types of the hub HTTP API (see API.md beside this file).
+
+// Status is the body of every API error response.
+type Status struct {
+	TypeMeta `json:",inline"`
+	// Code is the HTTP status code.
+	Code int `json:"code"`
+	// Reason is a machine-readable word: BadRequest, Invalid, Unauthorized,
+	// Forbidden, NotFound, Conflict, AlreadyExists, RequestEntityTooLarge,
+	// MethodNotAllowed, InternalError.
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	// Details lists every invalid field of an Invalid request.
+	Details []FieldError `json:"details,omitempty"`
+}
+
+// ListMeta carries the store revision a list was read at; a watch resumed
+// from it misses nothing.
+type ListMeta struct {
+	ResourceVersion string `json:"resourceVersion"`
+}
+
+// DeviceList is the body of GET /v1/devices.
+type DeviceList struct {
+	TypeMeta `json:",inline"`
+	Metadata ListMeta `json:"metadata"`
+	Items    []Device `json:"items"`
+}
+
+// DeploymentList is the body of GET /v1/deployments.
+type DeploymentList struct {
+	TypeMeta `json:",inline"`
+	Metadata ListMeta     `json:"metadata"`
+	Items    []Deployment `json:"items"`
+}
+
+// Watch event types.
+const (
+	WatchAdded    = "ADDED"
+	WatchModified = "MODIFIED"
+	WatchDeleted  = "DELETED"
+	// WatchError carries a Status, after which the server ends the stream
+	// (for example when the requested resourceVersion is too old).
+	WatchError = "ERROR"
+	// WatchBookmark carries only metadata.resourceVersion, to keep idle
+	// streams alive and resumable.
+	WatchBookmark = "BOOKMARK"
+)
+
+// WatchEvent is one line of a watch stream (newline-delimited JSON).
+type WatchEvent struct {
+	Type   string          `json:"type"`
+	Object json.RawMessage `json:"object"`
+}
+
+// Apply actions, as kubectl prints them.
+const (
+	ActionCreated    = "created"
+	ActionConfigured = "configured"
+	ActionUnchanged  = "unchanged"
+	ActionDeleted    = "deleted"
+)
+
+// ApplyResult reports what an apply did to one object.
+type ApplyResult struct {
+	Kind   string          `json:"kind"`
+	Name   string          `json:"name"`
+	Action string          `json:"action"`
+	Object json.RawMessage `json:"object,omitempty"`
+}
+
+// ApplyResponse is the body of POST /v1/apply.
+type ApplyResponse struct {
+	DryRun  bool          `json:"dryRun,omitempty"`
+	Results []ApplyResult `json:"results"`
+}
+
+// DeviceCredentials is returned once when a device is added or its token is
+// rotated. The hub keeps only a hash of Token.
+type DeviceCredentials struct {
+	Name  string `json:"name"`
+	Token string `json:"token"`
+}

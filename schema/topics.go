@@ -1,0 +1,65 @@
+package schema
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DefaultTopicPrefix is the prefix of every Fleet MQTT topic.
+const DefaultTopicPrefix = "fleet/v1"
+
+// Topic kinds under fleet/v1/devices/{device}/.
+const (
+	TopicDesired = "desired"
+	TopicStatus  = "status"
+	TopicOnline  = "online"
+	TopicEvents  = "events"
+)
+
+// Payloads of the online topic.
+const (
+	Online  = "online"
+	Offline = "offline"
+)
+
+// Topics builds and parses topic names under one prefix. The zero value
+// uses DefaultTopicPrefix.
+type Topics struct {
+	Prefix string
+}
+
+func (t Topics) prefix() string {
+	if t.Prefix == "" {
+		return DefaultTopicPrefix
+	}
+	return strings.TrimSuffix(t.Prefix, "/")
+}
+
+// Device returns prefix/devices/{device}/{kind}.
+func (t Topics) Device(device, kind string) string {
+	return t.prefix() + "/devices/" + device + "/" + kind
+}
+
+// DeviceFilter returns the subscription filter prefix/devices/+/{kind}.
+func (t Topics) DeviceFilter(kind string) string {
+	return t.prefix() + "/devices/+/" + kind
+}
+
+// DeploymentStatus returns prefix/deployments/{name}/status.
+func (t Topics) DeploymentStatus(name string) string {
+	return t.prefix() + "/deployments/" + name + "/status"
+}
+
+// ParseDevice splits prefix/devices/{device}/{kind}. It fails on any other
+// shape, including wildcards and empty levels.
+func (t Topics) ParseDevice(topic string) (device, kind string, err error) {
+	rest, ok := strings.CutPrefix(topic, t.prefix()+"/devices/")
+	if !ok {
+		return "", "", fmt.Errorf("topic %q: not under %s/devices/", topic, t.prefix())
+	}
+	device, kind, ok = strings.Cut(rest, "/")
+	if !ok || device == "" || kind == "" || strings.ContainsAny(rest, "/+#") && strings.Count(rest, "/") != 1 || strings.ContainsAny(rest, "+#") {
+		return "", "", fmt.Errorf("topic %q: want %s/devices/{device}/{kind}", topic, t.prefix())
+	}
+	return device, kind, nil
+}

@@ -1,0 +1,432 @@
+package schema
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/distribution/reference"
+)
+
+// ErrInvalid is wrapped by every validation and decoding error, so callers
+// can map it to a 400 with errors.Is.
+var ErrInvalid = errors.New("invalid")
+
+// FieldError is one problem with one field.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+func (e FieldError) String() string {
+	if e.Field == "" {
+		return e.Message
+	}
+	return e.Field + ": " + e.Message
+}
+
+// ValidationError lists every problem found in one object.
+type ValidationError struct {
+	Kind   string       `json:"kind,omitempty"`
+	Name   string       `json:"name,omitempty"`
+	Errors []FieldError `json:"errors"`
+}
+
+func (e *ValidationError) Error() string {
+	var b strings.Builder
+	switch {
+	case e.Kind != "" && e.Name != "":
+		fmt.Fprintf(&b, "%s %q is invalid: ", e.Kind, e.Name)
+	case e.Kind != "":
+		fmt.Fprintf(&b, "%s is invalid: ", e.Kind)
+	default:
+		b.WriteString("invalid: ")
+	}
+	for i, fe := range e.Errors {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(fe.String())
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
+
+// errList accumulates field errors.
+type errList []FieldError
+
+func (l *errList) add(field, format string, args ...any) {
+	*l = append(*l, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+func (l errList) err(kind, name string) error {
+	if len(l) == 0 {
+		return nil
+	}
+	return &ValidationError{Kind: kind, Name: name, Errors: l}
+}
+
+var (
+	dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	labelName    = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	envName      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
+)
+
+// ValidateName checks a DNS-1123 label: at most 63 lower-case alphanumerics
+// or '-', starting and ending with an alphanumeric.
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("required")
+	case len(name) > 63:
+		return fmt.Errorf("%q must be no more than 63 characters", truncate(name))
+	case !dns1123Label.MatchString(name):
+		return fmt.Errorf("%q must be a DNS-1123 label: lower-case letters, digits and '-', starting and ending with a letter or digit", truncate(name))
+	}
+	return nil
+}
+
+// ValidateLabelKey checks a label key: an optional DNS subdomain prefix and
+// '/', then a name of at most 63 characters.
+func ValidateLabelKey(key string) error {
+	prefix, name, hasPrefix := strings.Cut(key, "/")
+	if !hasPrefix {
+		name, prefix = prefix, ""
+	}
+	if hasPrefix && (prefix == "" || len(prefix) > 253 || !dnsSubdomain.MatchString(prefix)) {
+		return fmt.Errorf("key %q: prefix must be a DNS subdomain", truncate(key))
+	}
+	if name == "" || len(name) > 63 || !labelName.MatchString(name) {
+		return fmt.Errorf("key %q: name must be 1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", truncate(key))
+	}
+	return nil
+}
+
+// ValidateLabelValue checks a label value: empty, or at most 63 characters of
+// letters, digits, '-', '_' or '.', starting and ending with a letter or digit.
+func ValidateLabelValue(v string) error {
+	if v == "" {
+		return nil
+	}
+	if len(v) > 63 || !labelName.MatchString(v) {
+		return fmt.Errorf("value %q must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", truncate(v))
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
+
+func validateLabels(labels map[string]string, field string, errs *errList) {
+	for k, v := range labels {
+		if err := ValidateLabelKey(k); err != nil {
+			errs.add(field, "%v", err)
+		}
+		if err := ValidateLabelValue(v); err != nil {
+			errs.add(field+"["+k+"]", "%v", err)
+		}
+	}
+}
+
+func validateMeta(m *ObjectMeta, errs *errList) {
+	if err := ValidateName(m.Name); err != nil {
+		errs.add("metadata.name", "%v", err)
+	}
+	validateLabels(m.Labels, "metadata.labels", errs)
+	size := 0
+	for k, v := range m.Annotations {
+		size += len(k) + len(v)
+	}
+	if size > 64<<10 {
+		errs.add("metadata.annotations", "total size must be at most 64 KiB")
+	}
+	if m.ResourceVersion != "" {
+		if _, err := strconv.ParseUint(m.ResourceVersion, 10, 64); err != nil {
+			errs.add("metadata.resourceVersion", "must be a decimal number, as returned by the hub")
+		}
+	}
+}
+
+func validateTypeMeta(tm TypeMeta, kind string, errs *errList) {
+	if tm.APIVersion != APIVersion {
+		errs.add("apiVersion", "must be %q, got %q", APIVersion, truncate(tm.APIVersion))
+	}
+	if tm.Kind != kind {
+		errs.add("kind", "must be %q, got %q", kind, truncate(tm.Kind))
+	}
+}
+
+// ValidateDevice checks a Device as sent by a user.
+func ValidateDevice(d *Device) error {
+	var errs errList
+	validateTypeMeta(d.TypeMeta, KindDevice, &errs)
+	validateMeta(&d.Metadata, &errs)
+	for k, v := range d.Metadata.Labels {
+		switch {
+		case k == LabelDevice && v != d.Metadata.Name:
+			errs.add("metadata.labels["+k+"]", "must equal metadata.name (%q); the hub sets it", d.Metadata.Name)
+		case k == LabelArch || k == LabelDevice:
+		case strings.HasPrefix(k, LabelPrefix):
+			errs.add("metadata.labels["+k+"]", "the %q prefix is reserved for labels the hub sets", LabelPrefix)
+		}
+	}
+	if len(d.Spec.Description) > 1024 {
+		errs.add("spec.description", "must be at most 1024 characters")
+	}
+	return errs.err(KindDevice, d.Metadata.Name)
+}
+
+// ValidateDeployment checks a Deployment as sent by a user (after defaulting).
+func ValidateDeployment(d *Deployment) error {
+	var errs errList
+	validateTypeMeta(d.TypeMeta, KindDeployment, &errs)
+	validateMeta(&d.Metadata, &errs)
+	validateLabels(d.Spec.Selector.MatchLabels, "spec.selector.matchLabels", &errs)
+	if t := d.Spec.Template.Metadata; t != nil {
+		validateLabels(t.Labels, "spec.template.metadata.labels", &errs)
+	}
+	validateStrategy(d.Spec.Strategy, "spec.strategy", &errs)
+	validatePodSpec(&d.Spec.Template.Spec, "spec.template.spec", &errs)
+	return errs.err(KindDeployment, d.Metadata.Name)
+}
+
+func validateStrategy(s Strategy, field string, errs *errList) {
+	switch s.Type {
+	case "", StrategyAllAtOnce:
+		if s.RollingUpdate != nil {
+			errs.add(field+".rollingUpdate", "may only be set when type is %q", StrategyRollingUpdate)
+		}
+	case StrategyRollingUpdate:
+		if s.RollingUpdate != nil && s.RollingUpdate.MaxUnavailable != "" {
+			if _, err := parseMaxUnavailable(s.RollingUpdate.MaxUnavailable); err != nil {
+				errs.add(field+".rollingUpdate.maxUnavailable", "%v", err)
+			}
+		}
+	default:
+		errs.add(field+".type", "unsupported value %q: want %q or %q", truncate(s.Type), StrategyAllAtOnce, StrategyRollingUpdate)
+	}
+}
+
+// parseMaxUnavailable parses "3" or "25%" into (count, percent) form; it
+// returns a negative value for a percentage (-25 for "25%").
+func parseMaxUnavailable(s string) (int, error) {
+	if p, ok := strings.CutSuffix(s, "%"); ok {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 100 {
+			return 0, fmt.Errorf("%q: want a percentage from 1%% to 100%%", truncate(s))
+		}
+		return -n, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%q: want a positive count or a percentage such as 25%%", truncate(s))
+	}
+	return n, nil
+}
+
+// MaxUnavailable returns how many of targeted devices a RollingUpdate may
+// move at once (at least 1).
+func (s Strategy) MaxUnavailable(targeted int) int {
+	v := "25%"
+	if s.RollingUpdate != nil && s.RollingUpdate.MaxUnavailable != "" {
+		v = s.RollingUpdate.MaxUnavailable
+	}
+	n, err := parseMaxUnavailable(v)
+	if err != nil {
+		return 1
+	}
+	if n < 0 {
+		n = targeted * -n / 100
+	}
+	return max(n, 1)
+}
+
+// ValidatePodSpec checks a pod spec; field is the path of the spec.
+func ValidatePodSpec(p *PodSpec, field string) error {
+	var errs errList
+	validatePodSpec(p, field, &errs)
+	return errs.err("", "")
+}
+
+func validatePodSpec(p *PodSpec, field string, errs *errList) {
+	if len(p.Containers) == 0 {
+		errs.add(field+".containers", "required: at least one container")
+	}
+	if len(p.Containers) > 32 {
+		errs.add(field+".containers", "at most 32 containers")
+	}
+	switch p.RestartPolicy {
+	case "", RestartAlways, RestartOnFailure, RestartNever:
+	default:
+		errs.add(field+".restartPolicy", "unsupported value %q: want Always, OnFailure or Never", truncate(string(p.RestartPolicy)))
+	}
+	if p.HostNetwork != nil && !*p.HostNetwork {
+		errs.add(field+".hostNetwork", "must be true: pods use the device's host network")
+	}
+	seen := map[string]bool{}
+	for i := range p.Containers {
+		c := &p.Containers[i]
+		cf := fmt.Sprintf("%s.containers[%d]", field, i)
+		if err := ValidateName(c.Name); err != nil {
+			errs.add(cf+".name", "%v", err)
+		} else if seen[c.Name] {
+			errs.add(cf+".name", "duplicate container name %q", c.Name)
+		}
+		seen[c.Name] = true
+		if c.Image == "" {
+			errs.add(cf+".image", "required")
+		} else if _, err := reference.ParseNormalizedNamed(c.Image); err != nil {
+			errs.add(cf+".image", "%q is not a valid image reference: %v", truncate(c.Image), err)
+		}
+		switch c.ImagePullPolicy {
+		case "", PullIfNotPresent, PullAlways:
+		default:
+			errs.add(cf+".imagePullPolicy", "unsupported value %q: want IfNotPresent or Always", truncate(string(c.ImagePullPolicy)))
+		}
+		if c.WorkingDir != "" && !path.IsAbs(c.WorkingDir) {
+			errs.add(cf+".workingDir", "must be an absolute path")
+		}
+		envSeen := map[string]bool{}
+		for j, e := range c.Env {
+			ef := fmt.Sprintf("%s.env[%d].name", cf, j)
+			switch {
+			case e.Name == "":
+				errs.add(ef, "required")
+			case !envName.MatchString(e.Name):
+				errs.add(ef, "%q must start with a letter or '_' and contain only letters, digits, '_', '-' or '.'", truncate(e.Name))
+			case envSeen[e.Name]:
+				errs.add(ef, "duplicate variable %q", e.Name)
+			}
+			envSeen[e.Name] = true
+		}
+		mountSeen := map[string]bool{}
+		for j, m := range c.Mounts {
+			mf := fmt.Sprintf("%s.mounts[%d]", cf, j)
+			validateAbsPath(m.HostPath, mf+".hostPath", errs)
+			validateAbsPath(m.MountPath, mf+".mountPath", errs)
+			if mountSeen[m.MountPath] {
+				errs.add(mf+".mountPath", "duplicate mount path %q", m.MountPath)
+			}
+			mountSeen[m.MountPath] = true
+		}
+		if q := c.Resources.Limits.Memory; q != "" {
+			if n, err := ParseMemory(q); err != nil {
+				errs.add(cf+".resources.limits.memory", "%v", err)
+			} else if n < 4<<20 {
+				errs.add(cf+".resources.limits.memory", "%q is below the 4Mi minimum a container needs", q)
+			}
+		}
+		if q := c.Resources.Limits.CPU; q != "" {
+			if n, err := ParseCPU(q); err != nil {
+				errs.add(cf+".resources.limits.cpu", "%v", err)
+			} else if n < 1 {
+				errs.add(cf+".resources.limits.cpu", "%q must be at least 1m", q)
+			}
+		}
+	}
+}
+
+func validateAbsPath(p, field string, errs *errList) {
+	switch {
+	case p == "":
+		errs.add(field, "required")
+	case !path.IsAbs(p):
+		errs.add(field, "%q must be an absolute path", truncate(p))
+	case path.Clean(p) != p:
+		errs.add(field, "%q must be a clean path (no '..', '//' or trailing '/')", truncate(p))
+	case strings.ContainsRune(p, 0):
+		errs.add(field, "must not contain NUL")
+	}
+}
+
+// ValidateDesiredState checks a DesiredState payload as an agent receives it.
+func ValidateDesiredState(d *DesiredState) error {
+	var errs errList
+	validateTypeMeta(d.TypeMeta, KindDesiredState, &errs)
+	if err := ValidateName(d.Device); err != nil {
+		errs.add("device", "%v", err)
+	}
+	if d.Generation < 1 {
+		errs.add("generation", "must be positive")
+	}
+	seen := map[string]bool{}
+	for i := range d.Pods {
+		pf := fmt.Sprintf("pods[%d]", i)
+		if err := ValidateName(d.Pods[i].Name); err != nil {
+			errs.add(pf+".name", "%v", err)
+		} else if seen[d.Pods[i].Name] {
+			errs.add(pf+".name", "duplicate pod %q", d.Pods[i].Name)
+		}
+		seen[d.Pods[i].Name] = true
+		validatePodSpec(&d.Pods[i].Spec, pf+".spec", &errs)
+	}
+	return errs.err(KindDesiredState, d.Device)
+}
+
+// ValidateDeviceStatus checks a DeviceStatus payload as the hub receives it.
+func ValidateDeviceStatus(s *DeviceStatus) error {
+	var errs errList
+	if s.APIVersion != "" && s.APIVersion != APIVersion {
+		errs.add("apiVersion", "must be %q, got %q", APIVersion, truncate(s.APIVersion))
+	}
+	if s.Kind != "" && s.Kind != KindDeviceStatus {
+		errs.add("kind", "must be %q, got %q", KindDeviceStatus, truncate(s.Kind))
+	}
+	if err := ValidateName(s.Device); err != nil {
+		errs.add("device", "%v", err)
+	}
+	if s.ObservedGeneration < 0 {
+		errs.add("observedGeneration", "must not be negative")
+	}
+	if len(s.Pods) > 256 {
+		errs.add("pods", "at most 256 pods")
+	}
+	for i, p := range s.Pods {
+		pf := fmt.Sprintf("pods[%d]", i)
+		if err := ValidateName(p.Name); err != nil {
+			errs.add(pf+".name", "%v", err)
+		}
+		switch p.Phase {
+		case PhasePending, PhaseRunning, PhaseSucceeded, PhaseFailed, PhaseUnknown:
+		default:
+			errs.add(pf+".phase", "unsupported value %q", truncate(string(p.Phase)))
+		}
+		if p.Restarts < 0 {
+			errs.add(pf+".restarts", "must not be negative")
+		}
+	}
+	return errs.err(KindDeviceStatus, s.Device)
+}
+
+// ValidateEvent checks an Event payload as the hub receives it.
+func ValidateEvent(e *Event) error {
+	var errs errList
+	if e.Kind != "" && e.Kind != KindEvent {
+		errs.add("kind", "must be %q, got %q", KindEvent, truncate(e.Kind))
+	}
+	if err := ValidateName(e.Device); err != nil {
+		errs.add("device", "%v", err)
+	}
+	switch e.Type {
+	case EventNormal, EventWarning:
+	default:
+		errs.add("type", "unsupported value %q: want Normal or Warning", truncate(e.Type))
+	}
+	if e.Reason == "" {
+		errs.add("reason", "required")
+	}
+	if len(e.Message) > 4096 {
+		errs.add("message", "at most 4096 characters")
+	}
+	return errs.err(KindEvent, e.Device)
+}
