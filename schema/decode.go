@@ -234,15 +234,26 @@ func checkUnknownFields(v any, t reflect.Type, path string, errs *errList) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if v == nil {
+		return // null is the zero value
+	}
+	if t.String() == "time.Time" {
+		if _, ok := v.(string); !ok {
+			errs.add(path, "wrong type: got %s, want a RFC 3339 time string", jsonValueName(v))
+		}
+		return
+	}
+	if !kindMatches(v, t) {
+		errs.add(path, "wrong type: got %s, want %s", jsonValueName(v), jsonTypeName(t))
+		return
+	}
 	switch t.Kind() {
+	case reflect.Map:
+		for k, item := range v.(map[string]any) {
+			checkUnknownFields(item, t.Elem(), path+"["+k+"]", errs)
+		}
 	case reflect.Struct:
-		m, ok := v.(map[string]any)
-		if !ok {
-			return // a type error, reported by the decoder
-		}
-		if t.String() == "time.Time" {
-			return
-		}
+		m := v.(map[string]any)
 		fields := jsonFields(t)
 		keys := make([]string, 0, len(m))
 		for k := range m {
@@ -259,14 +270,48 @@ func checkUnknownFields(v any, t reflect.Type, path string, errs *errList) {
 			checkUnknownFields(m[k], ft, p, errs)
 		}
 	case reflect.Slice:
-		items, ok := v.([]any)
-		if !ok {
-			return
-		}
-		for i, it := range items {
+		for i, it := range v.([]any) {
 			checkUnknownFields(it, t.Elem(), fmt.Sprintf("%s[%d]", path, i), errs)
 		}
 	}
+}
+
+// kindMatches reports whether a decoded JSON value fits the Go type.
+func kindMatches(v any, t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.String:
+		_, ok := v.(string)
+		return ok
+	case reflect.Bool:
+		_, ok := v.(bool)
+		return ok
+	case reflect.Int, reflect.Int32, reflect.Int64, reflect.Uint64, reflect.Uint32, reflect.Float64:
+		_, ok := v.(float64)
+		return ok
+	case reflect.Slice:
+		_, ok := v.([]any)
+		return ok
+	case reflect.Map, reflect.Struct:
+		_, ok := v.(map[string]any)
+		return ok
+	}
+	return true
+}
+
+func jsonValueName(v any) string {
+	switch v.(type) {
+	case string:
+		return "string"
+	case bool:
+		return "boolean"
+	case float64:
+		return "number"
+	case []any:
+		return "list"
+	case map[string]any:
+		return "mapping"
+	}
+	return "null"
 }
 
 func joinPath(path, k string) string {

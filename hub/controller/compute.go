@@ -1,0 +1,203 @@
+// Package controller turns Deployments and Devices into one full
+// DesiredState per device, publishes it, and derives device and deployment
+// status from what agents report. The computations are pure functions in
+// this file; controller.go runs them level-triggered against the store.
+package controller
+
+import (
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/fleetmq/fleet/schema"
+)
+
+// DeviceView is what the computation needs to know about one device.
+type DeviceView struct {
+	Name   string
+	Labels map[string]string
+	// Prev is the device's current desired state (nil if none yet).
+	Prev *schema.DesiredState
+	// Status is the agent's last report (nil if none).
+	Status *schema.DeviceStatus
+	Online bool
+}
+
+// DesiredPods computes every device's pods: one pod per Deployment whose
+// selector matches the device, named after the Deployment, sorted by name.
+//
+// A RollingUpdate deployment moves at most maxUnavailable of its targeted
+// devices to a changed template at a time: a device that already runs an
+// older template keeps it until the devices moved before it have converged.
+// Devices that never ran the deployment get the current template at once.
+func DesiredPods(devices []DeviceView, deployments []schema.Deployment) map[string][]schema.Pod {
+	out := make(map[string][]schema.Pod, len(devices))
+	for _, d := range devices {
+		out[d.Name] = []schema.Pod{}
+	}
+	for i := range deployments {
+		dep := &deployments[i]
+		spec := dep.Spec.Template.Spec
+		hash := schema.PodSpecHash(spec)
+		var targeted []*DeviceView
+		for j := range devices {
+			if dep.Spec.Selector.Matches(devices[j].Labels) {
+				targeted = append(targeted, &devices[j])
+			}
+		}
+		budget := len(targeted)
+		if dep.Spec.Strategy.Type == schema.StrategyRollingUpdate {
+			budget = dep.Spec.Strategy.MaxUnavailable(len(targeted))
+			// Devices already moved to this template but not yet there use up
+			// the budget.
+			for _, d := range targeted {
+				if p := findPod(d.Prev, dep.Metadata.Name); p != nil && p.Hash == hash && !podSettled(d, dep.Metadata.Name, hash) {
+					budget--
+				}
+			}
+		}
+		for _, d := range targeted {
+			prev := findPod(d.Prev, dep.Metadata.Name)
+			switch {
+			case prev == nil || prev.Hash == hash:
+				// New on this device, or already current.
+			case budget > 0:
+				budget--
+			default:
+				out[d.Name] = append(out[d.Name], *prev)
+				continue
+			}
+			out[d.Name] = append(out[d.Name], schema.Pod{Name: dep.Metadata.Name, Spec: spec, Hash: hash})
+		}
+	}
+	for name := range out {
+		sort.Slice(out[name], func(i, j int) bool { return out[name][i].Name < out[name][j].Name })
+	}
+	return out
+}
+
+func findPod(ds *schema.DesiredState, name string) *schema.Pod {
+	if ds == nil {
+		return nil
+	}
+	for i := range ds.Pods {
+		if ds.Pods[i].Name == name {
+			return &ds.Pods[i]
+		}
+	}
+	return nil
+}
+
+// podSettled reports whether the device runs pod name at hash and it is
+// ready (or finished, for pods that are not restarted).
+func podSettled(d *DeviceView, name, hash string) bool {
+	if d.Status == nil {
+		return false
+	}
+	for _, p := range d.Status.Pods {
+		if p.Name == name {
+			return p.Hash == hash && (p.Ready || p.Phase == schema.PhaseSucceeded)
+		}
+	}
+	return false
+}
+
+// SamePods reports whether two pod lists are the same content: a new
+// generation is issued only when they differ.
+func SamePods(a, b []schema.Pod) bool {
+	return slices.EqualFunc(a, b, func(x, y schema.Pod) bool {
+		return x.Name == y.Name && x.Hash == y.Hash
+	})
+}
+
+// Converged reports whether a device's report shows it at its desired
+// generation with every desired pod running its spec (ready, or finished
+// for pods that are not restarted).
+func Converged(desired *schema.DesiredState, st *schema.DeviceStatus) bool {
+	if st == nil {
+		return desired == nil || len(desired.Pods) == 0 && desired.Generation == 0
+	}
+	if desired == nil {
+		return true
+	}
+	if st.ObservedGeneration < desired.Generation || (desired.Store != "" && st.Store != "" && st.Store != desired.Store) {
+		return false
+	}
+	for _, want := range desired.Pods {
+		ok := false
+		for _, got := range st.Pods {
+			if got.Name != want.Name {
+				continue
+			}
+			ok = (want.Hash == "" || got.Hash == "" || got.Hash == want.Hash) &&
+				(got.Ready || got.Phase == schema.PhaseSucceeded && want.Spec.RestartPolicy != schema.RestartAlways)
+			break
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// ObservedInfo derives the API's view of a device from its desired state,
+// its last report and its online flag.
+func ObservedInfo(desired *schema.DesiredState, st *schema.DeviceStatus, online bool, lastSeen time.Time, now time.Time, staleAfter time.Duration) *schema.DeviceObservedInfo {
+	info := &schema.DeviceObservedInfo{Online: online}
+	if desired != nil {
+		info.DesiredGeneration = desired.Generation
+	}
+	if !lastSeen.IsZero() {
+		ls := lastSeen.UTC()
+		info.LastSeen = &ls
+		info.Stale = staleAfter > 0 && now.Sub(lastSeen) > staleAfter
+	}
+	if st != nil {
+		info.ObservedGeneration = st.ObservedGeneration
+		agent := st.Agent
+		info.Agent = &agent
+		info.Node = st.Node
+		info.Pods = st.Pods
+	}
+	info.Converged = Converged(desired, st)
+	return info
+}
+
+// AggregateDeployment counts, over the devices a deployment targets, how
+// many run its current template (updated), how many have it ready, how many
+// are failing and how many are pending. An offline device is pending, never
+// failed.
+func AggregateDeployment(dep *schema.Deployment, devices []DeviceView) schema.DeploymentStatus {
+	hash := schema.PodSpecHash(dep.Spec.Template.Spec)
+	s := schema.DeploymentStatus{ObservedGeneration: dep.Metadata.Generation}
+	for i := range devices {
+		d := &devices[i]
+		if !dep.Spec.Selector.Matches(d.Labels) {
+			continue
+		}
+		s.Targeted++
+		var got *schema.PodStatus
+		if d.Status != nil {
+			for j := range d.Status.Pods {
+				if d.Status.Pods[j].Name == dep.Metadata.Name {
+					got = &d.Status.Pods[j]
+				}
+			}
+		}
+		current := got != nil && got.Hash == hash
+		switch {
+		case current && (got.Ready || got.Phase == schema.PhaseSucceeded):
+			s.Updated++
+			s.Ready++
+		case current && got.Phase == schema.PhaseFailed && d.Online:
+			s.Updated++
+			s.Failed++
+		case current:
+			s.Updated++
+			s.Pending++
+		default:
+			s.Pending++
+		}
+	}
+	return s
+}
