@@ -85,3 +85,31 @@ type DeviceCredentials struct {
 	Name  string `json:"name"`
 	Token string `json:"token"`
 }
+
+// HubInfo is the body of GET /v1/info.
+type HubInfo struct {
+	Version string `json:"version"`
+	Store   string `json:"store"`
+	// MQTTURL is the broker URL devices connect to (tcp:// or ssl://).
+	MQTTURL string `json:"mqttURL,omitempty"`
+	// ExternalBroker is true when the hub runs against an external broker.
+	ExternalBroker bool `json:"externalBroker,omitempty"`
+}
+
+// Credential roles.
+const (
+	RoleMonitor = "monitor"
+)
+
+// Credential is a non-device MQTT credential (a read-only monitor).
+// Token is set only in the answer that creates it.
+type Credential struct {
+	Name  string `json:"name"`
+	Role  string `json:"role"`
+	Token string `json:"token,omitempty"`
+}
+
+// CredentialList is the body of GET /v1/credentials.
+type CredentialList struct {
+	Items []Credential `json:"items"`
+}

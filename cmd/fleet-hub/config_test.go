@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// runRoot runs the root command with args and env, and returns the
+// settings the hub would have been started with.
+func runRoot(t *testing.T, args []string, env map[string]string) (settings, string, error) {
+	t.Helper()
+	var got settings
+	cmd := newRootCmd(func(k string) string { return env[k] }, func(_ *cobra.Command, s settings) error {
+		got = s
+		return nil
+	})
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(t.Context())
+	return got, out.String(), err
+}
+
+func TestSettingsPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "hub.yaml")
+	if err := os.WriteFile(file, []byte("data-dir: /from/file\nhttp-addr: 127.0.0.1:1\nlog-level: debug\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want settings
+	}{
+		{"defaults", nil, nil, settings{DataDir: "./fleet-data", HTTPAddr: "127.0.0.1:8080", LogLevel: "info"}},
+		{"config file", []string{"--config", file}, nil, settings{DataDir: "/from/file", HTTPAddr: "127.0.0.1:1", LogLevel: "debug", Config: file}},
+		{"config file from env", nil, map[string]string{"FLEET_HUB_CONFIG": file}, settings{DataDir: "/from/file", HTTPAddr: "127.0.0.1:1", LogLevel: "debug"}},
+		{"env beats file", []string{"--config", file}, map[string]string{"FLEET_HUB_DATA_DIR": "/from/env"},
+			settings{DataDir: "/from/env", HTTPAddr: "127.0.0.1:1", LogLevel: "debug", Config: file}},
+		{"flag beats env and file", []string{"--config", file, "--data-dir", "/from/flag"}, map[string]string{"FLEET_HUB_DATA_DIR": "/from/env", "FLEET_HUB_HTTP_ADDR": ":9"},
+			settings{DataDir: "/from/flag", HTTPAddr: ":9", LogLevel: "debug", Config: file}},
+		{"env alone", nil, map[string]string{"FLEET_HUB_LOG_LEVEL": "warn"}, settings{DataDir: "./fleet-data", HTTPAddr: "127.0.0.1:8080", LogLevel: "warn"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, out, err := runRoot(t, tt.args, tt.env)
+			if err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if got != tt.want {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSettingsErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown key", []string{"--config", write("typo.yaml", "data_dir: /x\n")}, `unknown key "data_dir"`},
+		{"not YAML", []string{"--config", write("bad.yaml", "{{{")}, "config"},
+		{"duplicate key", []string{"--config", write("dup.yaml", "data-dir: a\ndata-dir: b\n")}, "config"},
+		{"nested value", []string{"--config", write("nested.yaml", "data-dir: {a: b}\n")}, "data-dir"},
+		{"missing file", []string{"--config", filepath.Join(dir, "nope.yaml")}, "read config"},
+		{"unknown flag", []string{"--data-dri", "x"}, "--help"},
+		{"stray argument", []string{"serve"}, "unknown command"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, out, err := runRoot(t, tt.args, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v (output %q), want it to mention %q", err, out, tt.want)
+			}
+		})
+	}
+}
+
+func TestVersionAndHelp(t *testing.T) {
+	_, out, err := runRoot(t, []string{"version"}, nil)
+	if err != nil || !strings.HasPrefix(out, "fleet-hub ") {
+		t.Errorf("version: %v %q", err, out)
+	}
+	_, out, err = runRoot(t, []string{"--help"}, nil)
+	for _, want := range []string{"FLEET_HUB_DATA_DIR", "--config", "admin.conf", "Examples:", "admin-token"} {
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("--help does not mention %s: %v", want, err)
+		}
+	}
+}
+
+func TestAdminTokenCommand(t *testing.T) {
+	dir := t.TempDir()
+	_, _, err := runRoot(t, []string{"admin-token", "--data-dir", dir}, nil)
+	if err == nil || !strings.Contains(err.Error(), "--rotate") {
+		t.Errorf("admin-token without admin.conf: %v", err)
+	}
+	_, out, err := runRoot(t, []string{"admin-token", "--rotate", "--log-level", "error"}, map[string]string{"FLEET_HUB_DATA_DIR": dir})
+	if err != nil || !strings.Contains(out, filepath.Join(dir, "admin.conf")) {
+		t.Fatalf("rotate: %v %q", err, out)
+	}
+	_, out, err = runRoot(t, []string{"admin-token", "--data-dir", dir}, nil)
+	if err != nil || strings.TrimSpace(out) != filepath.Join(dir, "admin.conf") {
+		t.Errorf("admin-token: %v %q", err, out)
+	}
+}

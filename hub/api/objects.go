@@ -1,0 +1,248 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/fleetmq/fleet/hub/store"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// apply handles POST /v1/apply: every document is validated before any is
+// stored, and all are stored in one transaction.
+func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
+	dry, err := dryRun(r)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	objs, err := decodeObjects(body)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	results, err := s.store.ApplyAll(r.Context(), objs, dry)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	resp := schema.ApplyResponse{DryRun: dry, Results: make([]schema.ApplyResult, 0, len(results))}
+	for _, res := range results {
+		raw, err := json.Marshal(res.Object)
+		if err != nil {
+			WriteError(w, r, s.log, fmt.Errorf("encode %s: %w", res.Object.GetMetadata().Name, err))
+			return
+		}
+		resp.Results = append(resp.Results, schema.ApplyResult{
+			Kind: res.Object.GetTypeMeta().Kind, Name: res.Object.GetMetadata().Name,
+			Action: res.Action, Object: raw,
+		})
+		if !dry && res.Action != schema.ActionUnchanged {
+			s.log.Info("applied", "kind", res.Object.GetTypeMeta().Kind, "name", res.Object.GetMetadata().Name,
+				"action", res.Action, "resourceVersion", res.Object.GetMetadata().ResourceVersion)
+		}
+	}
+	WriteJSON(w, http.StatusOK, resp)
+}
+
+// listOrWatch handles GET /v1/{kind}[?watch=true].
+func (s *Server) listOrWatch(w http.ResponseWriter, r *http.Request) {
+	kind, err := kindOf(r)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	q := r.URL.Query()
+	sel, err := parseSelector(q.Get("labelSelector"))
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	switch v := q.Get("watch"); v {
+	case "true", "1":
+		s.watch(w, r, kind, sel)
+		return
+	case "", "false", "0":
+	default:
+		WriteError(w, r, s.log, invalidParam("watch", "unsupported value %q: want true or false", truncate(v)))
+		return
+	}
+	s.list(w, r, kind, sel)
+}
+
+// list writes the stored JSON of the objects as they are: no decoding
+// (but for the labels, with a selector) and no re-encoding.
+func (s *Server) list(w http.ResponseWriter, r *http.Request, kind string, sel map[string]string) {
+	var items bytes.Buffer
+	n := 0
+	rev, err := s.store.ListRaw(r.Context(), kind, func(raw []byte) error {
+		if len(sel) > 0 && !matches(raw, sel) {
+			return nil
+		}
+		if n > 0 {
+			items.WriteByte(',')
+		}
+		items.Write(raw)
+		n++
+		return nil
+	})
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	head, err := json.Marshal(struct {
+		schema.TypeMeta `json:",inline"`
+		Metadata        schema.ListMeta `json:"metadata"`
+	}{
+		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: store.ListKindFor(kind)},
+		Metadata: schema.ListMeta{ResourceVersion: strconv.FormatUint(rev, 10)},
+	})
+	if err != nil {
+		WriteError(w, r, s.log, fmt.Errorf("encode list: %w", err))
+		return
+	}
+	body := make([]byte, 0, len(head)+items.Len()+16)
+	body = append(body, head[:len(head)-1]...) // without the closing brace
+	body = append(body, `,"items":[`...)
+	body = append(body, items.Bytes()...)
+	body = append(body, "]}\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(body); err != nil {
+		s.log.Debug("write list", "err", err)
+	}
+}
+
+// create handles POST /v1/{kind}.
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	kind, err := kindOf(r)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	dry, err := dryRun(r)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	obj, err := decodeOne(w, r, kind)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	out, err := s.store.Create(r.Context(), obj, dry)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	if !dry {
+		s.log.Info("created", "kind", kind, "name", out.GetMetadata().Name, "resourceVersion", out.GetMetadata().ResourceVersion)
+	}
+	WriteJSON(w, http.StatusCreated, out)
+}
+
+// get handles GET /v1/{kind}/{name}.
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	kind, err := kindOf(r)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	out, err := s.store.Get(r.Context(), kind, r.PathValue("name"))
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, out)
+}
+
+// update handles PUT /v1/{kind}/{name}.
+func (s *Server) update(w http.ResponseWriter, r *http.Request) {
+	kind, err := kindOf(r)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	dry, err := dryRun(r)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	obj, err := decodeOne(w, r, kind)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	name := r.PathValue("name")
+	if got := obj.GetMetadata().Name; got != name {
+		WriteError(w, r, s.log, &schema.ValidationError{Kind: kind, Name: got, Errors: []schema.FieldError{
+			{Field: "metadata.name", Message: fmt.Sprintf("%q does not match the name in the path, %q", truncate(got), truncate(name))},
+		}})
+		return
+	}
+	out, err := s.store.Update(r.Context(), obj, dry)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	if !dry {
+		s.log.Info("updated", "kind", kind, "name", name, "resourceVersion", out.GetMetadata().ResourceVersion)
+	}
+	WriteJSON(w, http.StatusOK, out)
+}
+
+// delete handles DELETE /v1/{kind}/{name}[?resourceVersion=N].
+func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
+	kind, err := kindOf(r)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	dry, err := dryRun(r)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	rv, ok, err := parseRV(r)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	want := ""
+	if ok {
+		want = strconv.FormatUint(rv, 10)
+	}
+	name := r.PathValue("name")
+	out, err := s.store.Delete(r.Context(), kind, name, want, dry)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	if !dry {
+		s.log.Info("deleted", "kind", kind, "name", name, "resourceVersion", out.GetMetadata().ResourceVersion)
+	}
+	WriteJSON(w, http.StatusOK, out)
+}
+
+// issueToken handles POST /v1/devices/{name}/token.
+func (s *Server) issueToken(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	tok, err := s.store.IssueToken(r.Context(), name)
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	s.log.Info("issued device token", "device", name)
+	w.Header().Set("Cache-Control", "no-store")
+	WriteJSON(w, http.StatusOK, schema.DeviceCredentials{Name: name, Token: tok})
+}

@@ -1,0 +1,200 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fleetmq/fleet/hub/store"
+)
+
+// Options configure a Server. Store is required.
+type Options struct {
+	Store  *store.Store
+	Logger *slog.Logger
+	// BookmarkInterval is how often an idle watch stream gets a BOOKMARK;
+	// default 15 s.
+	BookmarkInterval time.Duration
+	// WatchWriteTimeout bounds each write to a watch stream, so a client
+	// that stopped reading is dropped; default 30 s.
+	WatchWriteTimeout time.Duration
+}
+
+// Server is the hub HTTP API. It is an http.Handler.
+type Server struct {
+	store *store.Store
+	log   *slog.Logger
+	opts  Options
+	mux   *http.ServeMux
+
+	stopOnce sync.Once
+	stop     chan struct{}
+}
+
+// New builds the API on the store.
+func New(opts Options) (*Server, error) {
+	if opts.Store == nil {
+		return nil, errors.New("new api server: no store")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.BookmarkInterval <= 0 {
+		opts.BookmarkInterval = 15 * time.Second
+	}
+	if opts.WatchWriteTimeout <= 0 {
+		opts.WatchWriteTimeout = 30 * time.Second
+	}
+	s := &Server{
+		store: opts.Store,
+		log:   opts.Logger,
+		opts:  opts,
+		mux:   http.NewServeMux(),
+		stop:  make(chan struct{}),
+	}
+	s.routes()
+	return s, nil
+}
+
+// methods dispatches one path by method and answers 405 (with Allow) for
+// the others.
+type methods map[string]http.HandlerFunc
+
+func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	method := r.Method
+	if method == http.MethodHead {
+		method = http.MethodGet
+	}
+	if h, ok := m[method]; ok {
+		h(w, r)
+		return
+	}
+	allow := make([]string, 0, len(m))
+	for k := range m {
+		allow = append(allow, k)
+	}
+	sort.Strings(allow)
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	WriteStatus(w, NewStatus(http.StatusMethodNotAllowed, ReasonMethodNotAllowed,
+		fmt.Sprintf("%s is not allowed on %s: use %s", r.Method, r.URL.Path, strings.Join(allow, " or ")), nil))
+}
+
+func (s *Server) routes() {
+	s.HandlePublic("/healthz", methods{http.MethodGet: func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	}})
+	s.Handle("/v1/apply", methods{http.MethodPost: s.apply})
+	s.Handle("/v1/{kind}", methods{http.MethodGet: s.listOrWatch, http.MethodPost: s.create})
+	s.Handle("/v1/{kind}/{name}", methods{http.MethodGet: s.get, http.MethodPut: s.update, http.MethodDelete: s.delete})
+	s.Handle("/v1/devices/{name}/token", methods{http.MethodPost: s.issueToken})
+	s.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		WriteStatus(w, NewStatus(http.StatusNotFound, ReasonNotFound, "no such path "+r.URL.Path, nil))
+	}))
+}
+
+// Handle registers a route behind bearer authentication: any credential
+// may GET (and HEAD), only an admin may do anything else. pattern is a
+// net/http ServeMux pattern ("GET /metrics", "/v1/devices/{name}/status").
+func (s *Server) Handle(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, s.authenticate(h))
+}
+
+// HandlePublic registers a route without authentication.
+func (s *Server) HandlePublic(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, h)
+}
+
+// StopStreams ends every watch stream; register it with
+// http.Server.RegisterOnShutdown so Shutdown does not wait for them.
+func (s *Server) StopStreams() {
+	s.stopOnce.Do(func() { close(s.stop) })
+}
+
+// ServeHTTP logs the request and turns a panic into a 500.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &recorder{ResponseWriter: w}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
+			if !rec.wrote {
+				WriteStatus(rec, NewStatus(http.StatusInternalServerError, ReasonInternalError, "internal error", nil))
+			}
+		}
+		s.log.Debug("http request", "method", r.Method, "path", r.URL.Path, "code", rec.code, "duration", time.Since(start))
+	}()
+	s.mux.ServeHTTP(rec, r)
+}
+
+type credKey struct{}
+
+// CredentialFrom returns the operator that made the request.
+func CredentialFrom(ctx context.Context) (store.Credential, bool) {
+	c, ok := ctx.Value(credKey{}).(store.Credential)
+	return c, ok
+}
+
+func (s *Server) authenticate(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := bearer(r.Header.Get("Authorization"))
+		if !ok {
+			WriteStatus(w, NewStatus(http.StatusUnauthorized, ReasonUnauthorized, "missing bearer token: send Authorization: Bearer <token> (see admin.conf in the hub's data directory)", nil))
+			return
+		}
+		cred, ok := s.store.Authenticate(token)
+		if !ok {
+			WriteStatus(w, NewStatus(http.StatusUnauthorized, ReasonUnauthorized, "wrong bearer token", nil))
+			return
+		}
+		if cred.Role != store.RoleAdmin && r.Method != http.MethodGet && r.Method != http.MethodHead {
+			WriteStatus(w, NewStatus(http.StatusForbidden, ReasonForbidden, fmt.Sprintf("credential %q (role %s) may only read", cred.Name, cred.Role), nil))
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), credKey{}, cred)))
+	})
+}
+
+// bearer extracts the token of an "Authorization: Bearer <token>" header.
+func bearer(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// recorder remembers the status code for the access log.
+type recorder struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.code, r.wrote = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if !r.wrote {
+		r.code, r.wrote = http.StatusOK, true
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush and deadlines.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -1,0 +1,20 @@
+// Package store is the hub's durable state: a Badger database with sync
+// writes, a store-wide revision counter, Fleet objects (Devices,
+// Deployments) with Kubernetes-style metadata, hashed device and operator
+// tokens, and an in-process change feed (Watch).
+//
+// # Key layout (version 1)
+//
+//	v1/meta/revision           uint64, big-endian: bumped inside every write transaction
+//	v1/meta/store-id           random UUID created on first open (DesiredState.Store)
+//	v1/objects/{resource}/{n}  object JSON; resource is "devices" or "deployments"
+//	v1/desired/{device}        per-device DesiredState (written by the controller)
+//	v1/status/{device}         last DeviceStatus (written by the status ingest)
+//	v1/tokens/{device}         device token record: SHA-256 of the token only
+//	v1/credentials/{name}      operator credential (admin, monitor…): hash and role
+//
+// Every write goes through a Txn (Store.Write): the revision is bumped once
+// per committed transaction that changed anything, and object events carry
+// that revision. Writes are serialised inside the process, so the revision
+// order is the commit order and the order in which watchers see events.
+package store

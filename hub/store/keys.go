@@ -1,0 +1,108 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/fleetmq/fleet/schema"
+)
+
+// Key prefixes of layout version 1 (see the package doc).
+const (
+	keyRevision       = "v1/meta/revision"
+	keyStoreID        = "v1/meta/store-id"
+	prefixMeta        = "v1/meta/"
+	prefixObjects     = "v1/objects/"
+	prefixDesired     = "v1/desired/"
+	prefixStatus      = "v1/status/"
+	prefixTokens      = "v1/tokens/"
+	prefixCredentials = "v1/credentials/"
+)
+
+// DesiredKey is where the controller keeps a device's DesiredState.
+func DesiredKey(device string) string { return prefixDesired + device }
+
+// StatusKey is where the status ingest keeps a device's last DeviceStatus.
+func StatusKey(device string) string { return prefixStatus + device }
+
+// TokenKey holds the hash of a device's token.
+func TokenKey(device string) string { return prefixTokens + device }
+
+// CredentialKey holds the hash and role of an operator credential.
+func CredentialKey(name string) string { return prefixCredentials + name }
+
+// ObjectKey is where an object of kind (schema.KindDevice…) is stored. It
+// returns "" for an unknown kind.
+func ObjectKey(kind, name string) string {
+	res, ok := ResourceForKind(kind)
+	if !ok {
+		return ""
+	}
+	return prefixObjects + res + "/" + name
+}
+
+// objectPrefix is the prefix of every object of the resource.
+func objectPrefix(resource string) string { return prefixObjects + resource + "/" }
+
+// kindInfo ties a kind to its URL/key resource name and list kind.
+type kindInfo struct {
+	Kind, Resource, ListKind string
+}
+
+var kinds = []kindInfo{
+	{schema.KindDevice, "devices", "DeviceList"},
+	{schema.KindDeployment, "deployments", "DeploymentList"},
+}
+
+// Kinds lists the kinds the store holds.
+func Kinds() []string {
+	out := make([]string, len(kinds))
+	for i, k := range kinds {
+		out[i] = k.Kind
+	}
+	return out
+}
+
+// ResourceForKind maps "Device" to "devices".
+func ResourceForKind(kind string) (string, bool) {
+	for _, k := range kinds {
+		if k.Kind == kind {
+			return k.Resource, true
+		}
+	}
+	return "", false
+}
+
+// KindForResource maps "devices" to "Device".
+func KindForResource(resource string) (string, bool) {
+	for _, k := range kinds {
+		if k.Resource == resource {
+			return k.Kind, true
+		}
+	}
+	return "", false
+}
+
+// ListKindFor maps "Device" to "DeviceList".
+func ListKindFor(kind string) string {
+	for _, k := range kinds {
+		if k.Kind == kind {
+			return k.ListKind
+		}
+	}
+	return ""
+}
+
+// checkWritableKey refuses keys outside the v1 layout and the store's own
+// bookkeeping keys.
+func checkWritableKey(key string) error {
+	switch {
+	case !strings.HasPrefix(key, "v1/"):
+		return fmt.Errorf("key %q is outside the v1/ layout", key)
+	case strings.HasPrefix(key, prefixMeta):
+		return fmt.Errorf("key %q is reserved for the store", key)
+	case strings.HasPrefix(key, prefixObjects):
+		return fmt.Errorf("key %q holds an object: use the object methods so watchers see the change", key)
+	}
+	return nil
+}
