@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleetmq/fleet/hub/client"
+	"github.com/fleetmq/fleet/hub/client/printers"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// defaultTimeout bounds each request to the hub unless --timeout says
+// otherwise. Watches are not bounded.
+const defaultTimeout = 30 * time.Second
+
+// cliContext is what every command shares: the process environment, the
+// global flags and, once resolved, the hub client. Commands added later
+// (fleet device …, fleet monitor) take one too.
+type cliContext struct {
+	io stdio
+
+	// Global flags.
+	hub, token, configFile string
+	timeout                time.Duration
+
+	config client.Config
+	client *client.Client
+}
+
+func newCLIContext(io stdio) *cliContext {
+	return &cliContext{io: io}
+}
+
+func (c *cliContext) stdout() io.Writer { return c.io.out }
+func (c *cliContext) stderr() io.Writer { return c.io.err }
+
+func (c *cliContext) now() time.Time {
+	if c.io.now != nil {
+		return c.io.now()
+	}
+	return time.Now()
+}
+
+// Client resolves the hub and token (flags, environment, config files; see
+// client.ResolveConfig) and returns a client of that hub.
+func (c *cliContext) Client() (*client.Client, error) {
+	if c.client != nil {
+		return c.client, nil
+	}
+	cfg, err := client.ResolveConfig(client.ConfigSources{
+		Hub:        c.hub,
+		Token:      c.token,
+		ConfigFile: c.configFile,
+		Getenv:     c.io.getenv,
+		WorkDir:    c.io.workDir,
+		HomeDir:    c.io.getenv("HOME"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	cl, err := cfg.Client(client.WithUserAgent("fleet/" + version()))
+	if err != nil {
+		return nil, err
+	}
+	c.config, c.client = cfg, cl
+	return cl, nil
+}
+
+// requestContext bounds one request by --timeout.
+func (c *cliContext) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c.timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// explain adds advice to errors a user can act on: an unreachable hub, a
+// refused token.
+func (c *cliContext) explain(err error) error {
+	if err == nil || c.client == nil {
+		return err
+	}
+	var ee *exitError
+	if errors.As(err, &ee) && ee.err == nil {
+		return err
+	}
+	var hint string
+	var ne net.Error
+	switch {
+	case client.IsUnauthorized(err):
+		hint = fmt.Sprintf("The hub %s refused the token (from %s): check --token or %s, or use the admin.conf that fleet-hub wrote in its data directory.", c.config.Hub, c.config.TokenSource, client.EnvToken)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		hint = fmt.Sprintf("Is fleet-hub running? Nothing answers at %s (from %s).", c.config.Hub, c.config.HubSource)
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		hint = fmt.Sprintf("The hub %s did not answer within --timeout=%s.", c.config.Hub, c.timeout)
+	default:
+		return err
+	}
+	if ee != nil {
+		return &exitError{code: ee.code, err: &hintError{err: ee.err, hint: hint}}
+	}
+	return &hintError{err: err, hint: hint}
+}
+
+// printer returns a printer of the -o format to stdout.
+func (c *cliContext) printer(output string, noHeaders bool) (*printers.Printer, error) {
+	f, err := printers.ParseFormat(output)
+	if err != nil {
+		return nil, err
+	}
+	return &printers.Printer{Out: c.stdout(), Format: f, NoHeaders: noHeaders, Now: c.now}, nil
+}
+
+// resourceKinds maps every accepted spelling of a resource kind.
+var resourceKinds = map[string]client.Kind{
+	"deployments": client.Deployments,
+	"deployment":  client.Deployments,
+	"deploy":      client.Deployments,
+	"deploys":     client.Deployments,
+	"devices":     client.Devices,
+	"device":      client.Devices,
+	"dev":         client.Devices,
+	"devs":        client.Devices,
+}
+
+const validKinds = "deployments (deployment, deploy) and devices (device, dev)"
+
+// parseKind parses a resource kind as typed on the command line.
+func parseKind(s string) (client.Kind, error) {
+	if k, ok := resourceKinds[strings.ToLower(s)]; ok {
+		return k, nil
+	}
+	return "", fmt.Errorf("unknown resource type %q: valid types are %s", s, validKinds)
+}
+
+// singular is the lower-case object kind of a collection: "deployment".
+func singular(k client.Kind) string { return strings.ToLower(k.Object()) }
+
+// ref names one object on the command line.
+type ref struct {
+	kind client.Kind
+	name string
+}
+
+func (r ref) String() string { return singular(r.kind) + "/" + r.name }
+
+// parseRefs reads "KIND [NAME...]" (kind set) or "KIND/NAME..." (kind
+// empty) arguments.
+func parseRefs(args []string) (kind client.Kind, refs []ref, err error) {
+	if len(args) == 0 {
+		return "", nil, fmt.Errorf("you must specify the type of resource: valid types are %s", validKinds)
+	}
+	if !strings.Contains(args[0], "/") {
+		if kind, err = parseKind(args[0]); err != nil {
+			return "", nil, err
+		}
+		for _, name := range args[1:] {
+			if strings.Contains(name, "/") {
+				return "", nil, fmt.Errorf("there is no need to name the resource type in %q: it is %s", name, kind)
+			}
+			if err := schema.ValidateName(name); err != nil {
+				return "", nil, fmt.Errorf("name %w", err)
+			}
+			refs = append(refs, ref{kind, name})
+		}
+		return kind, refs, nil
+	}
+	for _, a := range args {
+		ks, name, ok := strings.Cut(a, "/")
+		if !ok {
+			return "", nil, fmt.Errorf("%q: use KIND/NAME for every argument, or KIND NAME...", a)
+		}
+		k, err := parseKind(ks)
+		if err != nil {
+			return "", nil, err
+		}
+		if err := schema.ValidateName(name); err != nil {
+			return "", nil, fmt.Errorf("%s: name %w", a, err)
+		}
+		refs = append(refs, ref{k, name})
+	}
+	return "", refs, nil
+}
+
+// checkSelector checks a label selector locally ("k=v,k2=v2"), so a typo
+// is reported before any request.
+func checkSelector(sel string) error {
+	if sel == "" {
+		return nil
+	}
+	for _, term := range strings.Split(sel, ",") {
+		k, v, ok := strings.Cut(term, "=")
+		v = strings.TrimPrefix(v, "=") // k==v, as kubectl allows
+		if !ok {
+			return fmt.Errorf("label selector %q: term %q must be key=value (only equality is supported)", sel, term)
+		}
+		if err := schema.ValidateLabelKey(k); err != nil {
+			return fmt.Errorf("label selector %q: %w", sel, err)
+		}
+		if err := schema.ValidateLabelValue(v); err != nil {
+			return fmt.Errorf("label selector %q: %w", sel, err)
+		}
+	}
+	return nil
+}
+
+// normSelector rewrites k==v to k=v, the form the hub accepts.
+func normSelector(sel string) string {
+	return strings.ReplaceAll(sel, "==", "=")
+}
+
+// completeKinds completes a resource kind.
+func completeKinds(toComplete string) []string {
+	var out []string
+	for _, k := range []string{"deployments", "devices"} {
+		if strings.HasPrefix(k, toComplete) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// completeResources completes "KIND NAME..." arguments: the kind first,
+// then names of existing objects (a quick list; nothing when the hub is not
+// reachable).
+func (c *cliContext) completeResources(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	if len(args) == 0 {
+		return completeKinds(toComplete), cobra.ShellCompDirectiveNoFileComp
+	}
+	kind, err := parseKind(args[0])
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	cl, err := c.Client()
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+	defer cancel()
+	objs, _, err := cl.List(ctx, kind, "")
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var names []string
+	for _, o := range objs {
+		n := o.GetMetadata().Name
+		if strings.HasPrefix(n, toComplete) && !slices.Contains(args[1:], n) {
+			names = append(names, n)
+		}
+	}
+	return names, cobra.ShellCompDirectiveNoFileComp
+}
+
+// addOutputFlag adds -o with completion of the formats.
+func addOutputFlag(cmd *cobra.Command, p *string, def, usage string) {
+	cmd.Flags().StringVarP(p, "output", "o", def, usage)
+	must(cmd.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		var out []string
+		for _, f := range printers.Formats {
+			out = append(out, string(f))
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}))
+}
+
+// addFilenameFlag adds the repeatable -f flag.
+func addFilenameFlag(cmd *cobra.Command, p *[]string, usage string) {
+	cmd.Flags().StringArrayVarP(p, "filename", "f", nil, usage)
+	must(cmd.MarkFlagFilename("filename", "yaml", "yml", "json"))
+}
+
+// must panics on an error that can only be a mistake in this program (a
+// flag registered under a name that does not exist).
+func must(err error) {
+	if err != nil {
+		panic("fleet: " + err.Error())
+	}
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleetmq/fleet/hub/client"
+	"github.com/fleetmq/fleet/hub/client/printers"
+	"github.com/fleetmq/fleet/schema"
+)
+
+type getOptions struct {
+	selector    string
+	output      string
+	watch       bool
+	noHeaders   bool
+	watchEvents bool
+}
+
+func newGetCmd(cli *cliContext) *cobra.Command {
+	var o getOptions
+	cmd := &cobra.Command{
+		Use:   "get (deployments|devices) [NAME...] [-l key=value,...] [-o table|wide|json|yaml|name] [-w]",
+		Short: "List deployments or devices",
+		Long: `List deployments or devices, or show the named ones.
+
+Resource types: deployments (also deployment, deploy) and devices (also device,
+dev). Objects can also be named as KIND/NAME.
+
+Deployments: NAME, TARGETED (devices the selector matches), UPDATED (running
+the latest pod), READY, PENDING (offline devices count as pending), GENERATION
+(bumped on every spec change) and AGE; -o wide adds SELECTOR, IMAGES and
+STRATEGY.
+
+Devices: NAME, ONLINE, LAST-SEEN (last status from the agent), GENERATION
+(observed/desired: the agent has applied the latest desired state when they
+are equal), PODS (ready/total), CONVERGED and AGE; -o wide adds LABELS, ARCH
+and AGENT. A device whose agent never reported shows false, <never> and 0/0.
+
+-o json and -o yaml print one object for a single NAME, else the list
+(DeploymentList, DeviceList) with the resourceVersion it was read at.
+-w prints the list, then a line (or a JSON/YAML object) per change until
+interrupted.`,
+		Example: `  # All deployments, and all devices with more columns
+  fleet get deployments
+  fleet get devices -o wide
+
+  # Devices with labels site=lab and arch=arm64
+  fleet get dev -l site=lab,fleet/arch=arm64
+
+  # One deployment as YAML
+  fleet get deployment web -o yaml
+
+  # Watch devices come online and converge
+  fleet get devices -w
+
+  # Names only, for scripts
+  fleet get devices -o name`,
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: cli.completeResources,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runGet(cmd.Context(), cli, args, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.selector, "selector", "l", "", "only objects with these labels (key=value,key2=value2)")
+	addOutputFlag(cmd, &o.output, "", "output format: table (default), wide, json, yaml or name")
+	f.BoolVarP(&o.watch, "watch", "w", false, "after listing, print every change until interrupted")
+	f.BoolVar(&o.noHeaders, "no-headers", false, "leave out the header line of tables")
+	f.BoolVar(&o.watchEvents, "output-watch-events", false, "with -w, print the event type (ADDED, MODIFIED, DELETED) of each change")
+	return cmd
+}
+
+func runGet(ctx context.Context, cli *cliContext, args []string, o getOptions) error {
+	kind, refs, err := parseRefs(args)
+	if err != nil {
+		return err
+	}
+	if err := checkSelector(o.selector); err != nil {
+		return err
+	}
+	if o.selector != "" && len(refs) > 0 {
+		return errors.New("a NAME and a label selector (-l) cannot be combined")
+	}
+	p, err := cli.printer(o.output, o.noHeaders)
+	if err != nil {
+		return err
+	}
+	p.WatchEvents = o.watchEvents
+	cl, err := cli.Client()
+	if err != nil {
+		return err
+	}
+	if o.watch {
+		if kind == "" {
+			kind = refs[0].kind
+			for _, r := range refs {
+				if r.kind != kind {
+					return errors.New("-w watches one resource type at a time")
+				}
+			}
+		}
+		err := watchObjects(ctx, cl, p, kind, refs, normSelector(o.selector))
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// Interrupted (Ctrl-C): the way a watch ends.
+			return nil
+		}
+		return err
+	}
+	if len(refs) == 0 {
+		rctx, cancel := cli.requestContext(ctx)
+		defer cancel()
+		objs, rv, err := cl.List(rctx, kind, normSelector(o.selector))
+		if err != nil {
+			return err
+		}
+		if len(objs) == 0 && p.Format != printers.JSON && p.Format != printers.YAML {
+			fmt.Fprintln(cli.stderr(), "No resources found.")
+			return nil
+		}
+		return p.PrintList(kind, objs, rv)
+	}
+	return getNamed(ctx, cli, cl, p, refs)
+}
+
+// getNamed prints the named objects; the ones that could not be read are
+// reported after the others, as kubectl does.
+func getNamed(ctx context.Context, cli *cliContext, cl *client.Client, p *printers.Printer, refs []ref) error {
+	var errs []error
+	var objs []schema.Object
+	for _, r := range refs {
+		rctx, cancel := cli.requestContext(ctx)
+		obj, err := cl.Get(rctx, r.kind, r.name)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		objs = append(objs, obj)
+	}
+	var err error
+	switch {
+	case len(objs) == 0:
+	case len(refs) == 1:
+		err = p.PrintObject(objs[0])
+	default:
+		err = printMixed(p, objs)
+	}
+	if err != nil {
+		return err
+	}
+	return errors.Join(errs...)
+}
+
+// printMixed prints objects that may be of both kinds: one list or table
+// per kind, in the order the kinds first appear.
+func printMixed(p *printers.Printer, objs []schema.Object) error {
+	var kinds []client.Kind
+	byKind := map[client.Kind][]schema.Object{}
+	for _, o := range objs {
+		k := client.KindOf(o.GetTypeMeta().Kind)
+		if !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+		byKind[k] = append(byKind[k], o)
+	}
+	for i, k := range kinds {
+		if i > 0 && (p.Format == printers.Table || p.Format == printers.Wide) {
+			fmt.Fprintln(p.Out)
+		}
+		if err := p.PrintList(k, byKind[k], ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// watchObjects prints the current objects of kind, then every change until
+// ctx is done. With refs, only those names are shown.
+func watchObjects(ctx context.Context, cl *client.Client, p *printers.Printer, kind client.Kind, refs []ref, selector string) error {
+	wanted := func(o schema.Object) bool {
+		if len(refs) == 0 {
+			return true
+		}
+		return slices.ContainsFunc(refs, func(r ref) bool { return r.name == o.GetMetadata().Name })
+	}
+	return cl.Follow(ctx, kind, selector, client.FollowHandler{
+		List: func(objs []schema.Object) error {
+			return p.StartWatch(kind, slices.DeleteFunc(objs, func(o schema.Object) bool { return !wanted(o) }))
+		},
+		Event: func(ev client.Event) error {
+			if !wanted(ev.Object) {
+				return nil
+			}
+			return p.PrintEvent(ev)
+		},
+	})
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleet/schema"
+)
+
+func TestGetTables(t *testing.T) {
+	e := newEnv(t)
+	e.ok("", "apply", "-f", e.file("app.yaml", webYAML+"---\n"+deviceYAML))
+	seen := time.Now().Add(-3 * time.Second)
+	if err := e.hub.SetDeviceStatus("pi-1", &schema.DeviceObservedInfo{
+		Online: true, LastSeen: &seen, ObservedGeneration: 2, DesiredGeneration: 2, Converged: true,
+		Agent: &schema.AgentInfo{Version: "v1.0.0", OS: "linux", Arch: "arm64"},
+		Pods:  []schema.PodStatus{{Name: "web", Phase: schema.PhaseRunning, Ready: true}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.hub.SetDeploymentStatus("web", &schema.DeploymentStatus{Targeted: 1, Updated: 1, Ready: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"get", "deployments"}, []string{"NAME   TARGETED   UPDATED   READY   PENDING   GENERATION   AGE\nweb    1          1         1       0         1            "}},
+		{[]string{"get", "deploy", "-o", "wide"}, []string{"SELECTOR   IMAGES       STRATEGY", "site=lab   nginx:1.25   AllAtOnce"}},
+		{[]string{"get", "dev"}, []string{"NAME   ONLINE   LAST-SEEN   GENERATION   PODS   CONVERGED   AGE\npi-1   true     3s          2/2          1/1    true        "}},
+		{[]string{"get", "device", "pi-1", "-o", "wide"}, []string{"fleet/arch=arm64,fleet/device=pi-1,site=lab   arm64   v1.0.0"}},
+		{[]string{"get", "devices", "-l", "site=lab", "-o", "name"}, []string{"device/pi-1\n"}},
+		{[]string{"get", "deployment/web", "device/pi-1", "-o", "name"}, []string{"deployment/web\ndevice/pi-1\n"}},
+		{[]string{"get", "devices", "--no-headers"}, []string{"pi-1   true"}},
+	} {
+		out := e.ok("", tt.args...)
+		for _, w := range tt.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("fleet %s: missing %q in\n%s", strings.Join(tt.args, " "), w, out)
+			}
+		}
+	}
+	if r := e.run("", "get", "devices", "-l", "site=hall"); r.code != 0 || r.stdout != "" || r.stderr != "No resources found.\n" {
+		t.Errorf("empty selection: %+v", r)
+	}
+}
+
+func TestGetJSONAndYAML(t *testing.T) {
+	e := newEnv(t)
+	e.ok("", "apply", "-f", e.file("app.yaml", webYAML+"---\n"+deviceYAML))
+	var d schema.Deployment
+	mustJSON(t, e.ok("", "get", "deployment", "web", "-o", "json"), &d)
+	if d.Kind != "Deployment" || d.Metadata.Name != "web" || d.Metadata.ResourceVersion == "" {
+		t.Fatalf("single object: %+v", d)
+	}
+	var l schema.DeviceList
+	mustJSON(t, e.ok("", "get", "devices", "-o", "json"), &l)
+	if l.Kind != "DeviceList" || len(l.Items) != 1 || l.Metadata.ResourceVersion == "" {
+		t.Fatalf("list: %+v", l)
+	}
+	out := e.ok("", "get", "deployments", "-o", "yaml")
+	if !strings.Contains(out, "kind: DeploymentList") || !strings.Contains(out, "image: nginx:1.25") {
+		t.Fatalf("yaml list:\n%s", out)
+	}
+	// An empty list is printed, not "No resources found".
+	mustJSON(t, e.ok("", "get", "devices", "-l", "site=none", "-o", "json"), &l)
+	if len(l.Items) != 0 || l.Kind != "DeviceList" {
+		t.Fatalf("empty list: %+v", l)
+	}
+}
+
+func TestGetErrors(t *testing.T) {
+	e := newEnv(t)
+	e.ok("", "apply", "-f", e.file("app.yaml", webYAML))
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get"}, "requires at least 1 arg"},
+		{[]string{"get", "pods"}, `unknown resource type "pods"`},
+		{[]string{"get", "deployment", "missing"}, `Error from server (NotFound): Deployment "missing" not found`},
+		{[]string{"get", "deployment", "Bad_Name"}, "DNS-1123"},
+		{[]string{"get", "devices", "-l", "site"}, "must be key=value"},
+		{[]string{"get", "devices", "-o", "jsonpath"}, "unknown output format"},
+		{[]string{"get", "devices", "--bogus"}, "unknown flag: --bogus\nSee 'fleet get --help' for usage."},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+	} {
+		r := e.run("", tt.args...)
+		if r.code != 1 || !strings.Contains(r.stderr, tt.want) {
+			t.Errorf("fleet %s: exit %d, stderr %q; want exit 1 and %q", strings.Join(tt.args, " "), r.code, r.stderr, tt.want)
+		}
+	}
+	// Found objects are printed, the missing ones reported after them.
+	r := e.run("", "get", "deployments", "web", "missing", "-o", "name")
+	if r.code != 1 || r.stdout != "deployment/web\n" || !strings.Contains(r.stderr, `"missing" not found`) {
+		t.Errorf("partial get: %+v", r)
+	}
+}
+
+func TestWatch(t *testing.T) {
+	e := newEnv(t)
+	e.ok("", "apply", "-f", e.file("app.yaml", webYAML+"---\n"+deviceYAML))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, []string{"get", "devices", "-w", "-o", "json", "--output-watch-events"}, stdio{
+			in: strings.NewReader(""), out: out, err: out,
+			getenv: func(k string) string { return e.vars[k] }, workDir: e.dir,
+		})
+		done <- err
+	}()
+	// The list comes first, then each change.
+	waitFor(t, out, `"type": "ADDED"`)
+	if err := e.hub.SetDeviceStatus("pi-1", &schema.DeviceObservedInfo{Online: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, out, `"type": "MODIFIED"`)
+	e.ok("", "delete", "device", "pi-1")
+	waitFor(t, out, `"type": "DELETED"`)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("watch ended with %v after interrupt, want nil", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(out.String()))
+	var types []string
+	for dec.More() {
+		var ev struct {
+			Type   string        `json:"type"`
+			Object schema.Device `json:"object"`
+		}
+		if err := dec.Decode(&ev); err != nil {
+			t.Fatalf("%v in\n%s", err, out.String())
+		}
+		types = append(types, ev.Type)
+	}
+	if strings.Join(types, ",") != "ADDED,MODIFIED,DELETED" {
+		t.Fatalf("events %v", types)
+	}
+}
+
+func waitFor(t *testing.T, b *syncBuffer, substr string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(b.String(), substr) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q within 10s in\n%s", substr, b.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

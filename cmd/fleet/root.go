@@ -1,0 +1,68 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+// newRootCmd builds the command tree. Each verb lives in its own file
+// (apply.go, get.go, …) as newXxxCmd(cli).
+func newRootCmd(cli *cliContext) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "fleet",
+		Short: "Run containers on fleets of edge devices through a Fleet hub",
+		Long: `fleet controls a Fleet hub the way kubectl controls a Kubernetes cluster.
+
+You declare Deployments (a pod to run on every device whose labels match a
+selector) and Devices in YAML manifests; "fleet apply" stores them in the hub,
+which publishes each device's desired state over MQTT; the agents on the
+devices make their containers match it and report back.
+
+Which hub: --hub and --token, else FLEET_HUB and FLEET_TOKEN, else the config
+file named by --config or FLEET_CONFIG, else ./fleet-data/admin.conf (written
+by a fleet-hub started in this directory), else ~/.config/fleet/config.
+A config file is YAML: "hub: http://127.0.0.1:8080" and "token: ...".`,
+		Example: `  # Start a hub here, then apply and inspect a deployment
+  fleet-hub &
+  fleet apply -f web.yaml
+  fleet get deployments
+  fleet get devices -l site=lab -o wide
+  fleet describe deployment web
+  fleet diff -f web.yaml`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&cli.hub, "hub", "", "hub API address, e.g. http://127.0.0.1:8080 (env FLEET_HUB)")
+	pf.StringVar(&cli.token, "token", "", "bearer token of the hub API (env FLEET_TOKEN); prefer the environment or a config file, which other users cannot see in the process list")
+	pf.StringVar(&cli.configFile, "config", "", "config file with the hub address and token (env FLEET_CONFIG; default ./fleet-data/admin.conf, then ~/.config/fleet/config)")
+	pf.DurationVar(&cli.timeout, "timeout", defaultTimeout, "time limit of each request to the hub (0: none); watches are not limited")
+	must(root.MarkPersistentFlagFilename("config"))
+
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%w\nSee '%s --help' for usage.", err, c.CommandPath())
+	})
+	root.AddGroup(
+		&cobra.Group{ID: "basic", Title: "Basic commands:"},
+		&cobra.Group{ID: "other", Title: "Other commands:"},
+	)
+	// One constructor per verb, each in its own file, taking the shared
+	// cliContext. Add new verbs (fleet device …, fleet monitor) here.
+	for _, c := range []*cobra.Command{
+		newApplyCmd(cli),
+		newGetCmd(cli),
+		newDescribeCmd(cli),
+		newDiffCmd(cli),
+		newDeleteCmd(cli),
+	} {
+		c.GroupID = "basic"
+		root.AddCommand(c)
+	}
+	v := newVersionCmd(cli)
+	v.GroupID = "other"
+	root.AddCommand(v)
+	root.SetHelpCommandGroupID("other")
+	root.SetCompletionCommandGroupID("other")
+	return root
+}

@@ -1,0 +1,337 @@
+package printers
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fleetmq/fleet/schema"
+)
+
+// describer writes "Key:  value" lines, aligned per indentation block, the
+// way kubectl describe does.
+type describer struct {
+	tw  *tabwriter.Writer
+	now time.Time
+}
+
+func newDescriber(w io.Writer, now time.Time) *describer {
+	return &describer{tw: tabwriter.NewWriter(w, 0, 8, 2, ' ', 0), now: now}
+}
+
+// line writes one line at an indentation level; with args, format is a
+// "Key:\tvalue" pattern.
+func (d *describer) line(level int, format string, args ...any) {
+	fmt.Fprintf(d.tw, strings.Repeat("  ", level)+format+"\n", args...)
+}
+
+func (d *describer) flush() error { return d.tw.Flush() }
+
+func (d *describer) labels(level int, key string, m map[string]string) {
+	if len(m) == 0 {
+		d.line(level, "%s:\t%s", key, none)
+		return
+	}
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i == 0 {
+			d.line(level, "%s:\t%s=%s", key, k, m[k])
+		} else {
+			d.line(level, "\t%s=%s", k, m[k])
+		}
+	}
+}
+
+func (d *describer) time(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return unknown
+	}
+	return fmt.Sprintf("%s (%s ago)", t.Local().Format(time.RFC1123Z), HumanDuration(d.now.Sub(*t)))
+}
+
+func (d *describer) meta(m *schema.ObjectMeta) {
+	d.line(0, "Name:\t%s", m.Name)
+	d.labels(0, "Labels", m.Labels)
+	if len(m.Annotations) > 0 {
+		d.labels(0, "Annotations", m.Annotations)
+	}
+	d.line(0, "Created:\t%s", d.time(m.CreationTimestamp))
+	d.line(0, "UID:\t%s", orNone(m.UID))
+	d.line(0, "Generation:\t%d", m.Generation)
+	d.line(0, "Resource Version:\t%s", orNone(m.ResourceVersion))
+}
+
+// DescribeDeployment writes the description of a deployment. devices are
+// the devices its selector matches (nil if unknown): their pod named after
+// the deployment is listed.
+func DescribeDeployment(w io.Writer, dep *schema.Deployment, devices []schema.Device, now time.Time) error {
+	d := newDescriber(w, now)
+	d.meta(&dep.Metadata)
+	if len(dep.Spec.Selector.MatchLabels) == 0 {
+		d.line(0, "Selector:\t<none> (every device)")
+	} else {
+		d.line(0, "Selector:\t%s", Labels(dep.Spec.Selector.MatchLabels))
+	}
+	s := dep.Spec.Strategy
+	switch {
+	case s.Type == schema.StrategyRollingUpdate:
+		mu := "25%"
+		if s.RollingUpdate != nil && s.RollingUpdate.MaxUnavailable != "" {
+			mu = s.RollingUpdate.MaxUnavailable
+		}
+		d.line(0, "Strategy:\t%s (max unavailable %s)", s.Type, mu)
+	default:
+		d.line(0, "Strategy:\t%s", orNone(s.Type))
+	}
+	d.line(0, "Pod Template:")
+	if dep.Spec.Template.Metadata != nil {
+		d.labels(1, "Labels", dep.Spec.Template.Metadata.Labels)
+	} else {
+		d.labels(1, "Labels", nil)
+	}
+	d.podSpec(1, &dep.Spec.Template.Spec)
+	d.line(0, "Status:")
+	if st := dep.Status; st == nil {
+		d.line(1, "<not yet reconciled>")
+	} else {
+		d.line(1, "Observed Generation:\t%d", st.ObservedGeneration)
+		d.line(1, "Devices:\t%d targeted, %d updated, %d ready, %d pending, %d failed", st.Targeted, st.Updated, st.Ready, st.Pending, st.Failed)
+	}
+	if devices != nil {
+		d.line(0, "Devices:")
+		if err := d.flush(); err != nil {
+			return err
+		}
+		if len(devices) == 0 {
+			d.line(1, "<none match the selector>")
+			return d.flush()
+		}
+		rows := make([][]string, 0, len(devices))
+		for i := range devices {
+			rows = append(rows, deploymentDeviceRow(dep.Metadata.Name, &devices[i], now))
+		}
+		return writeIndentedTable(w, "  ", []string{"DEVICE", "ONLINE", "PHASE", "READY", "RESTARTS", "MESSAGE"}, rows)
+	}
+	return d.flush()
+}
+
+func deploymentDeviceRow(pod string, dev *schema.Device, now time.Time) []string {
+	row := []string{dev.Metadata.Name, "false", "<not reported>", "false", "0", ""}
+	st := dev.Status
+	if st == nil {
+		return row
+	}
+	row[1] = strconv.FormatBool(st.Online)
+	for _, p := range st.Pods {
+		if p.Name == pod {
+			row[2], row[3], row[4], row[5] = string(p.Phase), strconv.FormatBool(p.Ready), strconv.Itoa(int(p.Restarts)), oneLine(p.Message)
+		}
+	}
+	return row
+}
+
+func writeIndentedTable(w io.Writer, indent string, headers []string, rows [][]string) error {
+	var b strings.Builder
+	if err := WriteTable(&b, headers, rows); err != nil {
+		return err
+	}
+	lines := strings.SplitAfter(strings.TrimSuffix(b.String(), "\n"), "\n")
+	for _, l := range lines {
+		if _, err := io.WriteString(w, indent+strings.TrimRight(l, " \n")+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	return s
+}
+
+func (d *describer) podSpec(level int, p *schema.PodSpec) {
+	d.line(level, "Restart Policy:\t%s", orNone(string(p.RestartPolicy)))
+	host := true
+	if p.HostNetwork != nil {
+		host = *p.HostNetwork
+	}
+	d.line(level, "Host Network:\t%t", host)
+	d.line(level, "Containers:")
+	for _, c := range p.Containers {
+		d.line(level+1, "%s:", c.Name)
+		l := level + 2
+		d.line(l, "Image:\t%s", c.Image)
+		d.line(l, "Image Pull Policy:\t%s", orNone(string(c.ImagePullPolicy)))
+		if len(c.Command) > 0 {
+			d.line(l, "Command:\t%s", quoteArgs(c.Command))
+		}
+		if len(c.Args) > 0 {
+			d.line(l, "Args:\t%s", quoteArgs(c.Args))
+		}
+		if c.WorkingDir != "" {
+			d.line(l, "Working Dir:\t%s", c.WorkingDir)
+		}
+		lim := c.Resources.Limits
+		if lim.Memory == "" && lim.CPU == "" {
+			d.line(l, "Limits:\t%s", none)
+		} else {
+			d.line(l, "Limits:")
+			if lim.CPU != "" {
+				d.line(l+1, "cpu:\t%s", lim.CPU)
+			}
+			if lim.Memory != "" {
+				d.line(l+1, "memory:\t%s", lim.Memory)
+			}
+		}
+		if len(c.Env) == 0 {
+			d.line(l, "Environment:\t%s", none)
+		} else {
+			d.line(l, "Environment:")
+			for _, e := range c.Env {
+				d.line(l+1, "%s:\t%s", e.Name, e.Value)
+			}
+		}
+		if len(c.Mounts) == 0 {
+			d.line(l, "Mounts:\t%s", none)
+		} else {
+			d.line(l, "Mounts:")
+			for _, m := range c.Mounts {
+				mode := "rw"
+				if m.ReadOnly {
+					mode = "ro"
+				}
+				d.line(l+1, "%s from %s (%s)", m.MountPath, m.HostPath, mode)
+			}
+		}
+	}
+}
+
+// quoteArgs joins a command line, quoting the words that need it.
+func quoteArgs(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$`") {
+			out[i] = strconv.Quote(a)
+		} else {
+			out[i] = a
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// DescribeDevice writes the description of a device: what the hub knows of
+// it, its pods as the agent reported them, and the deployments (if not nil)
+// whose selector matches it.
+func DescribeDevice(w io.Writer, dev *schema.Device, deployments []schema.Deployment, now time.Time) error {
+	d := newDescriber(w, now)
+	d.meta(&dev.Metadata)
+	if dev.Spec.Description != "" {
+		d.line(0, "Description:\t%s", oneLine(dev.Spec.Description))
+	}
+	st := dev.Status
+	d.line(0, "Status:")
+	if st == nil {
+		d.line(1, "Online:\tfalse")
+		d.line(1, "Last Seen:\t%s (the agent has never reported)", never)
+	} else {
+		d.line(1, "Online:\t%t", st.Online)
+		if st.LastSeen == nil {
+			d.line(1, "Last Seen:\t%s", never)
+		} else {
+			d.line(1, "Last Seen:\t%s", d.time(st.LastSeen))
+		}
+		d.line(1, "Generation:\tobserved %d, desired %d", st.ObservedGeneration, st.DesiredGeneration)
+		conv := strconv.FormatBool(st.Converged)
+		if st.Stale {
+			conv += " (stale: no status heard recently)"
+		}
+		d.line(1, "Converged:\t%s", conv)
+		if a := st.Agent; a != nil {
+			d.line(1, "Agent:\t%s (%s/%s)", orNone(a.Version), orNone(a.OS), orNone(a.Arch))
+		}
+		if n := st.Node; n != nil {
+			if n.Hostname != "" {
+				d.line(1, "Hostname:\t%s", n.Hostname)
+			}
+			if n.MemoryTotalBytes > 0 {
+				d.line(1, "Memory:\t%s available of %s", bytesIEC(n.MemoryAvailBytes), bytesIEC(n.MemoryTotalBytes))
+			}
+			if n.DiskTotalBytes > 0 {
+				d.line(1, "Disk:\t%s free of %s", bytesIEC(n.DiskFreeBytes), bytesIEC(n.DiskTotalBytes))
+			}
+			if n.UptimeSeconds > 0 {
+				d.line(1, "Uptime:\t%s", HumanDuration(time.Duration(n.UptimeSeconds)*time.Second))
+			}
+		}
+	}
+	if deployments != nil {
+		var names []string
+		for _, dep := range deployments {
+			if dep.Spec.Selector.Matches(dev.Metadata.Labels) {
+				names = append(names, dep.Metadata.Name)
+			}
+		}
+		d.line(0, "Deployments:\t%s", orNone(strings.Join(names, ", ")))
+	}
+	if st == nil || len(st.Pods) == 0 {
+		d.line(0, "Pods:\t%s", none)
+		return d.flush()
+	}
+	d.line(0, "Pods:")
+	if err := d.flush(); err != nil {
+		return err
+	}
+	for _, p := range st.Pods {
+		d.line(1, "%s:", p.Name)
+		d.line(2, "Phase:\t%s", p.Phase)
+		d.line(2, "Ready:\t%t", p.Ready)
+		d.line(2, "Restarts:\t%d", p.Restarts)
+		if p.Message != "" {
+			d.line(2, "Message:\t%s", oneLine(p.Message))
+		}
+		if p.Hash != "" {
+			d.line(2, "Spec Hash:\t%s", p.Hash)
+		}
+		if len(p.Containers) == 0 {
+			continue
+		}
+		d.line(2, "Containers:")
+		for _, c := range p.Containers {
+			state := c.State
+			if c.State == schema.ContainerExited {
+				state += fmt.Sprintf(" (exit code %d)", c.ExitCode)
+			}
+			if c.Reason != "" {
+				state += ": " + oneLine(c.Reason)
+			}
+			d.line(3, "%s:", c.Name)
+			d.line(4, "Image:\t%s", c.Image)
+			d.line(4, "State:\t%s", state)
+			if c.StartedAt != nil {
+				d.line(4, "Started:\t%s", d.time(c.StartedAt))
+			}
+			d.line(4, "Restarts:\t%d", c.Restarts)
+		}
+	}
+	return d.flush()
+}
+
+func bytesIEC(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

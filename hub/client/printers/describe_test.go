@@ -1,0 +1,70 @@
+package printers
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/fleetmq/fleet/schema"
+)
+
+func TestDescribeDeployment(t *testing.T) {
+	d := deployment("web", &schema.DeploymentStatus{ObservedGeneration: 3, Targeted: 2, Updated: 2, Ready: 1, Pending: 1})
+	c := &d.Spec.Template.Spec.Containers[0]
+	c.Command = []string{"/bin/sh", "-c", "echo hi"}
+	c.Env = []schema.EnvVar{{Name: "MODE", Value: "prod"}}
+	c.Mounts = []schema.Mount{{HostPath: "/var/lib/web", MountPath: "/data", ReadOnly: true}}
+	c.Resources.Limits = schema.ResourceList{Memory: "64Mi", CPU: "500m"}
+	devs := []schema.Device{*seenDevice(), *device("pi-new", nil)}
+	var b bytes.Buffer
+	if err := DescribeDeployment(&b, d, devs, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"Name:", "web",
+		"Selector:", "app=web,site=lab",
+		"Strategy:", "RollingUpdate (max unavailable 1)",
+		"Image:", "nginx:1.25", "busybox",
+		`Command:            /bin/sh -c "echo hi"`,
+		"MODE:  prod",
+		"/data from /var/lib/web (ro)",
+		"memory:  64Mi", "cpu:     500m",
+		"2 targeted, 2 updated, 1 ready, 1 pending, 0 failed",
+		"pi-kitchen   true     Running", "pi-new       false    <not reported>",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+}
+
+func TestDescribeDevice(t *testing.T) {
+	dev := seenDevice()
+	dev.Status.Pods[0].Containers = []schema.ContainerStatus{{Name: "web", Image: "nginx:1.25", State: schema.ContainerExited, ExitCode: 137, Reason: "OOMKilled"}}
+	dev.Status.Node = &schema.NodeInfo{Hostname: "kitchen", MemoryTotalBytes: 1 << 30, MemoryAvailBytes: 512 << 20}
+	web, other := deployment("web", nil), deployment("other", nil)
+	web.Spec.Selector.MatchLabels = map[string]string{"site": "lab"}
+	deps := []schema.Deployment{*web, *other}
+	var b bytes.Buffer
+	if err := DescribeDevice(&b, dev, deps, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"Online:", "true", "observed 4, desired 4", "v0.3.1 (linux/arm64)",
+		"Memory:", "512.0MiB available of 1.0GiB",
+		"Deployments:   web\n",
+		"web:", "Phase:", "Running", "exited (exit code 137): OOMKilled",
+		"mqtt:", "Pending",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+	b.Reset()
+	DescribeDevice(&b, device("pi-new", nil), nil, now)
+	if !strings.Contains(b.String(), "<never>") || !strings.Contains(b.String(), "Pods:         <none>") {
+		t.Errorf("never-seen device:\n%s", b.String())
+	}
+}
