@@ -1,0 +1,153 @@
+package broker
+
+import (
+	"strings"
+
+	"github.com/fleetmq/fleet/schema"
+)
+
+// Allowed reports whether id may read (subscribe to, or receive) or write
+// (publish to) topic. It is the whole access policy of the fleet's MQTT
+// layer, shared by the embedded broker and the rendered Mosquitto ACL.
+//
+// topic is a topic name on publish and on delivery, and a subscription filter
+// (wildcards included) on subscribe: a filter is allowed only if every topic
+// it can match is allowed.
+//
+//   - RoleHub may do anything.
+//   - RoleDevice may subscribe to exactly {prefix}/devices/{self}/desired (no
+//     wildcards at all) and publish only to its own status, online and events
+//     topics. A device whose name is not a valid device name may do nothing.
+//   - RoleMonitor may subscribe to {prefix}/devices/{device|+}/{status|online|events}
+//     and {prefix}/deployments/{name|+}/status, and publishes nothing.
+//
+// Anything else, including an unknown role, is denied.
+func Allowed(topics schema.Topics, id Identity, topic string, write bool) bool {
+	if topic == "" {
+		return false
+	}
+	switch id.Role {
+	case RoleHub:
+		return true
+	case RoleDevice:
+		if schema.ValidateName(id.Name) != nil {
+			return false // also keeps '+', '#' and '/' out of the topics below
+		}
+		if !write {
+			return topic == topics.Device(id.Name, schema.TopicDesired)
+		}
+		return topic == topics.Device(id.Name, schema.TopicStatus) ||
+			topic == topics.Device(id.Name, schema.TopicOnline) ||
+			topic == topics.Device(id.Name, schema.TopicEvents)
+	case RoleMonitor:
+		if write {
+			return false
+		}
+		for _, pattern := range MonitorFilters(topics) {
+			if covers(pattern, topic) {
+				return true
+			}
+		}
+		return false
+	default:
+		return false
+	}
+}
+
+// MonitorFilters returns the widest subscription filters RoleMonitor may use:
+// every device's status, online and events topics and every deployment's
+// status topic.
+func MonitorFilters(topics schema.Topics) []string {
+	return []string{
+		topics.DeviceFilter(schema.TopicStatus),
+		topics.DeviceFilter(schema.TopicOnline),
+		topics.DeviceFilter(schema.TopicEvents),
+		topics.DeploymentStatus("+"),
+	}
+}
+
+// covers reports whether every topic matched by filter is also matched by
+// pattern, where pattern contains only literal and '+' levels. Because '+'
+// stands for infinitely many values, a filter covered by a union of such
+// patterns is always covered by one of them, so checking each pattern alone
+// is exact.
+func covers(pattern, filter string) bool {
+	for {
+		p, prest, pmore := strings.Cut(pattern, "/")
+		f, frest, fmore := strings.Cut(filter, "/")
+		switch {
+		case strings.ContainsRune(f, '#'):
+			// '#' matches any depth, and patterns have a fixed depth.
+			return false
+		case p == "+":
+			if f != "+" && strings.ContainsRune(f, '+') {
+				return false // malformed filter level
+			}
+		case f != p:
+			return false
+		}
+		if pmore != fmore {
+			return false
+		}
+		if !pmore {
+			return true
+		}
+		pattern, filter = prest, frest
+	}
+}
+
+// matchTopic reports whether the topic name matches the subscription filter,
+// following MQTT 3.1.1 section 4.7 (a leading wildcard does not match a topic
+// starting with '$').
+func matchTopic(filter, topic string) bool {
+	if strings.HasPrefix(topic, "$") && (strings.HasPrefix(filter, "+") || strings.HasPrefix(filter, "#")) {
+		return false
+	}
+	for {
+		f, frest, fmore := strings.Cut(filter, "/")
+		if f == "#" {
+			return true
+		}
+		t, trest, tmore := strings.Cut(topic, "/")
+		if f != "+" && f != t {
+			return false
+		}
+		if !fmore && !tmore {
+			return true
+		}
+		if !tmore {
+			// "a/#" also matches "a".
+			return fmore && frest == "#"
+		}
+		if !fmore {
+			return false
+		}
+		filter, topic = frest, trest
+	}
+}
+
+// validTopicName reports whether s may be published to: non-empty, no
+// wildcards, no NUL, at most 65535 bytes (MQTT 3.1.1 section 4.7.3).
+func validTopicName(s string) bool {
+	return s != "" && len(s) <= 65535 && !strings.ContainsAny(s, "+#\x00")
+}
+
+// validFilter reports whether s is a well-formed subscription filter.
+func validFilter(s string) bool {
+	if s == "" || len(s) > 65535 || strings.ContainsRune(s, 0) {
+		return false
+	}
+	levels := strings.Split(s, "/")
+	for i, l := range levels {
+		switch {
+		case l == "#":
+			if i != len(levels)-1 {
+				return false
+			}
+		case l == "+":
+		case strings.ContainsAny(l, "+#"):
+			return false
+		}
+	}
+	return true
+}

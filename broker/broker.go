@@ -1,0 +1,387 @@
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/fleetmq/fleet/schema"
+)
+
+// Defaults of Options.
+const (
+	DefaultAddr                   = ":1883"
+	DefaultTLSAddr                = ":8883"
+	DefaultMaxClientWritesPending = 128
+	DefaultMaxPacketSize          = 256 << 10
+	DefaultMaxInflight            = 1024
+	DefaultReceiveMaximum         = 64
+	DefaultSessionExpiry          = 7 * 24 * time.Hour
+	DefaultAuthTimeout            = 10 * time.Second
+	DefaultConnectTimeout         = 10 * time.Second
+)
+
+// Errors returned by the broker and by Conn implementations.
+var (
+	// ErrClosed is returned when using a closed Broker or Conn.
+	ErrClosed = errors.New("mqtt: closed")
+	// ErrNotConnected is returned by Conn.Publish while the connection to
+	// an external broker is down. Conn.OnConnect callbacks run after the
+	// reconnect, so the publisher need not retry.
+	ErrNotConnected = errors.New("mqtt: not connected")
+	// ErrNotAuthorized is returned when the broker refuses credentials or
+	// a subscription.
+	ErrNotAuthorized = errors.New("mqtt: not authorized")
+	// ErrTooLarge is returned for a payload the broker would refuse.
+	ErrTooLarge = errors.New("mqtt: payload too large")
+	// ErrInvalidTopic is returned for a malformed topic name or filter.
+	ErrInvalidTopic = errors.New("mqtt: invalid topic")
+)
+
+// Options configures the embedded broker. The zero value, plus Auth, works.
+type Options struct {
+	// Addr is the plain MQTT listen address; default ":1883". Use
+	// "127.0.0.1:0" in tests and read the port from Broker.Addr.
+	Addr string
+	// TLSAddr is the MQTT-over-TLS listen address, used only when TLSConfig
+	// is set; default ":8883".
+	TLSAddr   string
+	TLSConfig *tls.Config
+	// Auth checks every network client's username and password. Required.
+	Auth Authenticator
+	// Topics is the topic layout access is checked against.
+	Topics schema.Topics
+	// Logger receives the broker's logs (mochi's included); default
+	// slog.Default().
+	Logger *slog.Logger
+
+	// MaxClientWritesPending bounds each client's outbound queue; it costs
+	// memory per connected client (mochi's default, 8192, costs ~70 KiB).
+	// Default 128.
+	MaxClientWritesPending int
+	// MaxPacketSize is the largest MQTT packet accepted from a client;
+	// a client sending a larger one is disconnected. Default 256 KiB.
+	MaxPacketSize int
+	// MaxInflight bounds the QoS 1/2 messages held per client session,
+	// connected or not. Default 1024.
+	MaxInflight int
+	// ReceiveMaximum bounds the unacknowledged QoS 1/2 messages a client
+	// may send at once. Default 64.
+	ReceiveMaximum int
+	// SessionExpiry is how long a disconnected persistent session is kept.
+	// Losing one costs nothing but a resubscribe: desired state is retained.
+	// Default 7 days.
+	SessionExpiry time.Duration
+	// AuthTimeout bounds one Authenticate call. Default 10 s.
+	AuthTimeout time.Duration
+	// ConnectTimeout bounds the time between accepting a connection and
+	// reading its CONNECT packet. Default 10 s.
+	ConnectTimeout time.Duration
+}
+
+func (o *Options) setDefaults() {
+	if o.Addr == "" {
+		o.Addr = DefaultAddr
+	}
+	if o.TLSAddr == "" {
+		o.TLSAddr = DefaultTLSAddr
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxClientWritesPending <= 0 {
+		o.MaxClientWritesPending = DefaultMaxClientWritesPending
+	}
+	if o.MaxPacketSize <= 0 {
+		o.MaxPacketSize = DefaultMaxPacketSize
+	}
+	if o.MaxInflight <= 0 {
+		o.MaxInflight = DefaultMaxInflight
+	}
+	if o.ReceiveMaximum <= 0 {
+		o.ReceiveMaximum = DefaultReceiveMaximum
+	}
+	if o.SessionExpiry <= 0 {
+		o.SessionExpiry = DefaultSessionExpiry
+	}
+	if o.AuthTimeout <= 0 {
+		o.AuthTimeout = DefaultAuthTimeout
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+}
+
+// Broker is the embedded MQTT broker: mochi-mqtt with Fleet's authentication
+// and ACL, retained messages that never expire, and an in-process client for
+// the hub. Create it with New, then call Run (or Close).
+type Broker struct {
+	opts   Options
+	log    *slog.Logger
+	server *mqtt.Server
+	plain  *listener
+	tls    *listener
+
+	// idents maps a client ID to the identEntry of the client that holds it.
+	idents sync.Map
+
+	ctx    context.Context // parent of Authenticate calls; cancelled by Close
+	cancel context.CancelFunc
+
+	subID     atomic.Int64
+	running   atomic.Bool
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+	done      chan struct{}
+}
+
+// identEntry is the identity of one client object. ACL checks compare the
+// pointer so that a stale session never borrows a newer client's identity.
+type identEntry struct {
+	cl *mqtt.Client
+	id Identity
+}
+
+// New binds the listeners and prepares the broker; it does not accept
+// connections until Run. Call Run or Close to release the listeners.
+func New(opts Options) (*Broker, error) {
+	opts.setDefaults()
+	if opts.Auth == nil {
+		return nil, errors.New("mqtt broker: Options.Auth is required")
+	}
+	if opts.MaxPacketSize > 1<<28 || opts.MaxInflight > 65535 || opts.ReceiveMaximum > 65535 || opts.MaxClientWritesPending > 1<<30 {
+		return nil, errors.New("mqtt broker: MaxPacketSize, MaxInflight, ReceiveMaximum or MaxClientWritesPending out of range")
+	}
+	caps := mqtt.NewDefaultServerCapabilities()
+	// Retained messages must never expire: desired state is retained and
+	// would otherwise vanish from the broker after mochi's default 24 h.
+	caps.MaximumMessageExpiryInterval = 0
+	caps.MaximumClientWritesPending = int32(opts.MaxClientWritesPending)
+	caps.MaximumPacketSize = uint32(opts.MaxPacketSize)
+	caps.MaximumInflight = uint16(opts.MaxInflight)
+	caps.ReceiveMaximum = uint16(opts.ReceiveMaximum)
+	caps.MaximumSessionExpiryInterval = uint32(min(opts.SessionExpiry/time.Second, 1<<32-1))
+	// Topic aliases (MQTT 5) are checked by mochi before they are resolved;
+	// none of Fleet's clients need them, so turn them off.
+	caps.TopicAliasMaximum = 0
+
+	b := &Broker{opts: opts, log: opts.Logger, done: make(chan struct{})}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.server = mqtt.New(&mqtt.Options{
+		Capabilities:             caps,
+		ClientNetWriteBufferSize: 2048,
+		ClientNetReadBufferSize:  2048,
+		Logger:                   opts.Logger.With("component", "mqtt"),
+		SysTopicResendInterval:   30,
+		InlineClient:             true,
+	})
+	if err := b.server.AddHook(&hook{b: b}, nil); err != nil {
+		b.cancel()
+		return nil, fmt.Errorf("mqtt broker: add auth hook: %w", err)
+	}
+
+	ln, err := net.Listen("tcp", opts.Addr)
+	if err != nil {
+		b.cancel()
+		return nil, fmt.Errorf("mqtt broker: listen on %s: %w", opts.Addr, err)
+	}
+	b.plain = newListener("tcp", ln, nil, opts.ConnectTimeout)
+	if opts.TLSConfig != nil {
+		tln, err := net.Listen("tcp", opts.TLSAddr)
+		if err != nil {
+			_ = ln.Close()
+			b.cancel()
+			return nil, fmt.Errorf("mqtt broker: listen on %s: %w", opts.TLSAddr, err)
+		}
+		b.tls = newListener("tls", tln, opts.TLSConfig, opts.ConnectTimeout)
+	}
+	for _, l := range []*listener{b.plain, b.tls} {
+		if l == nil {
+			continue
+		}
+		if err := b.server.AddListener(l); err != nil {
+			b.closeListeners()
+			b.cancel()
+			return nil, fmt.Errorf("mqtt broker: add listener %s: %w", l.ID(), err)
+		}
+	}
+	return b, nil
+}
+
+func (b *Broker) closeListeners() {
+	for _, l := range []*listener{b.plain, b.tls} {
+		if l != nil {
+			_ = l.ln.Close()
+		}
+	}
+}
+
+// Addr returns the address the plain MQTT listener is bound to.
+func (b *Broker) Addr() net.Addr { return b.plain.ln.Addr() }
+
+// TLSAddr returns the address of the TLS listener, or nil without TLS.
+func (b *Broker) TLSAddr() net.Addr {
+	if b.tls == nil {
+		return nil
+	}
+	return b.tls.ln.Addr()
+}
+
+// Run serves MQTT until ctx is done or Close is called, then closes the
+// broker. It returns nil after a clean shutdown.
+func (b *Broker) Run(ctx context.Context) error {
+	if b.closed.Load() {
+		return ErrClosed
+	}
+	if !b.running.CompareAndSwap(false, true) {
+		return errors.New("mqtt broker: Run called twice")
+	}
+	if err := b.server.Serve(); err != nil {
+		_ = b.Close()
+		return fmt.Errorf("mqtt broker: serve: %w", err)
+	}
+	attrs := []any{"addr", b.Addr().String()}
+	if b.tls != nil {
+		attrs = append(attrs, "tls_addr", b.TLSAddr().String())
+	}
+	b.log.Info("mqtt broker serving", attrs...)
+	select {
+	case <-ctx.Done():
+	case <-b.done:
+	}
+	return b.Close()
+}
+
+// Close disconnects every client and stops the broker. It is safe to call
+// more than once and concurrently with Run.
+func (b *Broker) Close() error {
+	b.closeOnce.Do(func() {
+		b.closed.Store(true)
+		b.cancel()
+		if err := b.server.Close(); err != nil {
+			b.closeErr = fmt.Errorf("mqtt broker: close: %w", err)
+		}
+		close(b.done)
+	})
+	return b.closeErr
+}
+
+// Kick disconnects every client authenticated as name and forgets their
+// sessions, so a rotated or revoked token stops working at once (the
+// Authenticator refuses it from then on). It returns the number of
+// connections closed. A client that reconnects with a new token during the
+// call may be disconnected once more; it simply reconnects.
+func (b *Broker) Kick(name string) int {
+	n := 0
+	b.idents.Range(func(key, value any) bool {
+		e := value.(identEntry)
+		if e.id.Name != name {
+			return true
+		}
+		b.idents.CompareAndDelete(key, value)
+		if !e.cl.Closed() {
+			n++
+			// mochi sends DISCONNECT (a v5 reason code, or a bare
+			// DISCONNECT for v3) and closes the connection.
+			_ = b.server.DisconnectClient(e.cl, packets.ErrNotAuthorized)
+		}
+		b.forgetSession(e.cl)
+		return true
+	})
+	if n > 0 {
+		b.log.Info("mqtt clients kicked", "identity", name, "connections", n)
+	}
+	return n
+}
+
+// forgetSession drops the subscriptions and queued messages of a stopped
+// client and removes it from the broker, unless its client ID has already
+// been taken by a newer client.
+func (b *Broker) forgetSession(cl *mqtt.Client) {
+	if cur, ok := b.server.Clients.Get(cl.ID); !ok || cur != cl {
+		return
+	}
+	b.server.UnsubscribeClient(cl)
+	cl.ClearInflights()
+	if cur, ok := b.server.Clients.Get(cl.ID); ok && cur == cl {
+		b.server.Clients.Delete(cl.ID)
+	}
+}
+
+// Publish publishes from the in-process client, bypassing ACLs: QoS 1 to
+// subscribers, retained if asked (an empty retained payload clears the
+// retained message).
+func (b *Broker) Publish(topic string, payload []byte, retained bool) error {
+	if b.closed.Load() {
+		return ErrClosed
+	}
+	if !validTopicName(topic) {
+		return fmt.Errorf("mqtt publish %q: %w", topic, ErrInvalidTopic)
+	}
+	if len(payload)+len(topic)+16 > b.opts.MaxPacketSize {
+		return fmt.Errorf("mqtt publish %q: %d bytes: %w", topic, len(payload), ErrTooLarge)
+	}
+	if err := b.server.Publish(topic, payload, retained, 1); err != nil {
+		return fmt.Errorf("mqtt publish %q: %w", topic, err)
+	}
+	return nil
+}
+
+// Subscribe subscribes the in-process client to filter, bypassing ACLs;
+// retained messages matching filter are delivered first. handler runs on a
+// goroutine of this subscription, one message at a time and in the order the
+// broker delivered them, so it never blocks the broker; it must not call the
+// returned unsubscribe function.
+func (b *Broker) Subscribe(filter string, handler func(topic string, payload []byte)) (unsubscribe func(), err error) {
+	d := newDispatcher(b.log)
+	id, err := b.subscribe(filter, d, handler)
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.unsubscribe(filter, id)
+			d.close()
+		})
+	}, nil
+}
+
+// subscribe adds an inline subscription whose messages go through d.
+func (b *Broker) subscribe(filter string, d *dispatcher, handler func(topic string, payload []byte)) (int, error) {
+	if b.closed.Load() {
+		return 0, ErrClosed
+	}
+	if handler == nil {
+		return 0, errors.New("mqtt subscribe: nil handler")
+	}
+	if !validFilter(filter) {
+		return 0, fmt.Errorf("mqtt subscribe %q: %w", filter, ErrInvalidTopic)
+	}
+	id := int(b.subID.Add(1))
+	err := b.server.Subscribe(filter, id, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
+		topic, payload := pk.TopicName, append([]byte(nil), pk.Payload...)
+		d.enqueue(func() { handler(topic, payload) })
+	})
+	if err != nil {
+		return 0, fmt.Errorf("mqtt subscribe %q: %w", filter, err)
+	}
+	return id, nil
+}
+
+func (b *Broker) unsubscribe(filter string, id int) {
+	if err := b.server.Unsubscribe(filter, id); err != nil {
+		b.log.Warn("mqtt inline unsubscribe failed", "filter", filter, "error", err)
+	}
+}

@@ -1,0 +1,249 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// startBroker runs an embedded broker on a loopback port with the test
+// accounts, until the test ends.
+func startBroker(t testing.TB) (*broker.Broker, *broker.StaticAuth) {
+	t.Helper()
+	auth := broker.NewStaticAuth()
+	for _, a := range testAccounts() {
+		auth.Set(a.Identity, a.Password)
+	}
+	b, err := broker.New(broker.Options{
+		Addr:   "127.0.0.1:0",
+		Auth:   auth,
+		Topics: topics,
+		Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(waitTimeout):
+			t.Errorf("Run did not return within %v of cancel", waitTimeout)
+		}
+	})
+	return b, auth
+}
+
+func brokerURL(b *broker.Broker) string { return "tcp://" + b.Addr().String() }
+
+func TestEmbeddedAccess(t *testing.T) {
+	b, _ := startBroker(t)
+	testAccess(t, target{url: brokerURL(b), refusesSubscriptions: true})
+}
+
+func TestEmbeddedKickRevokedDevice(t *testing.T) {
+	b, auth := startBroker(t)
+	url := brokerURL(b)
+	c := mustDial(t, url, dev1)
+	c2 := mustDial(t, url, dev1) // a second session of the same device
+	other := mustDial(t, url, dev2)
+
+	auth.Remove(dev1.Name)
+	if n := b.Kick(dev1.Name); n != 2 {
+		t.Errorf("Kick = %d, want 2 connections", n)
+	}
+	c.awaitLost()
+	c2.awaitLost()
+	if _, err := dial(t, url, dev1.Name, passwordOf(dev1.Name), clientOpts{}); err == nil {
+		t.Fatal("revoked device reconnected")
+	}
+	// Other devices are untouched.
+	other.publish(topics.Device(dev2.Name, schema.TopicStatus), 1, false, "still here")
+
+	// A rotated token works at once.
+	auth.Set(dev1, "token-1-rotated")
+	if _, err := dial(t, url, dev1.Name, "token-1-rotated", clientOpts{}); err != nil {
+		t.Fatalf("connect with rotated token: %v", err)
+	}
+}
+
+func TestEmbeddedRefusesInlineClientID(t *testing.T) {
+	b, _ := startBroker(t)
+	if _, err := dial(t, brokerURL(b), hubID.Name, passwordOf(hubID.Name), clientOpts{clientID: "inline"}); err == nil {
+		t.Fatal(`client ID "inline" accepted from the network`)
+	}
+}
+
+func TestEmbeddedRefusesForbiddenWill(t *testing.T) {
+	b, _ := startBroker(t)
+	url := brokerURL(b)
+	forged := &message{Topic: topics.Device(dev2.Name, schema.TopicOnline), Payload: schema.Offline, Retained: true}
+	if _, err := dial(t, url, dev1.Name, passwordOf(dev1.Name), clientOpts{will: forged}); err == nil {
+		t.Fatal("connected with a will on another device's topic")
+	}
+	// Its own online topic is fine, and the broker publishes it.
+	hub := mustDial(t, url, hubID)
+	online1 := topics.Device(dev1.Name, schema.TopicOnline)
+	hub.mustSubscribe(online1)
+	c, err := dial(t, url, dev1.Name, passwordOf(dev1.Name), clientOpts{will: &message{Topic: online1, Payload: schema.Offline, Retained: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Kick(dev1.Name) // an abrupt end: the will goes out
+	c.awaitLost()
+	hub.expect(online1, schema.Offline)
+}
+
+func TestEmbeddedClientIDNotSharedAcrossIdentities(t *testing.T) {
+	b, _ := startBroker(t)
+	url := brokerURL(b)
+	if _, err := dial(t, url, dev1.Name, passwordOf(dev1.Name), clientOpts{clientID: "shared"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dial(t, url, dev2.Name, passwordOf(dev2.Name), clientOpts{clientID: "shared"}); err == nil {
+		t.Fatal("device took over another device's session")
+	}
+	// The same identity may take its own session over.
+	if _, err := dial(t, url, dev1.Name, passwordOf(dev1.Name), clientOpts{clientID: "shared"}); err != nil {
+		t.Fatalf("same device reconnecting with its client ID: %v", err)
+	}
+}
+
+func TestInlineConn(t *testing.T) {
+	b, _ := startBroker(t)
+	url := brokerURL(b)
+	ctx := ctxTimeout(t)
+	conn := b.InlineConn()
+	t.Cleanup(func() { conn.Close() })
+
+	connected := make(chan struct{}, 1)
+	conn.OnConnect(func() { connected <- struct{}{} })
+	select {
+	case <-connected:
+	case <-time.After(waitTimeout):
+		t.Fatal("OnConnect callback not called")
+	}
+
+	desired1 := topics.Device(dev1.Name, schema.TopicDesired)
+	if err := conn.Publish(ctx, desired1, []byte(`{"generation":7}`), true); err != nil {
+		t.Fatal(err)
+	}
+	type msg struct{ topic, payload string }
+	got := make(chan msg, 10)
+	if err := conn.Subscribe(ctx, topics.DeviceFilter(schema.TopicStatus), func(topic string, payload []byte) {
+		got <- msg{topic, string(payload)}
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	d := mustDial(t, url, dev1)
+	d.mustSubscribe(desired1)
+	if m := d.expect(desired1, `{"generation":7}`); !m.Retained {
+		t.Error("not retained")
+	}
+	d.publish(topics.Device(dev1.Name, schema.TopicStatus), 1, true, `{"observedGeneration":7}`)
+	select {
+	case m := <-got:
+		if m.topic != topics.Device(dev1.Name, schema.TopicStatus) || m.payload != `{"observedGeneration":7}` {
+			t.Fatalf("got %v", m)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("status not delivered to the inline subscriber")
+	}
+
+	// An empty retained payload clears the desired state.
+	if err := conn.Publish(ctx, desired1, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	d.expect(desired1, "")
+	d2 := mustDial(t, url, dev1)
+	d2.mustSubscribe(desired1)
+	if err := conn.Publish(ctx, desired1, []byte("after"), false); err != nil {
+		t.Fatal(err)
+	}
+	d2.expect(desired1, "after") // no retained message came first
+
+	for _, bad := range []string{"", "fleet/v1/devices/+/desired", "a/#"} {
+		if err := conn.Publish(ctx, bad, nil, false); !errors.Is(err, broker.ErrInvalidTopic) {
+			t.Errorf("Publish(%q) = %v, want ErrInvalidTopic", bad, err)
+		}
+	}
+	if err := conn.Publish(ctx, desired1, make([]byte, broker.DefaultMaxPacketSize), false); !errors.Is(err, broker.ErrTooLarge) {
+		t.Errorf("oversized Publish = %v, want ErrTooLarge", err)
+	}
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Publish(ctx, desired1, nil, true); !errors.Is(err, broker.ErrClosed) {
+		t.Errorf("Publish after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestBrokerSubscribeHandlerMayPublish(t *testing.T) {
+	b, _ := startBroker(t)
+	// A handler that publishes to a topic its own subscription matches
+	// must not deadlock the broker.
+	got := make(chan string, 10)
+	var unsubscribe func()
+	unsubscribe, err := b.Subscribe("loop/#", func(topic string, payload []byte) {
+		got <- topic
+		if topic == "loop/a" {
+			if err := b.Publish("loop/b", payload, false); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsubscribe()
+	if err := b.Publish("loop/a", []byte("x"), false); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"loop/a", "loop/b"} {
+		select {
+		case topic := <-got:
+			if topic != want {
+				t.Fatalf("got %q, want %q", topic, want)
+			}
+		case <-time.After(waitTimeout):
+			t.Fatalf("no %q", want)
+		}
+	}
+}
+
+func TestNewRequiresAuth(t *testing.T) {
+	if _, err := broker.New(broker.Options{Addr: "127.0.0.1:0"}); err == nil {
+		t.Fatal("New without Auth succeeded")
+	}
+}
+
+func TestCloseWithoutRun(t *testing.T) {
+	b, err := broker.New(broker.Options{Addr: "127.0.0.1:0", Auth: broker.NewStaticAuth(), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := b.Addr().String()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Run(context.Background()); !errors.Is(err, broker.ErrClosed) {
+		t.Fatalf("Run after Close = %v, want ErrClosed", err)
+	}
+	// The port is free again.
+	b2, err := broker.New(broker.Options{Addr: addr, Auth: broker.NewStaticAuth(), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("rebind %s: %v", addr, err)
+	}
+	b2.Close()
+}

@@ -1,0 +1,136 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/fleetmq/fleet/schema"
+)
+
+// hook is the broker's only auth hook: mochi ORs the results of several
+// hooks, so no other hook that answers OnConnectAuthenticate or OnACLCheck
+// (AllowHook, auth.Ledger) may ever be added beside it.
+type hook struct {
+	mqtt.HookBase
+	b *Broker
+}
+
+func (h *hook) ID() string { return "fleet-auth" }
+
+func (h *hook) Provides(b byte) bool {
+	return bytes.Contains([]byte{
+		mqtt.OnConnectAuthenticate,
+		mqtt.OnACLCheck,
+		mqtt.OnDisconnect,
+		mqtt.OnClientExpired,
+	}, []byte{b})
+}
+
+// OnConnectAuthenticate authenticates a network client through the
+// Authenticator and records its identity for OnACLCheck.
+func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
+	b := h.b
+	if cl.Net.Inline {
+		return true
+	}
+	username := string(pk.Connect.Username)
+	log := b.log.With("client", cl.ID, "remote", cl.Net.Remote, "username", username)
+	switch {
+	case cl.ID == mqtt.InlineClientId:
+		// The in-process client has this ID; a network client with it
+		// would take over the hub's session.
+		log.Warn("mqtt connection refused: reserved client ID")
+		return false
+	case username == "":
+		log.Info("mqtt connection refused: anonymous")
+		return false
+	case len(pk.Connect.Password) == 0:
+		log.Info("mqtt connection refused: no password")
+		return false
+	}
+
+	ctx, cancel := context.WithTimeout(b.ctx, b.opts.AuthTimeout)
+	id, ok := b.opts.Auth.Authenticate(ctx, username, pk.Connect.Password)
+	cancel()
+	if !ok {
+		log.Info("mqtt connection refused: bad credentials")
+		return false
+	}
+	switch id.Role {
+	case RoleDevice:
+		if err := schema.ValidateName(id.Name); err != nil {
+			log.Error("mqtt connection refused: authenticator returned an invalid device name", "identity", id.Name, "error", err)
+			return false
+		}
+	case RoleMonitor, RoleHub:
+		if id.Name == "" {
+			log.Error("mqtt connection refused: authenticator returned an empty identity name")
+			return false
+		}
+	default:
+		log.Error("mqtt connection refused: authenticator returned an unknown role", "role", id.Role.String())
+		return false
+	}
+	log = log.With("identity", id.Name, "role", id.Role.String())
+
+	// The broker publishes the will for the client, without an ACL check,
+	// so the will topic must be one the client may write.
+	if pk.Connect.WillFlag && !Allowed(b.opts.Topics, id, pk.Connect.WillTopic, true) {
+		log.Warn("mqtt connection refused: will topic not allowed", "will_topic", pk.Connect.WillTopic)
+		return false
+	}
+	// mochi hands an existing session, with its queued messages, to any
+	// client presenting the same client ID. Never across identities.
+	if existing, ok := b.server.Clients.Get(cl.ID); ok && existing != cl && string(existing.Properties.Username) != username {
+		log.Warn("mqtt connection refused: client ID is held by another identity's session")
+		return false
+	}
+
+	b.idents.Store(cl.ID, identEntry{cl: cl, id: id})
+	log.Debug("mqtt client authenticated")
+	return true
+}
+
+// OnACLCheck applies Allowed: with the subscription filter on SUBSCRIBE,
+// with the topic on PUBLISH and on every delivery.
+func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
+	if cl.Net.Inline {
+		return true
+	}
+	v, ok := h.b.idents.Load(cl.ID)
+	if !ok || v.(identEntry).cl != cl {
+		return false
+	}
+	id := v.(identEntry).id
+	if Allowed(h.b.opts.Topics, id, topic, write) {
+		return true
+	}
+	h.b.log.Debug("mqtt access denied", "client", cl.ID, "identity", id.Name, "role", id.Role.String(), "topic", topic, "write", write)
+	return false
+}
+
+// OnDisconnect forgets the identity of a client whose session ends with the
+// connection.
+func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
+	h.b.log.Debug("mqtt client disconnected", "client", cl.ID, "username", string(cl.Properties.Username), "error", err, "session_ends", expire)
+	if expire {
+		h.forget(cl)
+	}
+}
+
+// OnClientExpired forgets an expired persistent session. mochi removes the
+// client but leaves its subscriptions in the topic index; drop them too.
+func (h *hook) OnClientExpired(cl *mqtt.Client) {
+	h.forget(cl)
+	h.b.server.UnsubscribeClient(cl)
+	cl.ClearInflights()
+}
+
+func (h *hook) forget(cl *mqtt.Client) {
+	if v, ok := h.b.idents.Load(cl.ID); ok && v.(identEntry).cl == cl {
+		h.b.idents.CompareAndDelete(cl.ID, v)
+	}
+}

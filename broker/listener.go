@@ -1,0 +1,118 @@
+package broker
+
+import (
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/listeners"
+)
+
+// listener serves MQTT connections from a net.Listener that is already bound
+// (so Addr works before Run, and port 0 can be used). Unlike mochi's TCP
+// listener it bounds the time a connection may take to send CONNECT, and on
+// Close it closes every connection it accepted and waits for their handlers,
+// so the server never waits for a half-open connection.
+type listener struct {
+	id             string
+	ln             net.Listener
+	tlsConfig      *tls.Config
+	connectTimeout time.Duration
+	log            *slog.Logger
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup // accept loop and connection handlers
+}
+
+var _ listeners.Listener = (*listener)(nil)
+
+func newListener(id string, ln net.Listener, tlsConfig *tls.Config, connectTimeout time.Duration) *listener {
+	return &listener{id: id, ln: ln, tlsConfig: tlsConfig, connectTimeout: connectTimeout, conns: map[net.Conn]struct{}{}}
+}
+
+func (l *listener) ID() string { return l.id }
+
+func (l *listener) Address() string { return l.ln.Addr().String() }
+
+func (l *listener) Protocol() string {
+	if l.tlsConfig != nil {
+		return "tls"
+	}
+	return "tcp"
+}
+
+func (l *listener) Init(log *slog.Logger) error {
+	l.log = log
+	return nil
+}
+
+func (l *listener) Serve(establish listeners.EstablishFn) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.wg.Add(1)
+	l.mu.Unlock()
+	defer l.wg.Done()
+	for {
+		conn, err := l.ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				l.log.Error("mqtt accept failed; listener stopped", "error", err)
+			}
+			return
+		}
+		if l.tlsConfig != nil {
+			conn = tls.Server(conn, l.tlsConfig)
+		}
+		// mochi replaces this deadline with one derived from the keepalive
+		// once CONNECT has been read.
+		if err := conn.SetDeadline(time.Now().Add(l.connectTimeout)); err != nil {
+			_ = conn.Close()
+			continue
+		}
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			_ = conn.Close()
+			return
+		}
+		l.conns[conn] = struct{}{}
+		l.wg.Add(1)
+		l.mu.Unlock()
+		go func() {
+			defer l.wg.Done()
+			if err := establish(l.id, conn); err != nil {
+				l.log.Debug("mqtt connection ended", "remote", conn.RemoteAddr().String(), "error", err)
+			}
+			_ = conn.Close()
+			l.mu.Lock()
+			delete(l.conns, conn)
+			l.mu.Unlock()
+		}()
+	}
+}
+
+// Close stops accepting, closes every connection, waits for their handlers to
+// return and then lets the server clean up what is left.
+func (l *listener) Close(closeClients listeners.CloseFn) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.closed = true
+	_ = l.ln.Close()
+	for c := range l.conns {
+		_ = c.Close()
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
+	closeClients(l.id)
+}
