@@ -55,6 +55,8 @@ A config file is YAML: "hub: http://127.0.0.1:8080" and "token: ...".`,
 		newDescribeCmd(cli),
 		newDiffCmd(cli),
 		newDeleteCmd(cli),
+		newDeviceCmd(cli),
+		newMonitorCmd(cli),
 	} {
 		c.GroupID = "basic"
 		root.AddCommand(c)

@@ -38,6 +38,9 @@ type Hub struct {
 	compacted   uint64   // a watch from before this revision is Expired
 	changed     chan struct{}
 	requests    []string
+	info        *schema.HubInfo
+	credentials map[string]credential
+	failures    map[string]*failure
 }
 
 type change struct {
@@ -58,6 +61,9 @@ func New(token string) *Hub {
 		devices:     map[string]*schema.Device{},
 		tokens:      map[string]string{},
 		changed:     make(chan struct{}),
+		info:        &schema.HubInfo{Version: "fakehub", Store: "fake-store", MQTTURL: DefaultMQTTURL},
+		credentials: map[string]credential{},
+		failures:    map[string]*failure{},
 	}
 }
 
@@ -177,6 +183,9 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Header.Get("Authorization") != "Bearer "+h.token {
 		writeStatus(w, http.StatusUnauthorized, "Unauthorized", "missing or wrong bearer token", nil)
+		return
+	}
+	if h.injectedFailure(w, r) || h.serveAccess(w, r) {
 		return
 	}
 	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/v1/"), "/")
@@ -531,6 +540,7 @@ func (h *Hub) issueToken(w http.ResponseWriter, name string) {
 	h.uid++
 	tok := fmt.Sprintf("fake-device-token-%d", h.uid)
 	h.tokens[name] = tok
+	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, schema.DeviceCredentials{Name: name, Token: tok})
 }
 

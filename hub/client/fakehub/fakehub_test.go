@@ -64,3 +64,54 @@ func TestRefusals(t *testing.T) {
 		t.Fatalf("no token: %d", rec.Code)
 	}
 }
+
+func do(t *testing.T, h *Hub, method, path, body string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer tok")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	b, _ := io.ReadAll(rec.Body)
+	return rec.Code, string(b)
+}
+
+func TestInfoAndCredentials(t *testing.T) {
+	h := New("tok")
+	if code, body := do(t, h, http.MethodGet, "/v1/info", ""); code != 200 || !strings.Contains(body, `"mqttURL":"`+DefaultMQTTURL+`"`) {
+		t.Fatalf("info: %d %s", code, body)
+	}
+	h.SetInfo(nil)
+	if code, _ := do(t, h, http.MethodGet, "/v1/info", ""); code != 404 {
+		t.Fatalf("no info: %d", code)
+	}
+	code, body := do(t, h, http.MethodPost, "/v1/credentials", `{"name":"grafana","role":"monitor"}`)
+	_, tok := h.Credential("grafana")
+	if code != 201 || tok == "" || !strings.Contains(body, `"token":"`+tok+`"`) {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	for _, bad := range []string{`{"name":"grafana","role":"monitor"}`, `{"name":"x","role":"admin"}`, `{"name":"Bad","role":"monitor"}`, `{"name":"x","role":"monitor","extra":1}`} {
+		if code, body := do(t, h, http.MethodPost, "/v1/credentials", bad); code != 409 && code != 400 {
+			t.Errorf("create %s: %d %s", bad, code, body)
+		}
+	}
+	if code, body := do(t, h, http.MethodGet, "/v1/credentials", ""); code != 200 || body != `{"items":[{"name":"grafana","role":"monitor"}]}`+"\n" {
+		t.Fatalf("list: %d %s", code, body)
+	}
+	if code, _ := do(t, h, http.MethodDelete, "/v1/credentials/grafana", ""); code != 200 {
+		t.Fatalf("delete: %d", code)
+	}
+	if code, _ := do(t, h, http.MethodDelete, "/v1/credentials/grafana", ""); code != 404 {
+		t.Fatalf("delete again: %d", code)
+	}
+}
+
+func TestFail(t *testing.T) {
+	h := New("tok")
+	h.Fail(http.MethodGet, "/v1/devices", 1, http.StatusServiceUnavailable, "ServiceUnavailable")
+	if code, body := do(t, h, http.MethodGet, "/v1/devices", ""); code != 503 || !strings.Contains(body, `"reason":"ServiceUnavailable"`) {
+		t.Fatalf("injected: %d %s", code, body)
+	}
+	if code, _ := do(t, h, http.MethodGet, "/v1/devices", ""); code != 200 {
+		t.Fatalf("after the injected failure: %d", code)
+	}
+}

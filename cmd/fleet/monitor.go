@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleetmq/fleet/hub/client"
+	"github.com/fleetmq/fleet/hub/client/printers"
+	"github.com/fleetmq/fleet/schema"
+)
+
+func newMonitorCmd(cli *cliContext) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "monitor",
+		Short: "Manage read-only MQTT credentials for monitoring",
+		Long: `Manage monitor credentials: MQTT logins that may subscribe to every device's
+status, online and events topics (fleet/v1/devices/+/status, .../online,
+.../events) and do nothing else, for dashboards and alerting (Grafana,
+Node-RED, Telegraf, mosquitto_sub). A monitor token may also read the hub's
+HTTP API (GET only) and /metrics.
+
+"fleet monitor add" shows the token once; the hub keeps only a hash.`,
+		Example: `  fleet monitor add grafana
+  fleet monitor list
+  fleet monitor delete grafana`,
+		Args: cobra.ArbitraryArgs,
+		RunE: runGroupHelp,
+	}
+	cmd.AddCommand(newMonitorAddCmd(cli), newMonitorListCmd(cli), newMonitorDeleteCmd(cli))
+	return cmd
+}
+
+// monitorCredentials lists the credentials and returns them by name.
+func monitorCredentials(ctx context.Context, cli *cliContext, cl *client.Client) (map[string]schema.Credential, []schema.Credential, error) {
+	rctx, cancel := cli.requestContext(ctx)
+	defer cancel()
+	l, err := cl.ListCredentials(rctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	byName := map[string]schema.Credential{}
+	for _, c := range l.Items {
+		byName[c.Name] = c
+	}
+	return byName, l.Items, nil
+}
+
+// completeMonitors completes the names of monitor credentials (nothing
+// when the hub is not reachable).
+func (c *cliContext) completeMonitors(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	cl, err := c.Client()
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+	defer cancel()
+	l, err := cl.ListCredentials(ctx)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var names []string
+	for _, m := range l.Items {
+		if m.Role == schema.RoleMonitor && strings.HasPrefix(m.Name, toComplete) && !slices.Contains(args, m.Name) {
+			names = append(names, m.Name)
+		}
+	}
+	return names, cobra.ShellCompDirectiveNoFileComp
+}
+
+// ---- add ---------------------------------------------------------------------
+
+func newMonitorAddCmd(cli *cliContext) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "add NAME [-o json|yaml]",
+		Short: "Create a monitor credential and show its token once",
+		Long: `Create a read-only monitor credential and show its token once, with a
+mosquitto_sub command line that uses it. The MQTT username is NAME, the
+password is the token.
+
+-o json prints only {"name":...,"role":"monitor","token":...} (-o yaml the
+same in YAML), for scripts.`,
+		Example: `  fleet monitor add grafana
+
+  # Hand the token to a secret store
+  fleet monitor add grafana -o json | jq -r .token | vault kv put secret/fleet/grafana token=-`,
+		Args: exactArgs(1, "NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runMonitorAdd(cmd.Context(), cli, cmd, args[0], output)
+		},
+	}
+	addSecretOutputFlag(cmd, &output)
+	return cmd
+}
+
+func runMonitorAdd(ctx context.Context, cli *cliContext, cmd *cobra.Command, name, output string) error {
+	format, err := parseSecretOutput(cmd, output)
+	if err != nil {
+		return err
+	}
+	if err := schema.ValidateName(name); err != nil {
+		return fmt.Errorf("monitor name %w", err)
+	}
+	cl, err := cli.Client()
+	if err != nil {
+		return err
+	}
+	// Never let a monitor take the place of another credential (the
+	// admin's, say), whatever the hub would do with the name.
+	existing, _, err := monitorCredentials(ctx, cli, cl)
+	if err != nil {
+		return err
+	}
+	if c, ok := existing[name]; ok {
+		return fmt.Errorf("credential %q already exists (role %s): delete it first, or choose another name", name, c.Role)
+	}
+	var broker brokerInfo
+	if format == "" {
+		broker = cli.brokerInfo(ctx, cl)
+	}
+	rctx, cancel := cli.requestContext(ctx)
+	cred, err := cl.CreateCredential(rctx, name, schema.RoleMonitor)
+	cancel()
+	if err == nil && cred.Token == "" {
+		err = errors.New("the hub answered without a token")
+	}
+	if err != nil {
+		return err
+	}
+	if format != "" {
+		return printers.WriteSecret(cli.stdout(), format, cred)
+	}
+	cli.printNote(broker)
+	return writeMonitorToken(cli.stdout(), broker, cred)
+}
+
+func writeMonitorToken(w io.Writer, b brokerInfo, cred *schema.Credential) error {
+	host, port, err := client.BrokerHostPort(b.url)
+	if err != nil {
+		return fmt.Errorf("broker URL %q: %w", b.url, err)
+	}
+	topic := schema.Topics{}.DeviceFilter(schema.TopicStatus)
+	var s strings.Builder
+	fmt.Fprintf(&s, "monitor/%s created\n", cred.Name)
+	fmt.Fprintln(&s, printers.TokenBanner(cred.Token))
+	fmt.Fprintf(&s, "It may subscribe to every device's status, online and events topics. Try it, with TOKEN set to the token:\n")
+	fmt.Fprintf(&s, "  %s\n", printers.MosquittoSubCommand(host, port, cred.Name, topic, client.IsTLSBrokerURL(b.url)))
+	writeExternalNote(&s, b)
+	_, err = io.WriteString(w, s.String())
+	return err
+}
+
+// ---- list --------------------------------------------------------------------
+
+func newMonitorListCmd(cli *cliContext) *cobra.Command {
+	var output string
+	var noHeaders bool
+	cmd := &cobra.Command{
+		Use:     "list [-o table|json|yaml|name]",
+		Aliases: []string{"ls"},
+		Short:   "List monitor credentials",
+		Long: `List the monitor credentials: NAME and ROLE. Tokens are never shown: the hub
+does not have them.`,
+		Example: `  fleet monitor list
+  fleet monitor list -o name`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runMonitorList(cmd.Context(), cli, output, noHeaders)
+		},
+	}
+	addOutputFlag(cmd, &output, "", "output format: table (default), json, yaml or name")
+	cmd.Flags().BoolVar(&noHeaders, "no-headers", false, "leave out the header line of the table")
+	return cmd
+}
+
+func runMonitorList(ctx context.Context, cli *cliContext, output string, noHeaders bool) error {
+	p, err := cli.printer(output, noHeaders)
+	if err != nil {
+		return err
+	}
+	cl, err := cli.Client()
+	if err != nil {
+		return err
+	}
+	_, all, err := monitorCredentials(ctx, cli, cl)
+	if err != nil {
+		return err
+	}
+	monitors := []schema.Credential{}
+	for _, c := range all {
+		if c.Role == schema.RoleMonitor {
+			monitors = append(monitors, c)
+		}
+	}
+	if len(monitors) == 0 && p.Format != printers.JSON && p.Format != printers.YAML {
+		fmt.Fprintln(cli.stderr(), "No resources found.")
+		return nil
+	}
+	return p.PrintCredentials(monitors)
+}
+
+// ---- delete ------------------------------------------------------------------
+
+func newMonitorDeleteCmd(cli *cliContext) *cobra.Command {
+	var ignoreNotFound bool
+	cmd := &cobra.Command{
+		Use:   "delete NAME... [--ignore-not-found]",
+		Short: "Delete monitor credentials",
+		Long: `Delete monitor credentials. The hub disconnects the MQTT sessions that use
+them. Only monitor credentials are deleted here: a name with another role
+(the hub's admin credential) is refused.
+
+Deleting one that does not exist is an error unless --ignore-not-found; the
+others are deleted anyway.`,
+		Example: `  fleet monitor delete grafana
+  fleet monitor delete grafana nodered --ignore-not-found`,
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: cli.completeMonitors,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runMonitorDelete(cmd.Context(), cli, args, ignoreNotFound)
+		},
+	}
+	cmd.Flags().BoolVar(&ignoreNotFound, "ignore-not-found", false, "treat a monitor that does not exist as deleted")
+	return cmd
+}
+
+func runMonitorDelete(ctx context.Context, cli *cliContext, names []string, ignoreNotFound bool) error {
+	for _, n := range names {
+		if err := schema.ValidateName(n); err != nil {
+			return fmt.Errorf("monitor name %w", err)
+		}
+	}
+	cl, err := cli.Client()
+	if err != nil {
+		return err
+	}
+	existing, _, err := monitorCredentials(ctx, cli, cl)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range names {
+		if c, ok := existing[n]; ok && c.Role != schema.RoleMonitor {
+			errs = append(errs, fmt.Errorf("credential %q has role %s, not %s: fleet monitor delete removes monitors only", n, c.Role, schema.RoleMonitor))
+			continue
+		}
+		rctx, cancel := cli.requestContext(ctx)
+		err := cl.DeleteCredential(rctx, n)
+		cancel()
+		switch {
+		case err == nil:
+			fmt.Fprintf(cli.stdout(), "monitor/%s deleted\n", n)
+		case client.IsNotFound(err) && ignoreNotFound:
+		default:
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
