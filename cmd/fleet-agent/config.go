@@ -1,0 +1,175 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
+
+	"github.com/fleetmq/fleet/edgeagent"
+	"github.com/fleetmq/fleet/edgeagent/runtime/containerd"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// envPrefix prefixes the environment variable of every flag.
+const envPrefix = "FLEET_AGENT_"
+
+// config is the agent's configuration. Flags, config-file keys and
+// environment variables (FLEET_AGENT_ + upper snake case) share one name.
+type config struct {
+	Broker           string `json:"broker,omitempty"`
+	Device           string `json:"device,omitempty"`
+	Token            string `json:"token,omitempty"`
+	TokenFile        string `json:"token-file,omitempty"`
+	StateDir         string `json:"state-dir,omitempty"`
+	ContainerdSocket string `json:"containerd-socket,omitempty"`
+	Namespace        string `json:"namespace,omitempty"`
+	CA               string `json:"ca,omitempty"`
+	ResyncInterval   string `json:"resync-interval,omitempty"`
+	LogLevel         string `json:"log-level,omitempty"`
+	TopicPrefix      string `json:"topic-prefix,omitempty"`
+	// Registry is file-only: mirrors, plain-HTTP hosts and credentials
+	// for image pulls, handed to the containerd runtime.
+	Registry containerd.RegistryConfig `json:"registry,omitzero"`
+
+	configFile string
+}
+
+func (c *config) bind(fs *pflag.FlagSet) {
+	fs.StringVar(&c.Broker, "broker", "tcp://localhost:1883", "MQTT broker URL (tcp://host:1883, ssl://host:8883)")
+	fs.StringVar(&c.Device, "device", "", "this device's name (MQTT username)")
+	fs.StringVar(&c.Token, "token", "", "device token (MQTT password); prefer --token-file")
+	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the device token")
+	fs.StringVar(&c.StateDir, "state-dir", edgeagent.DefaultStateDir, "directory for persisted state and container logs")
+	fs.StringVar(&c.ContainerdSocket, "containerd-socket", containerd.DefaultSocket, "containerd socket")
+	fs.StringVar(&c.Namespace, "namespace", containerd.DefaultNamespace, "containerd namespace of Fleet's containers")
+	fs.StringVar(&c.CA, "ca", "", "PEM file of the CA that signed the broker's certificate (TLS brokers)")
+	fs.StringVar(&c.ResyncInterval, "resync-interval", "30s", "period of full reconciles")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.TopicPrefix, "topic-prefix", schema.DefaultTopicPrefix, "MQTT topic prefix (must match the hub's)")
+	fs.StringVar(&c.configFile, "config", "", "YAML config file (same keys as the flags, plus registry)")
+}
+
+// resolve fills every flag the command line did not set from the
+// environment, then from the config file.
+func (c *config) resolve(fs *pflag.FlagSet) error {
+	file := map[string]string{}
+	if c.configFile == "" {
+		c.configFile = os.Getenv(envPrefix + "CONFIG")
+	}
+	if c.configFile != "" {
+		fc, err := loadConfigFile(c.configFile)
+		if err != nil {
+			return err
+		}
+		c.Registry = fc.Registry
+		file, err = scalarKeys(fc)
+		if err != nil {
+			return err
+		}
+	}
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || f.Name == "config" {
+			return
+		}
+		env := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v, ok := os.LookupEnv(env)
+		if !ok {
+			v, ok = file[f.Name]
+		}
+		if ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", f.Name, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if c.Device == "" {
+		return errors.New("--device is required")
+	}
+	if err := schema.ValidateName(c.Device); err != nil {
+		return fmt.Errorf("--device: %w", err)
+	}
+	if c.Token != "" && c.TokenFile != "" {
+		return errors.New("--token and --token-file are mutually exclusive")
+	}
+	if _, err := c.resync(); err != nil {
+		return err
+	}
+	if p := c.TopicPrefix; p == "" || strings.ContainsAny(p, "+#") || strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") {
+		return fmt.Errorf("--topic-prefix %q: want levels such as fleet/v1, without wildcards or leading/trailing '/'", p)
+	}
+	return nil
+}
+
+func loadConfigFile(path string) (config, error) {
+	var fc config
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fc, fmt.Errorf("config file: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(b, &fc); err != nil {
+		return fc, fmt.Errorf("config file %s: %w", path, err)
+	}
+	return fc, nil
+}
+
+// scalarKeys returns the string-valued keys a config file set.
+func scalarKeys(fc config) (map[string]string, error) {
+	b, err := json.Marshal(fc)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	out := map[string]string{}
+	for k, v := range m {
+		if s, ok := v.(string); ok && s != "" {
+			out[k] = s
+		}
+	}
+	return out, nil
+}
+
+func (c *config) token() (string, error) {
+	if c.TokenFile == "" {
+		return c.Token, nil
+	}
+	b, err := os.ReadFile(c.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", fmt.Errorf("token file %s is empty", c.TokenFile)
+	}
+	return t, nil
+}
+
+func (c *config) resync() (time.Duration, error) {
+	d, err := time.ParseDuration(c.ResyncInterval)
+	if err != nil || d < time.Second {
+		return 0, fmt.Errorf("--resync-interval %q: want a duration of at least 1s, such as 30s", c.ResyncInterval)
+	}
+	return d, nil
+}
+
+func newLogger(level string, w io.Writer) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}

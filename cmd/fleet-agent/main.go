@@ -1,0 +1,169 @@
+// Command fleet-agent is Fleet's edge agent: it runs on each device,
+// receives the device's desired state over MQTT, keeps a persisted copy,
+// and reconciles containerd toward it. See the edgeagent package.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	goruntime "runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleetmq/fleet/edgeagent"
+	"github.com/fleetmq/fleet/edgeagent/backoff"
+	"github.com/fleetmq/fleet/edgeagent/runtime/containerd"
+	"github.com/fleetmq/fleet/edgeagent/session"
+	"github.com/fleetmq/fleet/schema"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet-agent:", err)
+		os.Exit(1)
+	}
+}
+
+// run is main without the process: tests call it with arguments.
+func run(args []string, stdout, stderr io.Writer) error {
+	// SIGTERM (systemd, or the agent running as PID 1 in a container)
+	// and SIGINT shut the agent down cleanly; containers keep running.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	cmd := newRootCmd(stdout, stderr)
+	cmd.SetArgs(args)
+	return cmd.ExecuteContext(ctx)
+}
+
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	var cfg config
+	root := &cobra.Command{
+		Use:   "fleet-agent",
+		Short: "Fleet edge agent: runs this device's desired containers",
+		Long: `fleet-agent keeps this device's containers matching the desired state the
+Fleet hub publishes on MQTT. It persists the last desired state, so it keeps
+(and restarts) its containers while offline and after a reboot. Stopping the
+agent never stops containers.
+
+Every flag can also be set in the --config YAML file (same key) or through
+the environment as FLEET_AGENT_<FLAG> (FLEET_AGENT_STATE_DIR, ...); flags
+win over the environment, which wins over the file.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.resolve(cmd.Flags()); err != nil {
+				return err
+			}
+			return runAgent(cmd.Context(), cfg, stderr)
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cfg.bind(root.Flags())
+	root.AddCommand(&cobra.Command{
+		Use:   "version",
+		Short: "Print the agent's version, OS and architecture",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "fleet-agent %s %s/%s (%s)\n", schema.Version, goruntime.GOOS, goruntime.GOARCH, goruntime.Version())
+			return err
+		},
+	})
+	return root
+}
+
+func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
+	log, err := newLogger(cfg.LogLevel, stderr)
+	if err != nil {
+		return err
+	}
+	token, err := cfg.token()
+	if err != nil {
+		return err
+	}
+	u, err := session.ParseBroker(cfg.Broker)
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := session.TLSConfigFromCA(cfg.CA)
+	if err != nil {
+		return err
+	}
+	if cfg.CA != "" && u.Scheme != "ssl" && u.Scheme != "tls" && u.Scheme != "mqtts" {
+		return fmt.Errorf("--ca is set but --broker %s is not TLS (use ssl://, tls:// or mqtts://)", cfg.Broker)
+	}
+	resync, err := cfg.resync()
+	if err != nil {
+		return err
+	}
+
+	rt, err := connectRuntime(ctx, log, containerd.Options{
+		Socket:    cfg.ContainerdSocket,
+		Namespace: cfg.Namespace,
+		Registry:  cfg.Registry,
+		Logger:    log.With("component", "containerd"),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := rt.Close(); err != nil {
+			log.Warn("close containerd client", "err", err)
+		}
+	}()
+
+	agent, err := edgeagent.New(edgeagent.Options{
+		Device:         cfg.Device,
+		Broker:         cfg.Broker,
+		Token:          token,
+		TLSConfig:      tlsCfg,
+		StateDir:       cfg.StateDir,
+		Topics:         schema.Topics{Prefix: cfg.TopicPrefix},
+		Runtime:        rt,
+		Logger:         log,
+		Version:        schema.Version,
+		ResyncInterval: resync,
+	})
+	if err != nil {
+		return err
+	}
+	if err := agent.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// connectRuntime connects to containerd, retrying with backoff while it is
+// not up yet (the agent may start before containerd at boot). Only a
+// configuration error (bad registry settings) or ctx ends it early.
+func connectRuntime(ctx context.Context, log *slog.Logger, o containerd.Options) (*containerd.Runtime, error) {
+	b := backoff.New(backoff.Policy{Initial: time.Second, Max: 30 * time.Second, Jitter: 0.5}, 0)
+	for {
+		rt, err := containerd.New(ctx, o)
+		if err == nil {
+			return rt, nil
+		}
+		if strings.HasPrefix(err.Error(), "registry config") {
+			return nil, err
+		}
+		d := b.Next()
+		log.Warn("containerd not reachable; retrying", "socket", o.Socket, "err", err, "retry_in", d.Round(time.Millisecond))
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("connect to containerd: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+func parse(t *testing.T, args ...string) (config, error) {
+	t.Helper()
+	var c config
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	c.bind(fs)
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	err := c.resolve(fs)
+	return c, err
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	if err := run([]string{"version"}, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	want := "fleet-agent dev " + goruntime.GOOS + "/" + goruntime.GOARCH
+	if !strings.HasPrefix(out.String(), want) {
+		t.Fatalf("version output %q, want prefix %q", out.String(), want)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := parse(t, "--device", "pi-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.StateDir != "/var/lib/fleet-agent" || c.Namespace != "fleet" || c.ContainerdSocket != "/run/containerd/containerd.sock" ||
+		c.ResyncInterval != "30s" || c.Broker != "tcp://localhost:1883" || c.LogLevel != "info" {
+		t.Fatalf("defaults = %+v", c)
+	}
+}
+
+func TestConfigFileEnvAndFlagPrecedence(t *testing.T) {
+	cfg := writeFile(t, "agent.yaml", `
+device: from-file
+broker: tcp://file:1883
+state-dir: /file/state
+namespace: filens
+resync-interval: 45s
+log-level: debug
+registry:
+  mirrors:
+    docker.io: ["mirror.local:5000"]
+  plainHTTP: ["mirror.local:5000"]
+  auth:
+    mirror.local:5000: {username: u, password: p}
+`)
+	t.Setenv("FLEET_AGENT_STATE_DIR", "/env/state")
+	t.Setenv("FLEET_AGENT_NAMESPACE", "envns")
+	c, err := parse(t, "--config", cfg, "--namespace", "flagns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Device != "from-file" || c.Broker != "tcp://file:1883" || c.ResyncInterval != "45s" || c.LogLevel != "debug" {
+		t.Errorf("file values not used: %+v", c)
+	}
+	if c.StateDir != "/env/state" {
+		t.Errorf("env should beat the file: state-dir %q", c.StateDir)
+	}
+	if c.Namespace != "flagns" {
+		t.Errorf("flag should beat env and file: namespace %q", c.Namespace)
+	}
+	if got := c.Registry.Mirrors["docker.io"]; len(got) != 1 || got[0] != "mirror.local:5000" ||
+		c.Registry.PlainHTTP[0] != "mirror.local:5000" || c.Registry.Auth["mirror.local:5000"].Password != "p" {
+		t.Errorf("registry = %+v", c.Registry)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	tokenFile := writeFile(t, "token", "  s3cret\n")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no device", nil, "--device is required"},
+		{"bad device", []string{"--device", "Pi_1"}, "DNS-1123"},
+		{"both tokens", []string{"--device", "pi", "--token", "a", "--token-file", tokenFile}, "mutually exclusive"},
+		{"bad resync", []string{"--device", "pi", "--resync-interval", "soon"}, "resync-interval"},
+		{"unknown config key", []string{"--config", writeFile(t, "c.yaml", "device: pi\nbrokr: tcp://x\n")}, "brokr"},
+		{"missing config", []string{"--config", "/nonexistent/agent.yaml"}, "config file"},
+		{"wildcard prefix", []string{"--device", "pi", "--topic-prefix", "fleet/#"}, "topic-prefix"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parse(t, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want %q", err, tt.want)
+			}
+		})
+	}
+	c, err := parse(t, "--device", "pi", "--token-file", tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := c.token(); err != nil || tok != "s3cret" {
+		t.Fatalf("token = %q, %v", tok, err)
+	}
+}
+
+func TestRunRejectsBadSettingsBeforeConnecting(t *testing.T) {
+	var out bytes.Buffer
+	for _, args := range [][]string{
+		{"--device", "pi", "--broker", "http://x"},
+		{"--device", "pi", "--log-level", "loud"},
+		{"--device", "pi", "--ca", "/nonexistent.pem", "--broker", "ssl://h:8883"},
+		{"--device", "pi", "--ca", writeFile(t, "ca.pem", "not pem"), "--broker", "ssl://h:8883"},
+		{"--device", "pi", "unexpected-arg"},
+	} {
+		if err := run(args, &out, &out); err == nil {
+			t.Errorf("run(%v) succeeded", args)
+		}
+	}
+}
+
+// TestDependencies guards what the agent binary links: never the hub's
+// store (Badger) or the broker.
+func TestDependencies(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, banned := range []string{"github.com/dgraph-io/badger", "github.com/mochi-mqtt/server", "github.com/fleetmq/fleet/hub", "github.com/fleetmq/fleet/broker"} {
+			if strings.HasPrefix(dep, banned) {
+				t.Errorf("fleet-agent links %s", dep)
+			}
+		}
+	}
+}

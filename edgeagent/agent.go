@@ -1,0 +1,391 @@
+package edgeagent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetmq/fleet/edgeagent/backoff"
+	"github.com/fleetmq/fleet/edgeagent/clock"
+	"github.com/fleetmq/fleet/edgeagent/desired"
+	"github.com/fleetmq/fleet/edgeagent/reconcile"
+	"github.com/fleetmq/fleet/edgeagent/runtime"
+	"github.com/fleetmq/fleet/edgeagent/session"
+	"github.com/fleetmq/fleet/edgeagent/state"
+	"github.com/fleetmq/fleet/edgeagent/status"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// DefaultStateDir is where the agent keeps its state unless told otherwise.
+const DefaultStateDir = "/var/lib/fleet-agent"
+
+// Options configures an Agent. Device and Runtime are required; every
+// other zero value means the documented default.
+type Options struct {
+	// Device is this device's name (also the MQTT username).
+	Device string
+	// Broker is the MQTT broker URL (tcp://host:1883, ssl://host:8883).
+	// Empty runs the agent without any network: it applies the persisted
+	// desired state only.
+	Broker string
+	// Token is the device's MQTT password.
+	Token string
+	// TLSConfig is used for ssl://, tls:// and mqtts:// brokers.
+	TLSConfig *tls.Config
+	// Topics sets the topic prefix (default fleet/v1).
+	Topics schema.Topics
+	// StateDir holds the persisted state and container logs (default
+	// DefaultStateDir).
+	StateDir string
+	// Runtime runs the containers: runtime/containerd in production,
+	// *runtime.Fake in tests.
+	Runtime runtime.Runtime
+	// Logger receives the agent's logs; it is given a "device" attribute.
+	Logger *slog.Logger
+	// Clock is the agent's time (default the real clock).
+	Clock clock.Clock
+	// Version is reported in status (agent.version).
+	Version string
+
+	// ResyncInterval is the period of full reconciles (default 30 s).
+	ResyncInterval time.Duration
+	// StatusInterval is the least time between status publishes
+	// (default 1 s); HeartbeatInterval republishes an unchanged status
+	// (default 30 s).
+	StatusInterval    time.Duration
+	HeartbeatInterval time.Duration
+	// CrashLoop is the restart backoff (default 10 s doubling to 5 min,
+	// reset after 10 min running).
+	CrashLoop reconcile.CrashLoop
+	// RetryBackoff follows failures to pull, create or start (default
+	// 5 s doubling to 5 min, jittered).
+	RetryBackoff backoff.Policy
+	// ReconnectBackoff is the MQTT reconnect backoff (default 1 s doubling
+	// to 60 s, jittered).
+	ReconnectBackoff backoff.Policy
+	// StopTimeout is the grace period of a container being removed
+	// (default 10 s).
+	StopTimeout time.Duration
+	// MaxParallel bounds the pods worked on at once (default 4).
+	MaxParallel int
+	// NodeInfo returns the node facts for status (default: read /proc and
+	// statfs the state dir). Hollow agents pass a cheap constant.
+	NodeInfo func() *schema.NodeInfo
+	// Seed feeds the jitters (0: random).
+	Seed uint64
+}
+
+// Stats counts what the agent did with desired-state payloads.
+type Stats struct {
+	Accepted, Duplicate, Stale, OtherDevice, Invalid, Cleared int64
+}
+
+// Agent is one device's agent.
+type Agent struct {
+	o      Options
+	log    *slog.Logger
+	topics struct{ status, events string }
+
+	inbox    *desired.Inbox
+	reporter *status.Reporter
+	events   *status.Events
+	session  *session.Session // nil without a broker
+
+	counts struct {
+		accepted, duplicate, stale, other, invalid, cleared atomic.Int64
+	}
+
+	mu      sync.Mutex
+	last    reconcile.Status
+	refused refusal
+	// store and gen of the newest desired state accepted (have: any).
+	store string
+	gen   int64
+	have  bool
+}
+
+// New checks the options and returns an Agent; Run starts it.
+func New(o Options) (*Agent, error) {
+	if err := schema.ValidateName(o.Device); err != nil {
+		return nil, fmt.Errorf("edgeagent: device name: %w", err)
+	}
+	if o.Runtime == nil {
+		return nil, errors.New("edgeagent: a Runtime is required")
+	}
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	a := &Agent{o: o, log: o.Logger.With("device", o.Device)}
+	a.topics.status = o.Topics.Device(o.Device, schema.TopicStatus)
+	a.topics.events = o.Topics.Device(o.Device, schema.TopicEvents)
+
+	var pub status.Publisher = offlinePublisher{}
+	if o.Broker != "" {
+		s, err := session.New(session.Options{
+			Broker:    o.Broker,
+			Device:    o.Device,
+			Token:     o.Token,
+			TLSConfig: o.TLSConfig,
+			Topics:    o.Topics,
+			Logger:    a.log,
+			Clock:     o.Clock,
+			Backoff:   o.ReconnectBackoff,
+			Seed:      o.Seed,
+			OnDesired: a.onDesired,
+			OnConnect: a.onConnect,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("edgeagent: %w", err)
+		}
+		a.session, pub = s, s
+	}
+	a.events = status.NewEvents(status.EventsOptions{
+		Device: o.Device, Topic: a.topics.events, Publisher: pub, Clock: o.Clock, Logger: a.log,
+	})
+	a.reporter = status.NewReporter(status.ReporterOptions{
+		Device: o.Device, Topic: a.topics.status, Publisher: pub, Version: o.Version,
+		NodeInfo: o.NodeInfo, StateDir: o.StateDir, Clock: o.Clock, Logger: a.log,
+		MinInterval: o.StatusInterval, Heartbeat: o.HeartbeatInterval,
+	})
+	return a, nil
+}
+
+type offlinePublisher struct{}
+
+func (offlinePublisher) Publish(context.Context, string, bool, []byte) error {
+	return session.ErrNotConnected
+}
+
+// Stats returns the desired-state counters.
+func (a *Agent) Stats() Stats {
+	return Stats{
+		Accepted:    a.counts.accepted.Load(),
+		Duplicate:   a.counts.duplicate.Load(),
+		Stale:       a.counts.stale.Load(),
+		OtherDevice: a.counts.other.Load(),
+		Invalid:     a.counts.invalid.Load(),
+		Cleared:     a.counts.cleared.Load(),
+	}
+}
+
+// Connected reports whether the MQTT session is up.
+func (a *Agent) Connected() bool { return a.session != nil && a.session.Connected() }
+
+// Run loads the persisted state, reconciles from it before touching the
+// network, then keeps the MQTT session, the reconcile loop and the status
+// reporting running until ctx is done. Stopping never stops containers.
+// It returns nil after a clean shutdown.
+func (a *Agent) Run(ctx context.Context) error {
+	dir, err := state.Open(a.o.StateDir)
+	if err != nil {
+		return fmt.Errorf("edgeagent: %w", err)
+	}
+	ds, err := dir.LoadDesired()
+	if err != nil {
+		a.log.Error("persisted desired state unusable; waiting for the hub", "err", err)
+		a.events.Record(schema.EventWarning, "StateFileCorrupt", "", "", err.Error())
+	}
+	if ds != nil && ds.Device != a.o.Device {
+		a.log.Error("persisted desired state is for another device; ignoring it", "for", ds.Device)
+		ds = nil
+	}
+	ag, err := dir.LoadAgent()
+	if err != nil {
+		a.log.Error("persisted agent state unusable; restart counts and backoff start afresh", "err", err)
+		a.events.Record(schema.EventWarning, "StateFileCorrupt", "", "", err.Error())
+	}
+	if ds != nil {
+		a.log.Info("loaded persisted desired state", "generation", ds.Generation, "store", ds.Store, "pods", len(ds.Pods))
+	}
+	a.inbox = desired.New(a.o.Device, ds)
+	if ds != nil {
+		a.mu.Lock()
+		a.store, a.gen, a.have = ds.Store, ds.Generation, true
+		a.mu.Unlock()
+	}
+
+	rec, err := reconcile.New(reconcile.Options{
+		Runtime:        a.o.Runtime,
+		State:          dir,
+		Inbox:          a.inbox,
+		Desired:        ds,
+		Agent:          ag,
+		Clock:          a.o.Clock,
+		Logger:         a.log,
+		Events:         a.events,
+		OnStatus:       a.onStatus,
+		ResyncInterval: a.o.ResyncInterval,
+		CrashLoop:      a.o.CrashLoop,
+		Retry:          a.o.RetryBackoff,
+		StopTimeout:    a.o.StopTimeout,
+		MaxParallel:    a.o.MaxParallel,
+		Seed:           a.o.Seed,
+	})
+	if err != nil {
+		return fmt.Errorf("edgeagent: %w", err)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var recErr error
+	wg.Go(func() {
+		if err := rec.Run(ctx); err != nil {
+			recErr = err
+			cancel()
+		}
+	})
+	// The first pass runs from the persisted state, before any network.
+	select {
+	case <-rec.Ready():
+	case <-ctx.Done():
+	}
+	wg.Go(func() { _ = a.reporter.Run(ctx) })
+	wg.Go(func() { _ = a.events.Run(ctx) })
+	if a.session != nil {
+		wg.Go(func() { _ = a.session.Run(ctx) })
+	} else {
+		a.log.Info("no broker configured; running from persisted state only")
+	}
+	a.log.Info("agent started", "version", a.o.Version, "state_dir", a.o.StateDir, "broker", a.o.Broker)
+	wg.Wait()
+	a.log.Info("agent stopped; containers left running")
+	if recErr != nil {
+		return fmt.Errorf("edgeagent: reconciler: %w", recErr)
+	}
+	return nil
+}
+
+func (a *Agent) onConnect() {
+	a.reporter.Republish()
+	a.events.Flush()
+}
+
+// onDesired runs on a paho goroutine: it only decodes, validates and
+// offers; the reconcile loop does the work. With OrderMatters(false) paho
+// runs handlers concurrently, so nothing here may depend on arrival order:
+// the inbox orders desired states by generation, and a refusal is shown
+// in status only while no newer state has been accepted (see refuse).
+func (a *Agent) onDesired(payload []byte) {
+	out, ds, err := a.inbox.Offer(payload)
+	switch out {
+	case desired.Accepted:
+		a.log.Info("received desired state", "generation", ds.Generation, "store", ds.Store, "pods", len(ds.Pods))
+		a.accepted(ds)
+		a.counts.accepted.Add(1)
+	case desired.Duplicate:
+		a.log.Debug("desired state unchanged", "generation", ds.Generation)
+		a.counts.duplicate.Add(1)
+	case desired.Stale:
+		a.log.Info("ignoring stale desired state", "generation", ds.Generation, "store", ds.Store)
+		a.counts.stale.Add(1)
+	case desired.OtherDevice:
+		a.log.Warn("ignoring desired state addressed to another device", "for", ds.Device)
+		a.counts.other.Add(1)
+	case desired.Invalid:
+		a.log.Warn("invalid desired state ignored; last good state keeps running", "err", err)
+		a.events.Record(schema.EventWarning, "InvalidDesiredState", "", "", err.Error())
+		a.refuse("refused the last desired state: "+err.Error(), ds)
+		a.counts.invalid.Add(1)
+	case desired.Cleared:
+		// The hub clears the retained topic when the device is deleted.
+		// Removing every workload because a retained message vanished
+		// (a broker that lost its retained store, an operator's mistake)
+		// would break the autonomy guarantee, so the agent keeps running
+		// its last state and says so. To stop workloads the hub publishes
+		// a DesiredState with no pods.
+		a.log.Warn("hub cleared the desired state topic; keeping the last desired state")
+		a.events.Record(schema.EventWarning, "DesiredStateCleared", "", "", "desired state topic cleared (device removed?); keeping the last desired state running")
+		a.refuse("desired state topic cleared by the hub; running the last desired state", nil)
+		a.counts.cleared.Add(1)
+	}
+}
+
+// refusal is the message shown in status about a payload the agent did
+// not apply, with the generation it carried (if it decoded that far).
+type refusal struct {
+	msg      string
+	store    string
+	gen      int64
+	knownGen bool
+}
+
+// refuse records a refusal unless the payload is older than a state
+// already accepted from the same store.
+func (a *Agent) refuse(msg string, ds *schema.DesiredState) {
+	a.mu.Lock()
+	r := refusal{msg: msg}
+	if ds != nil && ds.Generation > 0 {
+		r.store, r.gen, r.knownGen = ds.Store, ds.Generation, true
+		if a.have && ds.Store == a.store && ds.Generation <= a.gen {
+			a.mu.Unlock()
+			return
+		}
+	}
+	changed := a.refused.msg != msg
+	a.refused = r
+	a.mu.Unlock()
+	if changed {
+		a.pushStatus()
+	}
+}
+
+// accepted notes a newly accepted state and clears a refusal it
+// supersedes.
+func (a *Agent) accepted(ds *schema.DesiredState) {
+	a.mu.Lock()
+	a.store, a.gen, a.have = ds.Store, ds.Generation, true
+	r := a.refused
+	clear := r.msg != "" && (!r.knownGen || r.store != ds.Store || r.gen <= ds.Generation)
+	if clear {
+		a.refused = refusal{}
+	}
+	a.mu.Unlock()
+	if clear {
+		a.pushStatus()
+	}
+}
+
+func (a *Agent) onStatus(st reconcile.Status) {
+	a.mu.Lock()
+	a.last = st
+	a.mu.Unlock()
+	a.pushStatus()
+}
+
+func (a *Agent) pushStatus() {
+	a.mu.Lock()
+	st, refused := a.last, a.refused.msg
+	a.mu.Unlock()
+	var msgs []string
+	for _, m := range []string{st.Message, refused} {
+		if m != "" {
+			msgs = append(msgs, m)
+		}
+	}
+	pods := st.Pods
+	if pods == nil {
+		pods = []schema.PodStatus{}
+	}
+	a.reporter.Update(schema.DeviceStatus{
+		ObservedGeneration: st.ObservedGeneration,
+		Store:              st.Store,
+		Pods:               pods,
+		Message:            strings.Join(msgs, "; "),
+	})
+}

@@ -1,0 +1,80 @@
+package backoff
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+func TestDelayDoublesToMax(t *testing.T) {
+	p := Policy{Initial: time.Second, Max: time.Minute}
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60, 60}
+	for i, w := range want {
+		if got := p.Delay(i); got != w*time.Second {
+			t.Errorf("Delay(%d) = %s, want %s", i, got, w*time.Second)
+		}
+	}
+	if got := p.Delay(1000); got != time.Minute {
+		t.Errorf("Delay(1000) = %s", got)
+	}
+	if got := (Policy{Initial: time.Second}).Delay(1000); got <= 0 {
+		t.Errorf("uncapped Delay overflowed: %s", got)
+	}
+}
+
+func TestJitterStaysInBoundsAndSpreads(t *testing.T) {
+	p := Policy{Initial: time.Second, Max: time.Minute, Jitter: 0.5}
+	r := rand.New(rand.NewPCG(1, 2))
+	for n := 0; n < 10; n++ {
+		d := p.Delay(n)
+		seen := map[time.Duration]bool{}
+		for i := 0; i < 200; i++ {
+			j := p.Jittered(n, r)
+			if j < d/2 || j > d {
+				t.Fatalf("Jittered(%d) = %s, outside [%s, %s]", n, j, d/2, d)
+			}
+			seen[j] = true
+		}
+		if len(seen) < 50 {
+			t.Errorf("Jittered(%d) gave only %d distinct delays: no thundering-herd protection", n, len(seen))
+		}
+	}
+	if got := (Policy{Initial: time.Second}).Jittered(2, r); got != 4*time.Second {
+		t.Errorf("zero jitter changed the delay: %s", got)
+	}
+}
+
+func TestBackoffNextAndReset(t *testing.T) {
+	b := New(Policy{Initial: time.Second, Max: 4 * time.Second}, 7)
+	var got []time.Duration
+	for i := 0; i < 4; i++ {
+		got = append(got, b.Next())
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("Next sequence %v, want %v", got, want)
+		}
+	}
+	if b.Failures() != 4 {
+		t.Fatalf("Failures = %d", b.Failures())
+	}
+	b.Reset()
+	if d := b.Next(); d != time.Second {
+		t.Fatalf("after Reset Next = %s", d)
+	}
+}
+
+func TestSeedsDiffer(t *testing.T) {
+	p := Policy{Initial: time.Second, Max: time.Minute, Jitter: 0.5}
+	a, b := New(p, 1), New(p, 2)
+	same := 0
+	for i := 0; i < 6; i++ {
+		if a.Next() == b.Next() {
+			same++
+		}
+	}
+	if same == 6 {
+		t.Fatal("two devices with different seeds back off in lockstep")
+	}
+}

@@ -1,0 +1,99 @@
+package desired
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/fleetmq/fleet/schema"
+)
+
+func payload(t *testing.T, device, store string, gen int64) []byte {
+	t.Helper()
+	b, err := json.Marshal(schema.DesiredState{
+		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDesiredState},
+		Device:   device, Generation: gen, Store: store,
+		Pods: []schema.Pod{{Name: "web", Spec: schema.PodSpec{Containers: []schema.Container{{Name: "c", Image: "nginx"}}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestOffer(t *testing.T) {
+	current := &schema.DesiredState{Device: "dev1", Generation: 5, Store: "s1"}
+	tests := []struct {
+		name    string
+		payload []byte
+		want    Outcome
+		invalid bool
+	}{
+		{"newer generation", payload(t, "dev1", "s1", 6), Accepted, false},
+		{"same generation is a no-op", payload(t, "dev1", "s1", 5), Duplicate, false},
+		{"older generation is stale", payload(t, "dev1", "s1", 4), Stale, false},
+		{"other store accepts any generation", payload(t, "dev1", "s2", 1), Accepted, false},
+		{"other device is ignored", payload(t, "dev2", "s1", 9), OtherDevice, false},
+		{"malformed JSON", []byte(`{"apiVersion":`), Invalid, true},
+		{"not an object", []byte(`[1,2]`), Invalid, true},
+		{"fails validation", []byte(`{"apiVersion":"fleet/v1","kind":"DesiredState","device":"dev1","generation":9,"pods":[{"name":"Bad Name","spec":{"containers":[]}}]}`), Invalid, true},
+		{"wrong kind", []byte(`{"apiVersion":"fleet/v1","kind":"Deployment","device":"dev1","generation":9,"pods":[]}`), Invalid, true},
+		{"empty payload clears", nil, Cleared, false},
+		{"whitespace payload clears", []byte(" \n"), Cleared, false},
+		{"unknown fields from a newer hub are tolerated", []byte(`{"apiVersion":"fleet/v1","kind":"DesiredState","device":"dev1","generation":7,"store":"s1","pods":[],"futureField":1}`), Accepted, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := New("dev1", current)
+			got, _, err := in.Offer(tt.payload)
+			if got != tt.want {
+				t.Fatalf("Offer = %v (%v), want %v", got, err, tt.want)
+			}
+			if tt.invalid != (err != nil) || (err != nil && !errors.Is(err, schema.ErrInvalid)) {
+				t.Fatalf("err = %v", err)
+			}
+			_, pending := in.Take()
+			if pending != (tt.want == Accepted) {
+				t.Fatalf("pending = %v for %v", pending, got)
+			}
+		})
+	}
+}
+
+func TestOfferKeepsOnlyLatest(t *testing.T) {
+	in := New("dev1", nil)
+	for _, gen := range []int64{1, 3, 2} {
+		in.Offer(payload(t, "dev1", "s1", gen))
+	}
+	select {
+	case <-in.Wake():
+	default:
+		t.Fatal("no wake")
+	}
+	select {
+	case <-in.Wake():
+		t.Fatal("wakes are not coalesced")
+	default:
+	}
+	ds, ok := in.Take()
+	if !ok || ds.Generation != 3 {
+		t.Fatalf("Take = %+v", ds)
+	}
+	if _, ok := in.Take(); ok {
+		t.Fatal("slot not cleared")
+	}
+	if out, _, _ := in.Offer(payload(t, "dev1", "s1", 3)); out != Duplicate {
+		t.Fatalf("re-delivered retained copy = %v", out)
+	}
+}
+
+func TestOfferDefaultsPodSpecs(t *testing.T) {
+	in := New("dev1", nil)
+	_, ds, err := in.Offer(payload(t, "dev1", "s1", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds.Pods[0].Spec.RestartPolicy != schema.RestartAlways || ds.Pods[0].Spec.Containers[0].ImagePullPolicy != schema.PullIfNotPresent {
+		t.Fatalf("not defaulted: %+v", ds.Pods[0].Spec)
+	}
+}

@@ -1,0 +1,49 @@
+// Package edgeagent is Fleet's edge agent: it keeps a persisted copy of
+// the device's desired state, reconciles the container runtime toward it
+// in a level-triggered loop, and reports status over MQTT.
+//
+// The parts are small packages: state (persistence), desired (the inbox
+// of DesiredState payloads), reconcile (the pure Diff and the loop),
+// session (the MQTT connection), status (status and events), clock and
+// backoff, and runtime (the container runtime interface, its Fake and, in
+// runtime/containerd, the real one). Agent wires them; many agents can
+// run in one process (tests, hollow agents of the scale suite), each with
+// its own Runtime and state directory:
+//
+//	a, err := edgeagent.New(edgeagent.Options{Device: "pi-1", Broker: "tcp://hub:1883",
+//		Token: tok, StateDir: dir, Runtime: rt, Logger: log})
+//	...
+//	err = a.Run(ctx) // until ctx is done; containers keep running
+//
+// # Behaviour an operator can rely on
+//
+//   - Start-up reconciles from the persisted desired state before any
+//     network, so a device that reboots without connectivity runs (and
+//     restarts, per policy) its containers.
+//   - Stopping the agent never stops containers; a restarted agent adopts
+//     running containers by their labels and restarts none that are
+//     healthy. Restart counts and crash-loop backoff survive restarts.
+//   - With no desired state at all (first boot, unreadable state file) the
+//     agent removes nothing: "nothing known" is not "nothing desired".
+//   - A malformed payload, a payload for another device and an older
+//     generation from the same hub store change nothing; the first is
+//     logged, raised as an InvalidDesiredState event and named in the
+//     status message. A different store is a new hub database: accepted.
+//   - An empty retained payload (the hub clearing the topic when the
+//     device is removed) does not remove workloads: the agent keeps its
+//     last state, logs, raises DesiredStateCleared and says so in status.
+//     A hub that wants the device empty publishes a DesiredState with no
+//     pods. Wiping a device because a retained message vanished (a broker
+//     that lost its retained store, say) would break the autonomy promise.
+//   - observedGeneration is the generation fully applied: every action
+//     for it has been attempted, failures (a missing image, say) are
+//     reported per pod and retried with capped, jittered backoff, and one
+//     pod's slow pull never holds up the others.
+//   - Status is retained, coalesced to at most one publish per second, and
+//     republished every 30 s and after every reconnect. Events are
+//     rate-limited per reason, pod and container, so a crash loop cannot
+//     flood a cellular link.
+//
+// MQTT details (clean session, reconnect with jitter, last will) are
+// explained in package session.
+package edgeagent

@@ -1,0 +1,368 @@
+package reconcile
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fleetmq/fleet/edgeagent/runtime"
+	"github.com/fleetmq/fleet/edgeagent/state"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// ActionKind is what the reconciler does to one container.
+type ActionKind int
+
+const (
+	// Remove stops (gracefully) and deletes a container.
+	Remove ActionKind = iota
+	// Create pulls the image if needed, creates the container and starts it.
+	Create
+	// Start starts a container that exists but never ran (the agent stopped
+	// between create and start).
+	Start
+	// Restart starts an exited container again, per its restart policy.
+	Restart
+)
+
+func (k ActionKind) String() string {
+	switch k {
+	case Remove:
+		return "remove"
+	case Create:
+		return "create"
+	case Start:
+		return "start"
+	case Restart:
+		return "restart"
+	}
+	return fmt.Sprintf("ActionKind(%d)", int(k))
+}
+
+// Reasons for removal.
+const (
+	ReasonNotDesired  = "NotDesired"  // the pod is no longer desired
+	ReasonSpecChanged = "SpecChanged" // the pod's spec hash changed
+	ReasonDuplicate   = "Duplicate"   // a second container for one key
+	ReasonUnlabelled  = "Unlabelled"  // managed but without pod/container labels
+)
+
+// Reasons a container waits.
+const (
+	ReasonCrashLoopBackOff = "CrashLoopBackOff"
+	ReasonImagePullBackOff = "ImagePullBackOff"
+	ReasonErrImagePull     = "ErrImagePull"
+	ReasonCreateError      = "CreateContainerError"
+	ReasonStartError       = "RunContainerError"
+	ReasonConfigError      = "CreateContainerConfigError"
+	ReasonCreating         = "ContainerCreating"
+	ReasonCompleted        = "Completed"
+	ReasonError            = "Error"
+)
+
+// Action is one step of a Plan.
+type Action struct {
+	Kind ActionKind
+	Key  state.Key
+	// ID is the runtime container ID acted on (or to create).
+	ID string
+	// Reason explains a Remove.
+	Reason string
+	// Replace marks a Create that replaces a container of an older spec of
+	// the same pod (removed by the same plan).
+	Replace bool
+	// Container is the spec to create (Create only).
+	Container schema.Container
+}
+
+// Wait is a container that needs work but is in backoff until Until.
+type Wait struct {
+	Key    state.Key
+	ID     string
+	Until  time.Time
+	Reason string
+}
+
+// Exit is an exit accounted by this Diff (it updated the history).
+type Exit struct {
+	Key       state.Key
+	ID        string
+	Code      int32
+	At        time.Time
+	Restart   bool          // the policy will restart it
+	Delay     time.Duration // after this crash-loop delay
+	Policy    schema.RestartPolicy
+	RanFor    time.Duration
+	KnownRun  bool // RanFor is meaningful
+	FirstExit bool
+}
+
+// Plan is the outcome of Diff: what to do, what waits, and the updated
+// history. Actions are ordered: removes, then replacements, then creates,
+// then starts and restarts.
+type Plan struct {
+	Actions []Action
+	Waits   []Wait
+	Exits   []Exit
+	// History is the next history: records of desired containers only,
+	// with newly observed exits accounted.
+	History state.History
+	// Hashes maps each desired pod to its spec hash.
+	Hashes map[string]string
+}
+
+// NextWake returns the earliest Wait deadline.
+func (p Plan) NextWake() (time.Time, bool) {
+	var t time.Time
+	for _, w := range p.Waits {
+		if t.IsZero() || w.Until.Before(t) {
+			t = w.Until
+		}
+	}
+	return t, !t.IsZero()
+}
+
+// CrashLoop is the restart backoff of exited containers: Initial after an
+// exit, doubling on each further exit up to Max, back to Initial once the
+// container ran for ResetAfter.
+type CrashLoop struct {
+	Initial    time.Duration
+	Max        time.Duration
+	ResetAfter time.Duration
+}
+
+// DefaultCrashLoop is Kubernetes' kubelet backoff: 10 s doubling to 5 min,
+// reset after 10 min of running.
+var DefaultCrashLoop = CrashLoop{Initial: 10 * time.Second, Max: 5 * time.Minute, ResetAfter: 10 * time.Minute}
+
+// Next returns the delay before restarting a container that exited after
+// running for ranFor (known says whether ranFor is meaningful), given the
+// previous delay (0 for none).
+func (c CrashLoop) Next(prev, ranFor time.Duration, known bool) time.Duration {
+	if prev <= 0 || (known && ranFor >= c.ResetAfter) {
+		return c.Initial
+	}
+	return min(prev*2, max(c.Max, c.Initial))
+}
+
+// ShouldRestart applies a restart policy to an exit code.
+func ShouldRestart(p schema.RestartPolicy, code int32) bool {
+	switch p {
+	case schema.RestartNever:
+		return false
+	case schema.RestartOnFailure:
+		return code != 0
+	}
+	return true // Always, and the default
+}
+
+// maxIDLen is containerd's limit on identifiers.
+const maxIDLen = 76
+
+// ContainerID returns the deterministic runtime ID of a container:
+// {pod}-{container}-{hash[:8]}. IDs that would exceed containerd's 76
+// characters are shortened and disambiguated by a digest of the names.
+func ContainerID(pod, container, hash string) string {
+	h := hash
+	if len(h) > 8 {
+		h = h[:8]
+	}
+	id := pod + "-" + container + "-" + h
+	if len(id) <= maxIDLen {
+		return id
+	}
+	sum := sha256.Sum256([]byte(pod + "/" + container))
+	digest := hex.EncodeToString(sum[:4])
+	head := strings.TrimRight((pod + "-" + container)[:maxIDLen-2-len(digest)-len(h)], "-")
+	return head + "-" + digest + "-" + h
+}
+
+type desiredContainer struct {
+	pod    string
+	spec   schema.Container
+	policy schema.RestartPolicy
+}
+
+// Diff compares the desired pods with the observed containers and returns
+// the plan that converges them. It is a pure function of its arguments:
+// hist is not modified and now is the only notion of time.
+//
+// A container is identified by pod name, container name and pod spec hash
+// (its labels). Observed containers of undesired keys are removed;
+// missing ones are created; exited ones are restarted when their pod's
+// restart policy says so and their crash-loop backoff has elapsed;
+// containers whose last attempt failed wait until their retry time.
+func Diff(desired []schema.Pod, observed []runtime.Container, hist state.History, now time.Time, cl CrashLoop) Plan {
+	plan := Plan{History: state.History{}, Hashes: map[string]string{}}
+
+	want := map[state.Key]desiredContainer{}
+	var order []state.Key
+	for _, p := range desired {
+		hash := schema.PodSpecHash(p.Spec)
+		plan.Hashes[p.Name] = hash
+		policy := p.Spec.RestartPolicy
+		if policy == "" {
+			policy = schema.RestartAlways
+		}
+		for _, c := range p.Spec.Containers {
+			k := state.Key{Pod: p.Name, Container: c.Name, Hash: hash}
+			if _, dup := want[k]; dup {
+				continue // validation forbids it; never act twice
+			}
+			want[k] = desiredContainer{pod: p.Name, spec: c, policy: policy}
+			order = append(order, k)
+		}
+	}
+
+	// Group observed containers by key; pick one keeper per desired key.
+	obs := slices.Clone(observed)
+	slices.SortFunc(obs, func(a, b runtime.Container) int { return strings.Compare(a.ID, b.ID) })
+	keep := map[state.Key]runtime.Container{}
+	var removes []Action
+	replaced := map[string]bool{}
+	for _, c := range obs {
+		k := state.Key{Pod: c.Pod, Container: c.Name, Hash: c.PodHash}
+		if c.Pod == "" || c.Name == "" {
+			removes = append(removes, Action{Kind: Remove, Key: k, ID: c.ID, Reason: ReasonUnlabelled})
+			continue
+		}
+		if _, ok := want[k]; !ok {
+			reason := ReasonNotDesired
+			if _, podWanted := plan.Hashes[c.Pod]; podWanted {
+				reason = ReasonSpecChanged
+				replaced[c.Pod] = true
+			}
+			removes = append(removes, Action{Kind: Remove, Key: k, ID: c.ID, Reason: reason})
+			continue
+		}
+		prev, seen := keep[k]
+		if !seen {
+			keep[k] = c
+			continue
+		}
+		// Two containers for one key: keep the one with the canonical ID,
+		// else the first by ID.
+		canonical := ContainerID(k.Pod, k.Container, k.Hash)
+		if c.ID == canonical {
+			keep[k] = c
+			removes = append(removes, Action{Kind: Remove, Key: k, ID: prev.ID, Reason: ReasonDuplicate})
+		} else {
+			removes = append(removes, Action{Kind: Remove, Key: k, ID: c.ID, Reason: ReasonDuplicate})
+		}
+	}
+	plan.Actions = append(plan.Actions, removes...)
+
+	var replaces, creates, starts []Action
+	for _, k := range order {
+		d := want[k]
+		rec := hist[k]
+		id := ContainerID(k.Pod, k.Container, k.Hash)
+		c, ok := keep[k]
+		if ok {
+			id = c.ID
+		}
+		switch {
+		case !ok:
+			switch {
+			case rec.Done:
+				// Ran to completion under a no-restart policy, then was
+				// deleted by someone else: do not run it again.
+			case rec.RetryAt.After(now):
+				plan.Waits = append(plan.Waits, Wait{Key: k, ID: id, Until: rec.RetryAt, Reason: backoffReason(rec.Reason)})
+			default:
+				a := Action{Kind: Create, Key: k, ID: id, Container: d.spec, Replace: replaced[k.Pod]}
+				if a.Replace {
+					replaces = append(replaces, a)
+				} else {
+					creates = append(creates, a)
+				}
+			}
+		case c.State == runtime.StateRunning:
+			if rec.Failures > 0 {
+				// A start that reported failure (a timeout, say) did start.
+				rec.Failures, rec.RetryAt, rec.Reason, rec.Message = 0, time.Time{}, "", ""
+			}
+		case c.State == runtime.StateCreated:
+			if rec.RetryAt.After(now) {
+				plan.Waits = append(plan.Waits, Wait{Key: k, ID: id, Until: rec.RetryAt, Reason: backoffReason(rec.Reason)})
+			} else {
+				starts = append(starts, Action{Kind: Start, Key: k, ID: id})
+			}
+		case c.State == runtime.StateExited:
+			if newExit(rec, c) {
+				rec, plan.Exits = accountExit(rec, c, k, d.policy, now, cl, plan.Exits)
+			}
+			switch {
+			case rec.Done:
+			case rec.RetryAt.After(now):
+				plan.Waits = append(plan.Waits, Wait{Key: k, ID: id, Until: rec.RetryAt, Reason: backoffReason(rec.Reason)})
+			case rec.NotBefore.After(now):
+				plan.Waits = append(plan.Waits, Wait{Key: k, ID: id, Until: rec.NotBefore, Reason: ReasonCrashLoopBackOff})
+			default:
+				starts = append(starts, Action{Kind: Restart, Key: k, ID: id})
+			}
+		default:
+			// StateUnknown: the runtime cannot say; touch nothing.
+		}
+		if rec != (state.Record{}) {
+			plan.History[k] = rec
+		}
+	}
+	plan.Actions = append(plan.Actions, replaces...)
+	plan.Actions = append(plan.Actions, creates...)
+	plan.Actions = append(plan.Actions, starts...)
+	return plan
+}
+
+// newExit reports whether c's exit has not been accounted in rec yet.
+// Exits are identified by their time; a runtime that reports none falls
+// back to the ExitSeen flag, which the next start clears.
+func newExit(rec state.Record, c runtime.Container) bool {
+	if !c.FinishedAt.IsZero() {
+		return !c.FinishedAt.Equal(rec.LastExitAt)
+	}
+	return !rec.ExitSeen
+}
+
+func accountExit(rec state.Record, c runtime.Container, k state.Key, policy schema.RestartPolicy, now time.Time, cl CrashLoop, exits []Exit) (state.Record, []Exit) {
+	exitAt := c.FinishedAt
+	if exitAt.IsZero() {
+		exitAt = now
+	}
+	startedAt := c.StartedAt
+	if startedAt.IsZero() {
+		startedAt = rec.LastStart
+	}
+	known := !startedAt.IsZero() && !exitAt.Before(startedAt)
+	var ranFor time.Duration
+	if known {
+		ranFor = exitAt.Sub(startedAt)
+	}
+	ex := Exit{Key: k, ID: c.ID, Code: c.ExitCode, At: exitAt, Policy: policy, RanFor: ranFor, KnownRun: known, FirstExit: rec.Delay == 0}
+	rec.ExitSeen = true
+	rec.LastExitCode = c.ExitCode
+	rec.LastExitAt = c.FinishedAt
+	if ShouldRestart(policy, c.ExitCode) {
+		rec.Delay = cl.Next(rec.Delay, ranFor, known)
+		rec.NotBefore = exitAt.Add(rec.Delay)
+		rec.Done = false
+		ex.Restart, ex.Delay = true, rec.Delay
+	} else {
+		rec.Done = true
+		rec.NotBefore = time.Time{}
+	}
+	return rec, append(exits, ex)
+}
+
+func backoffReason(r string) string {
+	if r == ReasonErrImagePull {
+		return ReasonImagePullBackOff
+	}
+	if r == "" {
+		return ReasonCreateError
+	}
+	return r
+}

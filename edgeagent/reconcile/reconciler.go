@@ -1,0 +1,687 @@
+// Package reconcile converges the containers on a device toward the
+// desired state. Diff is a pure function from (desired pods, observed
+// containers, history, now) to a Plan; the Reconciler runs a level-triggered
+// loop that lists the runtime, diffs, and applies the plan with one worker
+// per pod, so a slow pull of one pod never stalls the others.
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fleetmq/fleet/edgeagent/backoff"
+	"github.com/fleetmq/fleet/edgeagent/clock"
+	"github.com/fleetmq/fleet/edgeagent/desired"
+	"github.com/fleetmq/fleet/edgeagent/runtime"
+	"github.com/fleetmq/fleet/edgeagent/state"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// Recorder receives events for the device's event stream. It must not
+// block.
+type Recorder interface {
+	Record(typ, reason, pod, container, message string)
+}
+
+// Status is the reconciler's part of the device status.
+type Status struct {
+	// Generation and Store of the desired state the agent holds (0 and ""
+	// while it has none).
+	Generation int64
+	Store      string
+	// ObservedGeneration is the generation fully applied: every action
+	// for it was attempted and any failure is reported in Pods.
+	ObservedGeneration int64
+	Pods               []schema.PodStatus
+	Message            string
+}
+
+// Options configures a Reconciler. Runtime, State and Inbox are required.
+type Options struct {
+	Runtime runtime.Runtime
+	State   *state.Dir
+	Inbox   *desired.Inbox
+	// Desired and Agent are what was loaded from State at start.
+	Desired *schema.DesiredState
+	Agent   state.Agent
+
+	Clock    clock.Clock
+	Logger   *slog.Logger
+	Events   Recorder
+	OnStatus func(Status)
+
+	// ResyncInterval is the period of full resyncs (default 30 s).
+	ResyncInterval time.Duration
+	// CrashLoop is the restart backoff (default DefaultCrashLoop).
+	CrashLoop CrashLoop
+	// Retry is the backoff after a failure to pull, create or start
+	// (default 5 s doubling to 5 min, 50 % jitter).
+	Retry backoff.Policy
+	// StopTimeout is the grace period between SIGTERM and SIGKILL when a
+	// container is removed (default 10 s).
+	StopTimeout time.Duration
+	// PullTimeout bounds one EnsureImage (default 15 min: cellular links).
+	PullTimeout time.Duration
+	// OpTimeout bounds every other runtime call (default 1 min).
+	OpTimeout time.Duration
+	// MaxParallel bounds the pods worked on at once (default 4).
+	MaxParallel int
+	// Seed feeds the jitter (0: random).
+	Seed uint64
+}
+
+func (o *Options) ensureDefaults() {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Events == nil {
+		o.Events = nopRecorder{}
+	}
+	if o.OnStatus == nil {
+		o.OnStatus = func(Status) {}
+	}
+	if o.ResyncInterval <= 0 {
+		o.ResyncInterval = 30 * time.Second
+	}
+	if o.CrashLoop == (CrashLoop{}) {
+		o.CrashLoop = DefaultCrashLoop
+	}
+	if o.Retry == (backoff.Policy{}) {
+		o.Retry = backoff.Policy{Initial: 5 * time.Second, Max: 5 * time.Minute, Jitter: 0.5}
+	}
+	if o.StopTimeout <= 0 {
+		o.StopTimeout = 10 * time.Second
+	}
+	if o.PullTimeout <= 0 {
+		o.PullTimeout = 15 * time.Minute
+	}
+	if o.OpTimeout <= 0 {
+		o.OpTimeout = time.Minute
+	}
+	if o.MaxParallel <= 0 {
+		o.MaxParallel = 4
+	}
+	if o.Seed == 0 {
+		o.Seed = rand.Uint64()
+	}
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) Record(string, string, string, string, string) {}
+
+// Reconciler owns the loop. Its state is touched only by the Run goroutine;
+// pod workers report back through a channel.
+type Reconciler struct {
+	o   Options
+	log *slog.Logger
+	rnd *rand.Rand
+
+	desired       *schema.DesiredState
+	hist          state.History
+	wanted        map[state.Key]bool
+	observedGen   int64
+	observedStore string
+	saved         []byte
+	listFailures  int
+	adopted       bool
+
+	busy        map[string]*worker
+	removeRetry map[string]retry
+	results     chan result
+	workers     sync.WaitGroup
+
+	exitWake chan struct{}
+	ready    chan struct{}
+}
+
+type worker struct {
+	hash        string // desired hash of the pod when dispatched ("" if not desired)
+	removalOnly bool
+	cancel      context.CancelFunc
+}
+
+type retry struct {
+	at       time.Time
+	failures int
+}
+
+// outcome is the result of one action.
+type outcome struct {
+	action Action
+	err    error
+	reason string
+	at     time.Time
+}
+
+type result struct {
+	pod      string
+	outcomes []outcome
+}
+
+// New returns a Reconciler.
+func New(o Options) (*Reconciler, error) {
+	if o.Runtime == nil || o.State == nil || o.Inbox == nil {
+		return nil, errors.New("reconcile: Runtime, State and Inbox are required")
+	}
+	o.ensureDefaults()
+	r := &Reconciler{
+		o:           o,
+		log:         o.Logger,
+		rnd:         rand.New(rand.NewPCG(o.Seed, o.Seed^0x5bd1e995)),
+		desired:     o.Desired,
+		hist:        o.Agent.Containers.Clone(),
+		busy:        map[string]*worker{},
+		removeRetry: map[string]retry{},
+		results:     make(chan result, o.MaxParallel),
+		exitWake:    make(chan struct{}, 1),
+		ready:       make(chan struct{}),
+	}
+	if r.hist == nil {
+		r.hist = state.History{}
+	}
+	if d := o.Desired; d != nil && o.Agent.Store == d.Store && o.Agent.AppliedGeneration <= d.Generation {
+		r.observedGen, r.observedStore = o.Agent.AppliedGeneration, o.Agent.Store
+	}
+	return r, nil
+}
+
+// Ready is closed once the first pass (from persisted state, before any
+// network) has run.
+func (r *Reconciler) Ready() <-chan struct{} { return r.ready }
+
+// Run reconciles until ctx is done. Cancelling ctx stops the loop and
+// abandons in-flight operations; it never stops a container.
+func (r *Reconciler) Run(ctx context.Context) error {
+	wctx, cancelWork := context.WithCancel(ctx)
+	defer cancelWork()
+
+	var watch sync.WaitGroup
+	watch.Go(func() { r.watchExits(wctx) })
+
+	resync := r.o.Clock.NewTimer(r.o.ResyncInterval)
+	defer resync.Stop()
+	wake := r.o.Clock.NewTimer(time.Hour)
+	wake.Stop()
+	defer wake.Stop()
+
+	first := true
+	for {
+		next, ok := r.pass(wctx)
+		if first {
+			close(r.ready)
+			first = false
+		}
+		wake.Stop()
+		if ok {
+			wake.Reset(max(next.Sub(r.o.Clock.Now()), 0))
+		}
+		resync.Reset(r.o.ResyncInterval)
+
+		select {
+		case <-ctx.Done():
+			cancelWork()
+			r.shutdown()
+			watch.Wait()
+			return nil
+		case <-r.o.Inbox.Wake():
+		case <-r.exitWake:
+		case res := <-r.results:
+			r.handle(res)
+		case <-resync.C():
+			r.log.Debug("periodic resync")
+		case <-wake.C():
+		}
+	}
+}
+
+// shutdown waits for the workers (their context is cancelled), records
+// what they finished and persists. Containers are left as they are.
+func (r *Reconciler) shutdown() {
+	done := make(chan struct{})
+	go func() {
+		r.workers.Wait()
+		close(done)
+	}()
+	for waiting := true; waiting; {
+		select {
+		case res := <-r.results:
+			r.handle(res)
+		case <-done:
+			waiting = false
+		}
+	}
+	for len(r.results) > 0 {
+		r.handle(<-r.results)
+	}
+	r.persist()
+}
+
+func (r *Reconciler) watchExits(ctx context.Context) {
+	b := backoff.New(backoff.Policy{Initial: time.Second, Max: 30 * time.Second, Jitter: 0.5}, r.o.Seed+1)
+	for {
+		ch, err := r.o.Runtime.Exits(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.Warn("subscribe to container exits failed", "err", err)
+		} else {
+			for ev := range ch {
+				b.Reset()
+				r.log.Debug("container exited", "id", ev.ID, "exitCode", ev.ExitCode)
+				signal(r.exitWake)
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		signal(r.exitWake) // the stream ended: re-list, exits may have been missed
+		t := r.o.Clock.NewTimer(b.Next())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// pass is one level-triggered reconcile: it reads the whole desired and
+// observed state. It returns when the loop should wake for a backoff.
+func (r *Reconciler) pass(ctx context.Context) (time.Time, bool) {
+	if ds, ok := r.o.Inbox.Take(); ok {
+		r.accept(ds)
+	}
+	now := r.o.Clock.Now()
+	lctx, cancel := context.WithTimeout(ctx, r.o.OpTimeout)
+	observed, err := r.o.Runtime.List(lctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return time.Time{}, false
+		}
+		r.listFailures++
+		r.log.Warn("list containers failed", "err", err, "failures", r.listFailures)
+		if r.listFailures == 1 {
+			r.o.Events.Record(schema.EventWarning, "RuntimeUnavailable", "", "", err.Error())
+		}
+		r.report(nil, now, err)
+		return now.Add(r.o.Retry.Jittered(r.listFailures-1, r.rnd)), true
+	}
+	if r.listFailures > 0 {
+		r.log.Info("container runtime is back", "after_failures", r.listFailures)
+		r.listFailures = 0
+	}
+
+	if r.desired == nil {
+		// Without any desired state (first boot, or unreadable state
+		// file) the agent must not read "nothing desired" as "remove
+		// everything": it adopts what runs and waits for the hub.
+		r.report(observed, now, nil)
+		return time.Time{}, false
+	}
+
+	plan := Diff(r.desired.Pods, observed, r.hist, now, r.o.CrashLoop)
+	if !r.adopted {
+		r.adopted = true
+		r.logAdoption(observed, plan)
+	}
+	r.hist = plan.History
+	r.wanted = map[state.Key]bool{}
+	for _, p := range r.desired.Pods {
+		for _, c := range p.Spec.Containers {
+			r.wanted[state.Key{Pod: p.Name, Container: c.Name, Hash: plan.Hashes[p.Name]}] = true
+		}
+	}
+	for _, ex := range plan.Exits {
+		r.exitEvent(ex)
+	}
+
+	next, hasNext := plan.NextWake()
+	pending := r.dispatch(ctx, plan, now, func(t time.Time) {
+		if !hasNext || t.Before(next) {
+			next, hasNext = t, true
+		}
+	})
+	if !pending && len(r.busy) == 0 && (r.observedGen != r.desired.Generation || r.observedStore != r.desired.Store) {
+		r.observedGen, r.observedStore = r.desired.Generation, r.desired.Store
+		r.log.Info("desired state applied", "generation", r.observedGen, "store", r.observedStore)
+	}
+	r.persist()
+	r.report(observed, now, nil)
+	return next, hasNext
+}
+
+// logAdoption says, once after start, what the agent found running and
+// kept: the operator's evidence that a restarted agent restarted nothing.
+func (r *Reconciler) logAdoption(observed []runtime.Container, plan Plan) {
+	touched := map[string]bool{}
+	for _, a := range plan.Actions {
+		touched[a.ID] = true
+	}
+	kept := 0
+	for _, c := range observed {
+		if c.State == runtime.StateRunning && !touched[c.ID] {
+			kept++
+		}
+	}
+	r.log.Info("adopted existing containers", "running_kept", kept, "observed", len(observed), "actions", len(plan.Actions))
+}
+
+// dispatch starts one worker per pod with work, in plan order: removal of
+// pods no longer desired first; creation of new pods waits while such
+// removals are in flight (memory on a small device is scarce). It returns
+// whether any work is pending (dispatched, deferred or in flight).
+func (r *Reconciler) dispatch(ctx context.Context, plan Plan, now time.Time, wakeAt func(time.Time)) bool {
+	type group struct {
+		pod                       string
+		actions                   []Action
+		hasRemove, hasCreate, rep bool
+	}
+	var groups []*group
+	byPod := map[string]*group{}
+	for _, a := range plan.Actions {
+		if a.Kind == Remove {
+			if rt, ok := r.removeRetry[a.ID]; ok && rt.at.After(now) {
+				wakeAt(rt.at)
+				continue
+			}
+		}
+		g := byPod[a.Key.Pod]
+		if g == nil {
+			g = &group{pod: a.Key.Pod}
+			byPod[a.Key.Pod] = g
+			groups = append(groups, g)
+		}
+		g.actions = append(g.actions, a)
+		switch {
+		case a.Kind == Remove:
+			g.hasRemove = true
+		case a.Kind == Create && a.Replace:
+			g.rep = true
+		case a.Kind == Create:
+			g.hasCreate = true
+		}
+	}
+
+	pending := len(r.busy) > 0
+	removalInFlight := false
+	for _, w := range r.busy {
+		removalInFlight = removalInFlight || w.removalOnly
+	}
+	for _, g := range groups {
+		hash, desiredPod := plan.Hashes[g.pod]
+		pending = true
+		if w, ok := r.busy[g.pod]; ok {
+			if w.hash != hash {
+				r.log.Info("pod changed while being worked on; cancelling", "pod", g.pod)
+				w.cancel()
+			}
+			continue
+		}
+		removalOnly := !desiredPod
+		if g.hasCreate && !g.hasRemove && !g.rep && removalInFlight {
+			continue // after the removals finish (their results wake us)
+		}
+		if len(r.busy) >= r.o.MaxParallel {
+			continue
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		r.busy[g.pod] = &worker{hash: hash, removalOnly: removalOnly, cancel: cancel}
+		if removalOnly {
+			removalInFlight = true
+		}
+		actions := g.actions
+		pod := g.pod
+		r.workers.Go(func() {
+			defer cancel()
+			res := r.work(wctx, pod, actions)
+			r.results <- res
+		})
+	}
+	return pending
+}
+
+// work applies one pod's actions in order. It runs in its own goroutine
+// and touches no Reconciler state except through its result.
+func (r *Reconciler) work(ctx context.Context, pod string, actions []Action) result {
+	res := result{pod: pod}
+	for _, a := range actions {
+		if ctx.Err() != nil {
+			break
+		}
+		var o outcome
+		switch a.Kind {
+		case Remove:
+			o = r.remove(ctx, a)
+		case Create:
+			o = r.create(ctx, a)
+		case Start, Restart:
+			o = r.start(ctx, a)
+		}
+		if o.err != nil && ctx.Err() != nil {
+			break // cancelled (shutdown or spec change): not a failure
+		}
+		res.outcomes = append(res.outcomes, o)
+	}
+	return res
+}
+
+func (r *Reconciler) remove(ctx context.Context, a Action) outcome {
+	log := r.log.With("pod", a.Key.Pod, "container", a.Key.Container, "id", a.ID)
+	log.Info("removing container", "reason", a.Reason)
+	sctx, cancel := context.WithTimeout(ctx, r.o.StopTimeout+r.o.OpTimeout)
+	err := r.o.Runtime.Stop(sctx, a.ID, r.o.StopTimeout)
+	cancel()
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		log.Warn("stop failed; removing anyway", "err", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, r.o.OpTimeout)
+	err = r.o.Runtime.Remove(rctx, a.ID)
+	cancel()
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return outcome{action: a, err: fmt.Errorf("remove container %s: %w", a.ID, err), reason: "RemoveFailed", at: r.o.Clock.Now()}
+	}
+	r.o.Events.Record(schema.EventNormal, "Removed", a.Key.Pod, a.Key.Container, fmt.Sprintf("removed container %s (%s)", a.ID, a.Reason))
+	return outcome{action: a, at: r.o.Clock.Now()}
+}
+
+func (r *Reconciler) create(ctx context.Context, a Action) outcome {
+	log := r.log.With("pod", a.Key.Pod, "container", a.Key.Container, "id", a.ID)
+	fail := func(reason string, err error) outcome {
+		return outcome{action: a, err: err, reason: reason, at: r.o.Clock.Now()}
+	}
+	spec, err := ContainerSpec(a.Key, a.ID, a.Container, r.o.State.LogPath(a.Key.Pod, a.Key.Container))
+	if err != nil {
+		return fail(ReasonConfigError, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.o.PullTimeout)
+	err = r.o.Runtime.EnsureImage(pctx, spec.Image, spec.PullPolicy)
+	cancel()
+	if err != nil {
+		return fail(ReasonErrImagePull, fmt.Errorf("ensure image %s: %w", spec.Image, err))
+	}
+	r.o.Events.Record(schema.EventNormal, "Pulled", a.Key.Pod, a.Key.Container, "image "+spec.Image+" is present")
+	if err := os.MkdirAll(filepath.Dir(spec.LogPath), 0o750); err != nil {
+		log.Warn("cannot create log directory; container output is discarded", "err", err)
+		spec.LogPath = ""
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.o.OpTimeout)
+	err = r.o.Runtime.Create(cctx, spec)
+	cancel()
+	switch {
+	case errors.Is(err, runtime.ErrAlreadyExists):
+		// Created by an earlier agent that stopped before starting it (or
+		// before List saw it): start what is there.
+		log.Info("container already exists; starting it")
+	case err != nil:
+		return fail(ReasonCreateError, fmt.Errorf("create container %s: %w", a.ID, err))
+	}
+	return r.start(ctx, a)
+}
+
+func (r *Reconciler) start(ctx context.Context, a Action) outcome {
+	sctx, cancel := context.WithTimeout(ctx, r.o.OpTimeout)
+	err := r.o.Runtime.Start(sctx, a.ID)
+	cancel()
+	if err != nil && !errors.Is(err, runtime.ErrAlreadyExists) {
+		return outcome{action: a, err: fmt.Errorf("start container %s: %w", a.ID, err), reason: ReasonStartError, at: r.o.Clock.Now()}
+	}
+	msg := "started container " + a.ID
+	if a.Kind == Restart {
+		msg = "restarted container " + a.ID
+	}
+	r.log.Info(msg, "pod", a.Key.Pod, "container", a.Key.Container)
+	r.o.Events.Record(schema.EventNormal, "Started", a.Key.Pod, a.Key.Container, msg)
+	return outcome{action: a, at: r.o.Clock.Now()}
+}
+
+// handle records a worker's outcomes in the history.
+func (r *Reconciler) handle(res result) {
+	if w, ok := r.busy[res.pod]; ok {
+		w.cancel()
+		delete(r.busy, res.pod)
+	}
+	for _, o := range res.outcomes {
+		a := o.action
+		if a.Kind == Remove {
+			if o.err != nil {
+				rt := r.removeRetry[a.ID]
+				rt.at = o.at.Add(r.o.Retry.Jittered(rt.failures, r.rnd))
+				rt.failures++
+				r.removeRetry[a.ID] = rt
+				r.log.Warn("remove failed", "pod", a.Key.Pod, "container", a.Key.Container, "err", o.err, "retry_at", rt.at)
+				r.o.Events.Record(schema.EventWarning, o.reason, a.Key.Pod, a.Key.Container, o.err.Error())
+			} else {
+				delete(r.removeRetry, a.ID)
+			}
+			continue
+		}
+		if !r.wanted[a.Key] {
+			continue // no longer desired; its record is gone
+		}
+		rec := r.hist[a.Key]
+		if o.err != nil {
+			rec.Failures++
+			rec.RetryAt = o.at.Add(r.o.Retry.Jittered(int(rec.Failures-1), r.rnd))
+			rec.Reason = o.reason
+			rec.Message = truncate(o.err.Error(), 512)
+			r.log.Warn("container failed to start", "pod", a.Key.Pod, "container", a.Key.Container,
+				"reason", o.reason, "err", o.err, "failures", rec.Failures, "retry_at", rec.RetryAt)
+			r.o.Events.Record(schema.EventWarning, o.reason, a.Key.Pod, a.Key.Container,
+				fmt.Sprintf("%s (attempt %d; next at %s)", rec.Message, rec.Failures, rec.RetryAt.UTC().Format(time.RFC3339)))
+		} else {
+			if a.Kind == Restart {
+				rec.Restarts++
+			}
+			rec.LastStart = o.at
+			if rec.LastExitAt.IsZero() {
+				// Only for runtimes that report no exit times: exits are
+				// then told apart by this flag (see Diff).
+				rec.ExitSeen = false
+			}
+			rec.Failures, rec.RetryAt, rec.Reason, rec.Message = 0, time.Time{}, "", ""
+		}
+		r.hist[a.Key] = rec
+	}
+}
+
+func (r *Reconciler) exitEvent(ex Exit) {
+	typ := schema.EventNormal
+	if ex.Code != 0 {
+		typ = schema.EventWarning
+	}
+	var msg string
+	if ex.Restart {
+		msg = fmt.Sprintf("container exited with code %d; restarting in %s (policy %s)", ex.Code, ex.Delay, ex.Policy)
+		if ex.Delay > r.o.CrashLoop.Initial {
+			r.o.Events.Record(schema.EventWarning, "BackOff", ex.Key.Pod, ex.Key.Container,
+				fmt.Sprintf("back-off %s restarting failed container", ex.Delay))
+		}
+	} else {
+		msg = fmt.Sprintf("container exited with code %d; not restarting (policy %s)", ex.Code, ex.Policy)
+	}
+	r.log.Info("container exited", "pod", ex.Key.Pod, "container", ex.Key.Container, "exitCode", ex.Code, "restart", ex.Restart, "delay", ex.Delay)
+	r.o.Events.Record(typ, "Exited", ex.Key.Pod, ex.Key.Container, msg)
+}
+
+func (r *Reconciler) accept(ds *schema.DesiredState) {
+	if err := r.o.State.SaveDesired(ds); err != nil {
+		// Keep going with it in memory: the hub's retained copy is
+		// re-read on the next connect, and a reboot falls back to the
+		// previous file.
+		r.log.Error("persist desired state failed", "err", err, "generation", ds.Generation)
+		r.o.Events.Record(schema.EventWarning, "PersistFailed", "", "", err.Error())
+	}
+	r.desired = ds
+	r.log.Info("accepted desired state", "generation", ds.Generation, "store", ds.Store, "pods", len(ds.Pods))
+}
+
+// persist writes agent.json when its content changed.
+func (r *Reconciler) persist() {
+	a := state.Agent{Version: state.LayoutVersion, Store: r.observedStore, AppliedGeneration: r.observedGen, Containers: r.hist}
+	b, err := json.Marshal(a)
+	if err != nil {
+		r.log.Error("encode agent state failed", "err", err)
+		return
+	}
+	if string(b) == string(r.saved) {
+		return
+	}
+	if err := r.o.State.SaveAgent(a); err != nil {
+		r.log.Error("persist agent state failed", "err", err)
+		return
+	}
+	r.saved = b
+}
+
+func (r *Reconciler) report(observed []runtime.Container, now time.Time, listErr error) {
+	st := Status{ObservedGeneration: r.observedGen}
+	if r.desired == nil {
+		st.Message = fmt.Sprintf("no desired state received yet; leaving %d existing containers untouched", len(observed))
+		if listErr != nil {
+			st.Message = "no desired state received yet; cannot list containers: " + listErr.Error()
+		}
+		r.o.OnStatus(st)
+		return
+	}
+	st.Generation, st.Store = r.desired.Generation, r.desired.Store
+	if r.observedStore != r.desired.Store {
+		st.ObservedGeneration = 0
+	}
+	busy := make(map[string]bool, len(r.busy))
+	for p := range r.busy {
+		busy[p] = true
+	}
+	st.Pods = PodStatuses(r.desired.Pods, observed, r.hist, busy, now, listErr)
+	if listErr != nil {
+		st.Message = "cannot list containers: " + listErr.Error()
+	}
+	r.o.OnStatus(st)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

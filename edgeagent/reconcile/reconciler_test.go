@@ -1,0 +1,509 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/fleetmq/fleet/edgeagent/backoff"
+	"github.com/fleetmq/fleet/edgeagent/clock"
+	"github.com/fleetmq/fleet/edgeagent/desired"
+	"github.com/fleetmq/fleet/edgeagent/runtime"
+	"github.com/fleetmq/fleet/edgeagent/state"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// harness runs a Reconciler over a runtime.Fake inside a synctest bubble
+// with a fake clock: Advance moves time, synctest.Wait lets every
+// goroutine settle. No sleeps.
+type harness struct {
+	t     *testing.T
+	clk   *clock.Fake
+	rt    *runtime.Fake
+	run   runtime.Runtime
+	dir   *state.Dir
+	inbox *desired.Inbox
+	rec   *Reconciler
+
+	cancel context.CancelFunc
+	done   chan error
+
+	mu     sync.Mutex
+	status Status
+	events []string
+}
+
+func (h *harness) Record(typ, reason, pod, container, msg string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, reason+" "+pod+"/"+container)
+}
+
+func newHarness(t *testing.T, root string, clk *clock.Fake, rt *runtime.Fake) *harness {
+	t.Helper()
+	if clk == nil {
+		clk = clock.NewFake(t0)
+	}
+	if rt == nil {
+		rt = runtime.NewFake(runtime.FakeOptions{Now: clk.Now})
+	}
+	if root == "" {
+		root = t.TempDir()
+	}
+	dir, err := state.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, clk: clk, rt: rt, run: rt, dir: dir}
+}
+
+// start loads the state dir (as the agent does) and runs a Reconciler.
+func (h *harness) start() {
+	h.t.Helper()
+	ds, err := h.dir.LoadDesired()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ag, err := h.dir.LoadAgent()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.inbox = desired.New("dev1", ds)
+	h.rec, err = New(Options{
+		Runtime: h.run, State: h.dir, Inbox: h.inbox, Desired: ds, Agent: ag,
+		Clock: h.clk, Events: h, OnStatus: func(s Status) { h.mu.Lock(); h.status = s; h.mu.Unlock() },
+		Retry: backoff.Policy{Initial: 5 * time.Second, Max: time.Minute}, // no jitter: exact times
+		Seed:  1,
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan error, 1)
+	go func() { h.done <- h.rec.Run(ctx) }()
+	synctest.Wait()
+}
+
+func (h *harness) stop() {
+	h.t.Helper()
+	h.cancel()
+	if err := <-h.done; err != nil {
+		h.t.Fatalf("Run: %v", err)
+	}
+}
+
+func (h *harness) offer(gen int64, pods ...schema.Pod) {
+	h.t.Helper()
+	b, err := json.Marshal(schema.DesiredState{
+		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDesiredState},
+		Device:   "dev1", Generation: gen, Store: "s1", Pods: pods,
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if out, _, err := h.inbox.Offer(b); out != desired.Accepted {
+		h.t.Fatalf("offer gen %d: %v %v", gen, out, err)
+	}
+	synctest.Wait()
+}
+
+func (h *harness) advance(d time.Duration) {
+	h.clk.Advance(d)
+	synctest.Wait()
+}
+
+func (h *harness) getStatus() Status {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.status
+}
+
+func (h *harness) state(id string) runtime.State {
+	c, ok := h.rt.Get(id)
+	if !ok {
+		return "missing"
+	}
+	return c.State
+}
+
+func (h *harness) countEvents(reason string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, e := range h.events {
+		if strings.HasPrefix(e, reason+" ") {
+			n++
+		}
+	}
+	return n
+}
+
+func idOf(p schema.Pod, container string) string {
+	k := key(p, container)
+	return ContainerID(k.Pod, k.Container, k.Hash)
+}
+
+func TestReconcilerCreatesAndReportsGeneration(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		h.start()
+		defer h.stop()
+		web := pod("web", schema.RestartAlways, "nginx:1")
+		h.offer(1, web)
+		if got := h.state(idOf(web, "c0")); got != runtime.StateRunning {
+			t.Fatalf("web is %s", got)
+		}
+		st := h.getStatus()
+		if st.ObservedGeneration != 1 || len(st.Pods) != 1 || st.Pods[0].Phase != schema.PhaseRunning || !st.Pods[0].Ready {
+			t.Fatalf("status = %+v", st)
+		}
+		spec := h.rt.Created()[0]
+		if want := h.dir.LogPath("web", "c0"); spec.LogPath != want {
+			t.Errorf("log path %q, want %q", spec.LogPath, want)
+		}
+		if ds, err := h.dir.LoadDesired(); err != nil || ds == nil || ds.Generation != 1 {
+			t.Fatalf("persisted desired = %+v, %v", ds, err)
+		}
+	})
+}
+
+func TestReconcilerCrashLoopBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		h.start()
+		defer h.stop()
+		web := pod("web", schema.RestartAlways, "nginx:1")
+		id := idOf(web, "c0")
+		h.offer(1, web)
+
+		starts := func() int { return h.rt.Calls().Start }
+		if err := h.rt.Exit(id, 1); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if starts() != 1 {
+			t.Fatalf("restarted at once (%d starts)", starts())
+		}
+		if st := h.getStatus(); st.Pods[0].Containers[0].Reason != ReasonCrashLoopBackOff {
+			t.Fatalf("status = %+v", st.Pods[0])
+		}
+		// Backoff doubles for quick crashes: 10 s, 20 s, 40 s.
+		for i, delay := range []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second} {
+			h.advance(delay - time.Second)
+			if starts() != 1+i {
+				t.Fatalf("crash %d: restarted before %s", i+1, delay)
+			}
+			h.advance(time.Second)
+			if starts() != 2+i || h.state(id) != runtime.StateRunning {
+				t.Fatalf("crash %d: not restarted after %s (starts %d, %s)", i+1, delay, starts(), h.state(id))
+			}
+			if err := h.rt.Exit(id, 1); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+		}
+		// A quick exit after the third restart waits 80 s.
+		h.advance(79 * time.Second)
+		if starts() != 4 {
+			t.Fatalf("restarted before 80s")
+		}
+		h.advance(time.Second)
+		if starts() != 5 {
+			t.Fatalf("not restarted after 80s")
+		}
+		// Ten minutes of running resets the backoff to 10 s.
+		h.advance(10 * time.Minute)
+		if err := h.rt.Exit(id, 1); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		h.advance(10 * time.Second)
+		if starts() != 6 {
+			t.Fatalf("backoff not reset after 10 minutes of running (starts %d)", starts())
+		}
+		st := h.getStatus()
+		if got := st.Pods[0].Restarts; got != 5 {
+			t.Errorf("restarts = %d, want 5", got)
+		}
+		if h.countEvents("Exited") != 5 || h.countEvents("BackOff") == 0 {
+			t.Errorf("events: %v", h.events)
+		}
+	})
+}
+
+func TestReconcilerRestartPolicies(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		h.start()
+		defer h.stop()
+		job := pod("job", schema.RestartOnFailure, "busybox")
+		once := pod("once", schema.RestartNever, "busybox")
+		h.offer(1, job, once)
+		if err := h.rt.Exit(idOf(job, "c0"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.rt.Exit(idOf(once, "c0"), 3); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		h.advance(time.Hour)
+		if n := h.rt.Calls().Start; n != 2 {
+			t.Fatalf("%d starts: a completed container was restarted", n)
+		}
+		phases := map[string]schema.PodPhase{}
+		for _, p := range h.getStatus().Pods {
+			phases[p.Name] = p.Phase
+		}
+		if phases["job"] != schema.PhaseSucceeded || phases["once"] != schema.PhaseFailed {
+			t.Fatalf("phases = %v", phases)
+		}
+		// OnFailure restarts a failure.
+		h.offer(2, pod("job", schema.RestartOnFailure, "busybox:2"))
+		id := idOf(pod("job", schema.RestartOnFailure, "busybox:2"), "c0")
+		if err := h.rt.Exit(id, 1); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		h.advance(10 * time.Second)
+		if h.state(id) != runtime.StateRunning {
+			t.Fatalf("OnFailure container not restarted after failing")
+		}
+	})
+}
+
+func TestReconcilerPullFailureRetriesWithoutBlockingOthers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		h.rt.SetImageError("bad:1", fmt.Errorf("manifest unknown"))
+		h.start()
+		defer h.stop()
+		bad := pod("bad", schema.RestartAlways, "bad:1")
+		good := pod("good", schema.RestartAlways, "good:1")
+		h.offer(1, bad, good)
+		if h.state(idOf(good, "c0")) != runtime.StateRunning {
+			t.Fatal("a failing pull blocked another pod")
+		}
+		st := h.getStatus()
+		if st.ObservedGeneration != 1 {
+			t.Errorf("observedGeneration %d: a reported failure still counts as applied", st.ObservedGeneration)
+		}
+		if p := st.Pods[0]; p.Phase != schema.PhasePending || p.Containers[0].Reason != ReasonImagePullBackOff || !strings.Contains(p.Message, "manifest unknown") {
+			t.Fatalf("bad pod status = %+v", p)
+		}
+		pulls := h.rt.Calls().Pull
+		// Retries back off: 5 s, then 10 s.
+		h.advance(5 * time.Second)
+		if got := h.rt.Calls().Pull; got != pulls+1 {
+			t.Fatalf("pulls %d -> %d after 5s", pulls, got)
+		}
+		h.advance(9 * time.Second)
+		if got := h.rt.Calls().Pull; got != pulls+1 {
+			t.Fatalf("retried before the doubled backoff")
+		}
+		h.rt.SetImageError("bad:1", nil)
+		h.advance(time.Second)
+		if h.state(idOf(bad, "c0")) != runtime.StateRunning {
+			t.Fatal("pod not started once its image became available")
+		}
+		if p := h.getStatus().Pods[0]; p.Phase != schema.PhaseRunning || p.Message != "" {
+			t.Fatalf("status after recovery = %+v", p)
+		}
+		if h.countEvents(ReasonErrImagePull) != 2 {
+			t.Errorf("events = %v", h.events)
+		}
+	})
+}
+
+// gatedRuntime blocks EnsureImage of one image until released.
+type gatedRuntime struct {
+	*runtime.Fake
+	image   string
+	release chan struct{}
+}
+
+func (g *gatedRuntime) EnsureImage(ctx context.Context, image string, p schema.PullPolicy) error {
+	if image == g.image {
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return g.Fake.EnsureImage(ctx, image, p)
+}
+
+func TestReconcilerSlowPullDoesNotStallOtherPods(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		g := &gatedRuntime{Fake: h.rt, image: "huge:1", release: make(chan struct{})}
+		h.run = g
+		h.start()
+		defer h.stop()
+		slow := pod("slow", schema.RestartAlways, "huge:1")
+		fast := pod("fast", schema.RestartAlways, "small:1")
+		h.offer(1, slow, fast)
+		if h.state(idOf(fast, "c0")) != runtime.StateRunning {
+			t.Fatal("fast pod waits for the slow pull")
+		}
+		if st := h.getStatus(); st.ObservedGeneration != 0 {
+			t.Fatalf("generation reported applied while a pull is in flight")
+		}
+		// A new desired state is acted on while the pull is still running.
+		other := pod("other", schema.RestartAlways, "small:1")
+		h.offer(2, slow, fast, other)
+		if h.state(idOf(other, "c0")) != runtime.StateRunning {
+			t.Fatal("new pod waits for the slow pull")
+		}
+		close(g.release)
+		synctest.Wait()
+		if h.state(idOf(slow, "c0")) != runtime.StateRunning {
+			t.Fatal("slow pod not started after its pull")
+		}
+		if st := h.getStatus(); st.ObservedGeneration != 2 {
+			t.Fatalf("observedGeneration = %d, want 2", st.ObservedGeneration)
+		}
+	})
+}
+
+func TestReconcilerSpecChangeRemovesBeforeCreating(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		h.start()
+		defer h.stop()
+		v1 := pod("web", schema.RestartAlways, "nginx:1")
+		gone := pod("gone", schema.RestartAlways, "nginx:1")
+		h.offer(1, v1, gone)
+		v2 := pod("web", schema.RestartAlways, "nginx:2")
+		added := pod("added", schema.RestartAlways, "nginx:1")
+		h.offer(2, v2, added)
+		ops := h.rt.Ops()
+		idx := func(op string) int {
+			i := slices.Index(ops, op)
+			if i < 0 {
+				t.Fatalf("no %q in %v", op, ops)
+			}
+			return i
+		}
+		if idx("remove "+idOf(v1, "c0")) > idx("create "+idOf(v2, "c0")) {
+			t.Errorf("replacement created before the old container was removed: %v", ops)
+		}
+		if idx("remove "+idOf(gone, "c0")) > idx("create "+idOf(added, "c0")) {
+			t.Errorf("new pod created before an undesired pod was removed: %v", ops)
+		}
+		if idx("stop "+idOf(gone, "c0")) > idx("remove "+idOf(gone, "c0")) {
+			t.Errorf("container removed without a graceful stop: %v", ops)
+		}
+		l, _ := h.rt.List(context.Background())
+		if len(l) != 2 || h.getStatus().ObservedGeneration != 2 {
+			t.Fatalf("containers %v, status %+v", l, h.getStatus())
+		}
+	})
+}
+
+func TestReconcilerStopLeavesContainersRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		h.start()
+		web := pod("web", schema.RestartAlways, "nginx:1")
+		h.offer(1, web)
+		h.stop()
+		c := h.rt.Calls()
+		if c.Stop != 0 || c.Remove != 0 || h.state(idOf(web, "c0")) != runtime.StateRunning {
+			t.Fatalf("stopping the reconciler touched containers: %+v", c)
+		}
+		if h.rt.Subscribers() != 0 {
+			t.Fatal("exit subscription leaked")
+		}
+	})
+}
+
+func TestReconcilerRestartAdoptsAndKeepsBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		root := t.TempDir()
+		h := newHarness(t, root, nil, nil)
+		h.start()
+		web := pod("web", schema.RestartAlways, "nginx:1")
+		crash := pod("crash", schema.RestartAlways, "crash:1")
+		h.offer(1, web, crash)
+		if err := h.rt.Exit(idOf(crash, "c0"), 1); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		h.advance(10 * time.Second) // restart 1
+		if err := h.rt.Exit(idOf(crash, "c0"), 1); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // now in a 20 s backoff
+		h.stop()
+		before := h.rt.Calls()
+
+		// A new reconciler over the same runtime and state dir.
+		h2 := newHarness(t, root, h.clk, h.rt)
+		h2.start()
+		defer h2.stop()
+		after := h2.rt.Calls()
+		if after.Create != before.Create || after.Start != before.Start || after.Stop != 0 || after.Remove != 0 {
+			t.Fatalf("restarted agent touched healthy containers: before %+v after %+v", before, after)
+		}
+		st := h2.getStatus()
+		if st.ObservedGeneration != 1 {
+			t.Errorf("observedGeneration after restart = %d", st.ObservedGeneration)
+		}
+		h2.advance(19 * time.Second)
+		if h2.rt.Calls().Start != before.Start {
+			t.Fatal("backoff forgotten across restart")
+		}
+		h2.advance(time.Second)
+		if h2.state(idOf(crash, "c0")) != runtime.StateRunning {
+			t.Fatal("not restarted after the persisted backoff")
+		}
+		if got := h2.getStatus().Pods[1].Restarts; got != 2 {
+			t.Errorf("restart count after agent restart = %d, want 2", got)
+		}
+	})
+}
+
+func TestReconcilerWithoutDesiredStateRemovesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		h.start()
+		h.offer(1, pod("web", schema.RestartAlways, "nginx:1"))
+		h.stop()
+		// A fresh state dir (lost or corrupt): no desired state known.
+		h2 := newHarness(t, "", h.clk, h.rt)
+		h2.start()
+		defer h2.stop()
+		h2.advance(time.Minute)
+		if c := h2.rt.Calls(); c.Remove != 0 || c.Stop != 0 {
+			t.Fatalf("agent without desired state removed containers: %+v", c)
+		}
+		if st := h2.getStatus(); !strings.Contains(st.Message, "no desired state") {
+			t.Fatalf("status = %+v", st)
+		}
+	})
+}
+
+func TestReconcilerRuntimeDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		h.start()
+		defer h.stop()
+		h.offer(1, pod("web", schema.RestartAlways, "nginx:1"))
+		h.rt.SetListError(fmt.Errorf("connection refused"))
+		h.advance(30 * time.Second)
+		if p := h.getStatus().Pods[0]; p.Phase != schema.PhaseUnknown {
+			t.Fatalf("pod phase with the runtime down = %s", p.Phase)
+		}
+		h.rt.SetListError(nil)
+		h.advance(time.Minute)
+		if p := h.getStatus().Pods[0]; p.Phase != schema.PhaseRunning {
+			t.Fatalf("pod phase after the runtime came back = %s", p.Phase)
+		}
+	})
+}

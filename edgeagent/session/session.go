@@ -1,0 +1,419 @@
+// Package session keeps the agent's MQTT session to the broker: it
+// connects with the device's credentials, announces itself on the online
+// topic (with a retained "offline" last will), subscribes to the device's
+// desired topic on every connect, and reconnects with jittered exponential
+// backoff.
+//
+// The session uses a clean session (CleanSession=true) on purpose. The
+// only subscription is a retained topic that always carries the FULL
+// desired state, so on every (re)connect the broker hands over the latest
+// one; a persistent session would instead queue every intermediate
+// desired state while the device is offline, costing broker memory per
+// offline device and replaying states the agent must then skip, and it
+// would replay QoS 1 publishes the broker's ACL may refuse (a known
+// reconnect loop). What the agent publishes is either retained and
+// re-published after each connect (status, online) or best effort
+// (events). A clean session therefore loses nothing the agent needs.
+//
+// Reconnecting is done here, not by paho: paho's backoff has no jitter,
+// and a fleet that lost its broker would come back in lockstep. Each
+// attempt uses a fresh paho client (paho warns against reusing one after
+// Disconnect) with auto-reconnect off, dialled through a context-aware
+// dialer so that shutdown never waits for a TCP timeout.
+package session
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/fleetmq/fleet/edgeagent/backoff"
+	"github.com/fleetmq/fleet/edgeagent/clock"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// ErrNotConnected is returned by Publish while there is no connection.
+var ErrNotConnected = errors.New("mqtt: not connected")
+
+// Options configures a Session.
+type Options struct {
+	// Broker is the broker URL: tcp:// or mqtt:// (plain), ssl://, tls://
+	// or mqtts:// (TLS). The port defaults to 1883 or 8883.
+	Broker string
+	// Device is the device name: the MQTT username and the default client
+	// ID.
+	Device   string
+	ClientID string
+	// Token is the MQTT password.
+	Token string
+	// TLSConfig is used for TLS brokers (nil: system roots).
+	TLSConfig *tls.Config
+	Topics    schema.Topics
+	Logger    *slog.Logger
+	Clock     clock.Clock
+	// Backoff between connection attempts (default 1 s doubling to 60 s,
+	// half of each delay randomised).
+	Backoff backoff.Policy
+	// StableAfter: a connection that lasted this long resets the backoff
+	// (default 1 min), so a broker that accepts and immediately drops the
+	// agent is not hammered every second.
+	StableAfter    time.Duration
+	KeepAlive      time.Duration // default 30 s
+	ConnectTimeout time.Duration // default 20 s
+	// OpTimeout bounds the subscribe and online publish on connect, and
+	// paho's write of one packet (default 10 s).
+	OpTimeout time.Duration
+	// Seed feeds the jitter (0: random).
+	Seed uint64
+
+	// OnDesired receives every payload on the desired topic. It runs on a
+	// paho goroutine and must not block.
+	OnDesired func(payload []byte)
+	// OnConnect runs after each successful connect, once subscribed and
+	// announced online. It must not block.
+	OnConnect func()
+}
+
+// Session is one device's MQTT session. Run keeps it connected; Publish
+// may be called from any goroutine.
+type Session struct {
+	o            Options
+	log          *slog.Logger
+	desiredTopic string
+	onlineTopic  string
+
+	mu     sync.Mutex
+	client mqtt.Client // nil while not connected and subscribed
+	epoch  uint64
+
+	connects atomic.Int64
+}
+
+// New checks the options and returns a Session.
+func New(o Options) (*Session, error) {
+	if err := schema.ValidateName(o.Device); err != nil {
+		return nil, fmt.Errorf("session: device: %w", err)
+	}
+	if _, err := ParseBroker(o.Broker); err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
+	if o.ClientID == "" {
+		o.ClientID = o.Device
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Backoff == (backoff.Policy{}) {
+		o.Backoff = backoff.Policy{Initial: time.Second, Max: time.Minute, Jitter: 0.5}
+	}
+	if o.StableAfter <= 0 {
+		o.StableAfter = time.Minute
+	}
+	if o.KeepAlive <= 0 {
+		o.KeepAlive = 30 * time.Second
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = 20 * time.Second
+	}
+	if o.OpTimeout <= 0 {
+		o.OpTimeout = 10 * time.Second
+	}
+	if o.OnDesired == nil {
+		o.OnDesired = func([]byte) {}
+	}
+	if o.OnConnect == nil {
+		o.OnConnect = func() {}
+	}
+	return &Session{
+		o:            o,
+		log:          o.Logger,
+		desiredTopic: o.Topics.Device(o.Device, schema.TopicDesired),
+		onlineTopic:  o.Topics.Device(o.Device, schema.TopicOnline),
+	}, nil
+}
+
+// ParseBroker checks a broker URL and fills in the default port.
+func ParseBroker(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("broker %q: %w", s, err)
+	}
+	port := ""
+	switch u.Scheme {
+	case "tcp", "mqtt":
+		port = "1883"
+	case "ssl", "tls", "mqtts":
+		port = "8883"
+	default:
+		return nil, fmt.Errorf("broker %q: scheme must be tcp, mqtt, ssl, tls or mqtts", s)
+	}
+	if u.Hostname() == "" {
+		return nil, fmt.Errorf("broker %q: no host", s)
+	}
+	if u.Port() == "" {
+		u.Host = net.JoinHostPort(u.Hostname(), port)
+	}
+	return u, nil
+}
+
+func isTLS(u *url.URL) bool { return u.Scheme == "ssl" || u.Scheme == "tls" || u.Scheme == "mqtts" }
+
+// TLSConfigFromCA returns a TLS config trusting the PEM certificates in
+// caFile (and nothing else); an empty caFile gives the system roots.
+func TLSConfigFromCA(caFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile == "" {
+		return cfg, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("read CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("CA file %s: no PEM certificates", caFile)
+	}
+	cfg.RootCAs = pool
+	return cfg, nil
+}
+
+// Connected reports whether the session is connected and subscribed.
+func (s *Session) Connected() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.client != nil
+}
+
+// Connects returns how many times the session has connected and
+// subscribed.
+func (s *Session) Connects() int64 { return s.connects.Load() }
+
+// Publish sends payload at QoS 1 and waits for the broker's PUBACK, at
+// most until ctx is done. It fails at once with ErrNotConnected while
+// offline: status and events are re-sent after reconnecting, never queued
+// in paho.
+func (s *Session) Publish(ctx context.Context, topic string, retained bool, payload []byte) error {
+	s.mu.Lock()
+	c := s.client
+	s.mu.Unlock()
+	if c == nil {
+		return fmt.Errorf("publish %s: %w", topic, ErrNotConnected)
+	}
+	tok := c.Publish(topic, 1, retained, payload)
+	select {
+	case <-tok.Done():
+		if err := tok.Error(); err != nil {
+			return fmt.Errorf("publish %s: %w", topic, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("publish %s: %w", topic, ctx.Err())
+	}
+}
+
+// Run keeps the session connected until ctx is done, then announces
+// "offline" and disconnects. It returns nil after ctx is done.
+func (s *Session) Run(ctx context.Context) error {
+	b := backoff.New(s.o.Backoff, s.o.Seed)
+	for attempt := 1; ; attempt++ {
+		up, err := s.connectOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if up >= s.o.StableAfter {
+			b.Reset()
+		}
+		d := b.Next()
+		if up > 0 {
+			s.log.Warn("mqtt connection lost", "err", err, "was_up", up.Round(time.Millisecond), "retry_in", d.Round(time.Millisecond))
+		} else {
+			s.log.Warn("mqtt connect failed", "broker", s.o.Broker, "err", err, "failures", b.Failures(), "retry_in", d.Round(time.Millisecond))
+		}
+		t := s.o.Clock.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C():
+		}
+	}
+}
+
+// connectOnce runs one connection: it returns how long the connection was
+// up (0 if it never came up) and why it ended.
+func (s *Session) connectOnce(ctx context.Context) (time.Duration, error) {
+	// cctx scopes this connection: it is not cancelled by ctx directly, so
+	// that on shutdown the connection survives long enough to announce
+	// "offline"; connectOnce cancels it on every way out.
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	lost := make(chan error, 1)
+	fail := func(err error) {
+		select {
+		case lost <- err:
+		default:
+		}
+	}
+	s.mu.Lock()
+	s.epoch++
+	epoch := s.epoch
+	s.mu.Unlock()
+
+	opts := mqtt.NewClientOptions().
+		AddBroker(s.o.Broker).
+		SetClientID(s.o.ClientID).
+		SetUsername(s.o.Device).
+		SetPassword(s.o.Token).
+		SetProtocolVersion(4).
+		SetCleanSession(true).
+		SetOrderMatters(false).
+		SetAutoReconnect(false).
+		SetConnectRetry(false).
+		SetKeepAlive(s.o.KeepAlive).
+		SetPingTimeout(min(s.o.KeepAlive, 10*time.Second)).
+		SetConnectTimeout(s.o.ConnectTimeout).
+		SetWriteTimeout(s.o.OpTimeout).
+		SetWill(s.onlineTopic, schema.Offline, 1, true).
+		SetCustomOpenConnectionFn(s.dial(cctx)).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) { fail(err) }).
+		SetOnConnectHandler(func(c mqtt.Client) {
+			if err := s.onConnect(cctx, c, epoch); err != nil {
+				fail(err)
+			}
+		})
+	client := mqtt.NewClient(opts)
+	tok := client.Connect()
+	select {
+	case <-tok.Done():
+	case <-ctx.Done():
+		cancel() // aborts the dial; the handshake is bounded by ConnectTimeout
+		<-tok.Done()
+		client.Disconnect(0)
+		return 0, ctx.Err()
+	}
+	if err := tok.Error(); err != nil {
+		return 0, fmt.Errorf("connect to %s: %w", s.o.Broker, err)
+	}
+	start := s.o.Clock.Now()
+	select {
+	case err := <-lost:
+		s.offline(epoch)
+		client.Disconnect(0)
+		return max(s.o.Clock.Now().Sub(start), time.Nanosecond), err
+	case <-ctx.Done():
+		s.offline(epoch)
+		// A clean disconnect does not fire the will: say it ourselves.
+		t := client.Publish(s.onlineTopic, 1, true, schema.Offline)
+		if !t.WaitTimeout(2 * time.Second) {
+			s.log.Warn("announce offline timed out")
+		} else if err := t.Error(); err != nil {
+			s.log.Warn("announce offline failed", "err", err)
+		}
+		client.Disconnect(250)
+		return max(s.o.Clock.Now().Sub(start), time.Nanosecond), ctx.Err()
+	}
+}
+
+// onConnect subscribes to the desired topic and announces online. It runs
+// on the goroutine paho starts for each connect.
+func (s *Session) onConnect(ctx context.Context, c mqtt.Client, epoch uint64) error {
+	sub := c.Subscribe(s.desiredTopic, 1, func(_ mqtt.Client, m mqtt.Message) {
+		if m.Topic() != s.desiredTopic {
+			return
+		}
+		s.o.OnDesired(m.Payload())
+	})
+	if err := wait(ctx, sub, s.o.OpTimeout); err != nil {
+		return fmt.Errorf("subscribe %s: %w", s.desiredTopic, err)
+	}
+	if st, ok := sub.(*mqtt.SubscribeToken); ok {
+		for topic, code := range st.Result() {
+			if code >= 0x80 {
+				return fmt.Errorf("subscribe %s: refused by broker (code %#x)", topic, code)
+			}
+		}
+	}
+	pub := c.Publish(s.onlineTopic, 1, true, schema.Online)
+	if err := wait(ctx, pub, s.o.OpTimeout); err != nil {
+		return fmt.Errorf("announce online: %w", err)
+	}
+	s.mu.Lock()
+	if s.epoch != epoch {
+		s.mu.Unlock()
+		return errors.New("connection superseded")
+	}
+	s.client = c
+	s.mu.Unlock()
+	s.connects.Add(1)
+	s.log.Info("mqtt connected", "broker", s.o.Broker, "subscribed", s.desiredTopic)
+	s.o.OnConnect()
+	return nil
+}
+
+func (s *Session) offline(epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.epoch == epoch {
+		s.client = nil
+	}
+}
+
+func wait(ctx context.Context, t mqtt.Token, timeout time.Duration) error {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-t.Done():
+		return t.Error()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return errors.New("timed out")
+	}
+}
+
+// dial opens the network connection for paho, honouring ctx so that a
+// shutdown aborts a connect in progress.
+func (s *Session) dial(ctx context.Context) mqtt.OpenConnectionFunc {
+	return func(raw *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
+		u, err := ParseBroker(raw.String())
+		if err != nil {
+			return nil, err
+		}
+		d := &net.Dialer{Timeout: s.o.ConnectTimeout, KeepAlive: 30 * time.Second}
+		var conn net.Conn
+		if !isTLS(u) {
+			conn, err = d.DialContext(ctx, "tcp", u.Host)
+		} else {
+			cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+			if s.o.TLSConfig != nil {
+				cfg = s.o.TLSConfig.Clone()
+			}
+			if cfg.ServerName == "" {
+				cfg.ServerName = u.Hostname()
+			}
+			td := &tls.Dialer{NetDialer: d, Config: cfg}
+			conn, err = td.DialContext(ctx, "tcp", u.Host)
+		}
+		if err != nil {
+			return nil, err
+		}
+		// The connection lives no longer than its attempt: closing it on
+		// cancel also cuts short an MQTT handshake the broker never answers.
+		context.AfterFunc(ctx, func() { _ = conn.Close() })
+		return conn, nil
+	}
+}

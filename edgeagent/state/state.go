@@ -1,0 +1,262 @@
+// Package state persists what the edge agent must remember across restarts
+// and reboots: the last accepted DesiredState and, per container, restart
+// counts and backoff. Files are replaced atomically (temporary file, fsync,
+// rename, fsync of the directory), so a power cut leaves either the old or
+// the new version, never a torn one.
+//
+// Layout under the state directory:
+//
+//	v1/desired.json   the last accepted DesiredState, exactly as validated
+//	v1/agent.json     store id, applied generation, per-container records
+//	logs/{pod}/{container}.log
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fleetmq/fleet/schema"
+)
+
+// LayoutVersion is the version of the on-disk layout (the v1/ directory).
+const LayoutVersion = 1
+
+// ErrCorrupt is wrapped by load errors for a file that exists but cannot
+// be used. The file has been moved aside (name + ".corrupt").
+var ErrCorrupt = errors.New("corrupt state file")
+
+const (
+	desiredFile = "desired.json"
+	agentFile   = "agent.json"
+)
+
+// Key names one container of one pod spec.
+type Key struct {
+	Pod       string
+	Container string
+	Hash      string
+}
+
+func (k Key) String() string { return k.Pod + "/" + k.Container + "/" + k.Hash }
+
+// MarshalText makes Key usable as a JSON object key.
+func (k Key) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText parses "pod/container/hash".
+func (k *Key) UnmarshalText(b []byte) error {
+	parts := strings.Split(string(b), "/")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
+		return fmt.Errorf("container key %q: want pod/container/hash", b)
+	}
+	*k = Key{Pod: parts[0], Container: parts[1], Hash: parts[2]}
+	return nil
+}
+
+// Record is what the agent remembers about one container across restarts.
+type Record struct {
+	// Restarts counts restarts after exits (not the first start).
+	Restarts int32 `json:"restarts,omitempty"`
+	// LastStart is when the agent last started the task.
+	LastStart time.Time `json:"lastStart,omitzero"`
+	// ExitSeen: the exit that followed LastStart has been accounted
+	// (backoff computed). Cleared by the next start.
+	ExitSeen     bool      `json:"exitSeen,omitempty"`
+	LastExitCode int32     `json:"lastExitCode,omitempty"`
+	LastExitAt   time.Time `json:"lastExitAt,omitzero"`
+	// Delay is the current crash-loop delay; NotBefore the earliest restart.
+	Delay     time.Duration `json:"delay,omitempty"`
+	NotBefore time.Time     `json:"notBefore,omitzero"`
+	// Done: the container exited and its restart policy says never again.
+	Done bool `json:"done,omitempty"`
+	// Failures counts consecutive failures to get the container running
+	// (pull, create, start); RetryAt is the earliest next attempt.
+	Failures int32     `json:"failures,omitempty"`
+	RetryAt  time.Time `json:"retryAt,omitzero"`
+	// Reason and Message describe the last failure (ErrImagePull, …).
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// History maps containers to their records.
+type History map[Key]Record
+
+// Clone returns a copy of h.
+func (h History) Clone() History {
+	out := make(History, len(h))
+	for k, v := range h {
+		out[k] = v
+	}
+	return out
+}
+
+// Agent is the content of agent.json.
+type Agent struct {
+	Version int `json:"version"`
+	// Store and AppliedGeneration identify the desired state last fully
+	// applied (the observedGeneration reported in status).
+	Store             string  `json:"store,omitempty"`
+	AppliedGeneration int64   `json:"appliedGeneration,omitempty"`
+	Containers        History `json:"containers,omitempty"`
+}
+
+// Dir is an opened state directory.
+type Dir struct {
+	root string
+}
+
+// Open creates (0700) and opens a state directory.
+func Open(root string) (*Dir, error) {
+	if root == "" {
+		return nil, errors.New("open state dir: empty path")
+	}
+	d := &Dir{root: root}
+	if err := os.MkdirAll(d.versioned(), 0o700); err != nil {
+		return nil, fmt.Errorf("open state dir: %w", err)
+	}
+	return d, nil
+}
+
+// Root returns the state directory.
+func (d *Dir) Root() string { return d.root }
+
+func (d *Dir) versioned() string { return filepath.Join(d.root, fmt.Sprintf("v%d", LayoutVersion)) }
+
+// LogPath returns {root}/logs/{pod}/{container}.log. Pod and container
+// names are DNS labels (validated), so they are safe path elements.
+func (d *Dir) LogPath(pod, container string) string {
+	return filepath.Join(d.root, "logs", pod, container+".log")
+}
+
+// LoadDesired returns the persisted DesiredState, or nil, nil when there is
+// none. A file that does not decode or validate is moved aside and
+// reported with ErrCorrupt.
+func (d *Dir) LoadDesired() (*schema.DesiredState, error) {
+	p := filepath.Join(d.versioned(), desiredFile)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load desired state: %w", err)
+	}
+	var ds schema.DesiredState
+	if err := json.Unmarshal(b, &ds); err != nil {
+		return nil, d.corrupt(p, err)
+	}
+	if err := schema.ValidateDesiredState(&ds); err != nil {
+		return nil, d.corrupt(p, err)
+	}
+	return &ds, nil
+}
+
+// SaveDesired persists ds atomically.
+func (d *Dir) SaveDesired(ds *schema.DesiredState) error {
+	b, err := json.MarshalIndent(ds, "", "  ")
+	if err != nil {
+		return fmt.Errorf("save desired state: %w", err)
+	}
+	if err := WriteFileAtomic(filepath.Join(d.versioned(), desiredFile), b, 0o600); err != nil {
+		return fmt.Errorf("save desired state: %w", err)
+	}
+	return nil
+}
+
+// LoadAgent returns the persisted agent state; a missing file gives the
+// zero Agent and no error.
+func (d *Dir) LoadAgent() (Agent, error) {
+	p := filepath.Join(d.versioned(), agentFile)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Agent{Version: LayoutVersion, Containers: History{}}, nil
+	}
+	if err != nil {
+		return Agent{Version: LayoutVersion, Containers: History{}}, fmt.Errorf("load agent state: %w", err)
+	}
+	var a Agent
+	if err := json.Unmarshal(b, &a); err != nil {
+		return Agent{Version: LayoutVersion, Containers: History{}}, d.corrupt(p, err)
+	}
+	if a.Version != LayoutVersion {
+		return Agent{Version: LayoutVersion, Containers: History{}}, d.corrupt(p, fmt.Errorf("version %d, want %d", a.Version, LayoutVersion))
+	}
+	if a.Containers == nil {
+		a.Containers = History{}
+	}
+	return a, nil
+}
+
+// SaveAgent persists a atomically.
+func (d *Dir) SaveAgent(a Agent) error {
+	a.Version = LayoutVersion
+	b, err := json.MarshalIndent(a, "", "  ")
+	if err != nil {
+		return fmt.Errorf("save agent state: %w", err)
+	}
+	if err := WriteFileAtomic(filepath.Join(d.versioned(), agentFile), b, 0o600); err != nil {
+		return fmt.Errorf("save agent state: %w", err)
+	}
+	return nil
+}
+
+// corrupt moves a bad file aside so it is kept for inspection but not
+// read again, and returns an ErrCorrupt error.
+func (d *Dir) corrupt(p string, cause error) error {
+	aside := p + ".corrupt"
+	if err := os.Rename(p, aside); err != nil {
+		return fmt.Errorf("%w: %s: %w (and moving it aside failed: %w)", ErrCorrupt, p, cause, err)
+	}
+	return fmt.Errorf("%w: %s (moved to %s): %w", ErrCorrupt, p, filepath.Base(aside), cause)
+}
+
+// WriteFileAtomic replaces path with data: it writes a temporary file in
+// the same directory, fsyncs it, renames it over path and fsyncs the
+// directory, so that after a crash path holds either the old or the new
+// content.
+func WriteFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = f.Chmod(perm); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("write %s: fsync: %w", path, err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err = syncDir(dir); err != nil {
+		return fmt.Errorf("write %s: fsync directory: %w", path, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,170 @@
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleet/schema"
+)
+
+func desiredState(gen int64) *schema.DesiredState {
+	return &schema.DesiredState{
+		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDesiredState},
+		Device:   "dev1", Generation: gen, Store: "s1",
+		Pods: []schema.Pod{{Name: "web", Spec: schema.PodSpec{Containers: []schema.Container{{Name: "c", Image: "nginx"}}}}},
+	}
+}
+
+func TestDesiredRoundTrip(t *testing.T) {
+	d, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := d.LoadDesired(); ds != nil || err != nil {
+		t.Fatalf("empty dir: %v %v", ds, err)
+	}
+	for gen := int64(1); gen <= 3; gen++ {
+		if err := d.SaveDesired(desiredState(gen)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, err := d.LoadDesired()
+	if err != nil || ds.Generation != 3 || ds.Pods[0].Spec.Containers[0].Image != "nginx" {
+		t.Fatalf("load = %+v, %v", ds, err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(d.Root(), "v1"))
+	for _, e := range entries {
+		if strings.Contains(e.Name(), ".tmp") {
+			t.Errorf("temporary file left behind: %s", e.Name())
+		}
+		if info, _ := e.Info(); info.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %s, want 0600", e.Name(), info.Mode().Perm())
+		}
+	}
+}
+
+func TestAgentRoundTrip(t *testing.T) {
+	d, _ := Open(t.TempDir())
+	a, err := d.LoadAgent()
+	if err != nil || a.Containers == nil {
+		t.Fatalf("empty: %+v %v", a, err)
+	}
+	at := time.Date(2025, 1, 1, 0, 0, 0, 123, time.UTC)
+	k := Key{Pod: "web", Container: "c", Hash: "abc"}
+	a = Agent{Store: "s1", AppliedGeneration: 4, Containers: History{k: {Restarts: 3, Delay: 20 * time.Second, NotBefore: at, LastExitAt: at, ExitSeen: true}}}
+	if err := d.SaveAgent(a); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.LoadAgent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := got.Containers[k]
+	if got.AppliedGeneration != 4 || got.Store != "s1" || r.Restarts != 3 || r.Delay != 20*time.Second || !r.NotBefore.Equal(at) || !r.LastExitAt.Equal(at) {
+		t.Fatalf("round trip = %+v", got)
+	}
+}
+
+func TestCorruptFilesAreSetAsideIndependently(t *testing.T) {
+	d, _ := Open(t.TempDir())
+	if err := d.SaveDesired(desiredState(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SaveAgent(Agent{AppliedGeneration: 2, Containers: History{{Pod: "p", Container: "c"}: {Restarts: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(d.Root(), "v1", "desired.json")
+	if err := os.WriteFile(p, []byte(`{"apiVersion":"fleet/v1","kind":"DesiredSt`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := d.LoadDesired()
+	if ds != nil || !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("corrupt desired: %v %v", ds, err)
+	}
+	if _, err := os.Stat(p + ".corrupt"); err != nil {
+		t.Fatalf("corrupt file not kept aside: %v", err)
+	}
+	// Read again: now simply absent, not an error.
+	if ds, err := d.LoadDesired(); ds != nil || err != nil {
+		t.Fatalf("second load: %v %v", ds, err)
+	}
+	// The other file is still good.
+	a, err := d.LoadAgent()
+	if err != nil || a.AppliedGeneration != 2 {
+		t.Fatalf("agent state lost with the desired file: %+v %v", a, err)
+	}
+}
+
+func TestInvalidDesiredIsCorrupt(t *testing.T) {
+	d, _ := Open(t.TempDir())
+	bad := desiredState(1)
+	bad.Pods[0].Spec.Containers[0].Image = ""
+	b, _ := json.Marshal(bad)
+	if err := WriteFileAtomic(filepath.Join(d.Root(), "v1", "desired.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.LoadDesired(); !errors.Is(err, ErrCorrupt) || !errors.Is(err, schema.ErrInvalid) {
+		t.Fatalf("invalid desired: %v", err)
+	}
+}
+
+func TestAgentWrongVersionOrGarbage(t *testing.T) {
+	for _, content := range []string{`{"version":99}`, "\x00\x01garbage", ""} {
+		d, _ := Open(t.TempDir())
+		if err := os.WriteFile(filepath.Join(d.Root(), "v1", "agent.json"), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		a, err := d.LoadAgent()
+		if !errors.Is(err, ErrCorrupt) || a.Containers == nil {
+			t.Errorf("%q: %+v %v", content, a, err)
+		}
+	}
+}
+
+func TestWriteFileAtomicFailureLeavesOldContent(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	if err := WriteFileAtomic(p, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Renaming over a directory fails after the temp file was written.
+	if err := WriteFileAtomic(filepath.Join(dir, "sub", "f"), []byte("x"), 0o600); err == nil {
+		t.Fatal("write into a missing directory succeeded")
+	}
+	target := filepath.Join(dir, "d")
+	if err := os.Mkdir(target, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(target, "keep"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileAtomic(target, []byte("new"), 0o600); err == nil {
+		t.Fatal("rename over a non-empty directory succeeded")
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.Contains(e.Name(), ".tmp") {
+			t.Errorf("temp file left after failure: %s", e.Name())
+		}
+	}
+	if b, _ := os.ReadFile(p); string(b) != "old" {
+		t.Fatalf("content = %q", b)
+	}
+}
+
+func TestKeyText(t *testing.T) {
+	k := Key{Pod: "p", Container: "c", Hash: "h"}
+	b, _ := k.MarshalText()
+	var k2 Key
+	if err := k2.UnmarshalText(b); err != nil || k2 != k {
+		t.Fatalf("%v %v", k2, err)
+	}
+	if err := k2.UnmarshalText([]byte("nope")); err == nil {
+		t.Fatal("bad key accepted")
+	}
+}

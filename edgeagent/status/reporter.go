@@ -1,0 +1,196 @@
+// Package status publishes what the agent observes: the retained
+// DeviceStatus (coalesced, at most one per interval, plus a heartbeat) and
+// rate-limited events.
+package status
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	goruntime "runtime"
+	"sync"
+	"time"
+
+	"github.com/fleetmq/fleet/edgeagent/clock"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// Publisher sends one MQTT message at QoS 1. It must return within the
+// context's deadline; it fails while the session is disconnected.
+type Publisher interface {
+	Publish(ctx context.Context, topic string, retained bool, payload []byte) error
+}
+
+// ReporterOptions configures a Reporter.
+type ReporterOptions struct {
+	Device    string
+	Topic     string // the device's status topic
+	Publisher Publisher
+	Version   string
+	// NodeInfo returns the node facts sent with each status (default
+	// ReadNodeInfo of StateDir).
+	NodeInfo func() *schema.NodeInfo
+	StateDir string
+	Clock    clock.Clock
+	Logger   *slog.Logger
+	// MinInterval is the least time between two publishes (default 1 s):
+	// changes within it are coalesced into one status.
+	MinInterval time.Duration
+	// Heartbeat republishes an unchanged status this often (default 30 s).
+	Heartbeat time.Duration
+	// PublishTimeout bounds one publish (default 10 s).
+	PublishTimeout time.Duration
+}
+
+// Reporter publishes the device status. Update never blocks; Run does the
+// publishing.
+type Reporter struct {
+	o    ReporterOptions
+	kick chan struct{}
+
+	mu      sync.Mutex
+	latest  schema.DeviceStatus
+	have    bool
+	force   bool
+	lastPub time.Time
+}
+
+// NewReporter returns a Reporter.
+func NewReporter(o ReporterOptions) *Reporter {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MinInterval <= 0 {
+		o.MinInterval = time.Second
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 30 * time.Second
+	}
+	if o.PublishTimeout <= 0 {
+		o.PublishTimeout = 10 * time.Second
+	}
+	if o.NodeInfo == nil {
+		dir := o.StateDir
+		o.NodeInfo = func() *schema.NodeInfo { return ReadNodeInfo(dir) }
+	}
+	return &Reporter{o: o, kick: make(chan struct{}, 1)}
+}
+
+// Update sets the status to publish. Device, Time, Agent and Node are
+// filled in by the Reporter.
+func (r *Reporter) Update(st schema.DeviceStatus) {
+	r.mu.Lock()
+	r.latest, r.have = st, true
+	r.mu.Unlock()
+	signal(r.kick)
+}
+
+// Republish forces the next publish even if nothing changed (after a
+// reconnect: the broker's retained copy may be stale).
+func (r *Reporter) Republish() {
+	r.mu.Lock()
+	r.force = true
+	r.mu.Unlock()
+	signal(r.kick)
+}
+
+// LastPublished returns when a status was last published successfully.
+func (r *Reporter) LastPublished() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastPub
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// Run publishes until ctx is done.
+func (r *Reporter) Run(ctx context.Context) error {
+	var sent []byte // the last published status without time and node facts
+	var lastAttempt time.Time
+	heartbeat := r.o.Clock.NewTimer(r.o.Heartbeat)
+	defer heartbeat.Stop()
+	hold := r.o.Clock.NewTimer(time.Hour)
+	hold.Stop()
+	defer hold.Stop()
+	holding := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.kick:
+			if holding {
+				continue // the hold timer publishes the latest
+			}
+		case <-heartbeat.C():
+			r.mu.Lock()
+			r.force = true
+			r.mu.Unlock()
+		case <-hold.C():
+			holding = false
+		}
+		if wait := r.o.MinInterval - r.o.Clock.Now().Sub(lastAttempt); !lastAttempt.IsZero() && wait > 0 {
+			hold.Reset(wait)
+			holding = true
+			continue
+		}
+
+		r.mu.Lock()
+		st, have, force := r.latest, r.have, r.force
+		r.force = false
+		r.mu.Unlock()
+		if !have {
+			heartbeat.Reset(r.o.Heartbeat)
+			continue
+		}
+		st.TypeMeta = schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDeviceStatus}
+		st.Device = r.o.Device
+		st.Agent = schema.AgentInfo{Version: r.o.Version, OS: goruntime.GOOS, Arch: goruntime.GOARCH}
+		st.Time, st.Node = time.Time{}, nil
+		key, err := json.Marshal(st)
+		if err != nil {
+			r.o.Logger.Error("encode status failed", "err", err)
+			continue
+		}
+		if !force && bytes.Equal(key, sent) {
+			continue
+		}
+		st.Time = r.o.Clock.Now().UTC()
+		st.Node = r.o.NodeInfo()
+		payload, err := json.Marshal(st)
+		if err != nil {
+			r.o.Logger.Error("encode status failed", "err", err)
+			continue
+		}
+		lastAttempt = r.o.Clock.Now()
+		pctx, cancel := context.WithTimeout(ctx, r.o.PublishTimeout)
+		err = r.o.Publisher.Publish(pctx, r.o.Topic, true, payload)
+		cancel()
+		heartbeat.Reset(r.o.Heartbeat)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			r.mu.Lock()
+			r.force = true // whatever it was, it still has to go out
+			r.mu.Unlock()
+			// Offline: the session calls Republish after reconnecting,
+			// and the heartbeat retries meanwhile.
+			r.o.Logger.Debug("publish status failed", "err", err)
+			continue
+		}
+		sent = key
+		r.mu.Lock()
+		r.lastPub = lastAttempt
+		r.mu.Unlock()
+		r.o.Logger.Debug("published status", "observedGeneration", st.ObservedGeneration, "pods", len(st.Pods))
+	}
+}

@@ -1,0 +1,242 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/fleetmq/fleet/edgeagent/clock"
+	"github.com/fleetmq/fleet/schema"
+)
+
+var t0 = time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+
+type message struct {
+	topic    string
+	retained bool
+	payload  []byte
+}
+
+type fakePub struct {
+	mu   sync.Mutex
+	msgs []message
+	err  error
+}
+
+func (p *fakePub) Publish(_ context.Context, topic string, retained bool, payload []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return p.err
+	}
+	p.msgs = append(p.msgs, message{topic, retained, payload})
+	return nil
+}
+
+func (p *fakePub) setErr(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.err = err
+}
+
+func (p *fakePub) all() []message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]message(nil), p.msgs...)
+}
+
+func (p *fakePub) statuses(t *testing.T) []schema.DeviceStatus {
+	t.Helper()
+	var out []schema.DeviceStatus
+	for _, m := range p.all() {
+		var st schema.DeviceStatus
+		if err := json.Unmarshal(m.payload, &st); err != nil {
+			t.Fatal(err)
+		}
+		if !m.retained || m.topic != "fleet/v1/devices/dev1/status" {
+			t.Fatalf("status published to %s retained=%v", m.topic, m.retained)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+func TestReporterCoalescesAndHeartbeats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewFake(t0)
+		pub := &fakePub{}
+		r := NewReporter(ReporterOptions{
+			Device: "dev1", Topic: "fleet/v1/devices/dev1/status", Publisher: pub, Version: "v9",
+			NodeInfo: func() *schema.NodeInfo { return &schema.NodeInfo{Hostname: "pi"} }, Clock: clk,
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = r.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		advance := func(d time.Duration) { clk.Advance(d); synctest.Wait() }
+
+		r.Update(schema.DeviceStatus{ObservedGeneration: 1, Pods: []schema.PodStatus{}})
+		synctest.Wait()
+		if n := len(pub.all()); n != 1 {
+			t.Fatalf("first status: %d publishes", n)
+		}
+		for gen := int64(2); gen <= 10; gen++ {
+			r.Update(schema.DeviceStatus{ObservedGeneration: gen, Pods: []schema.PodStatus{}})
+			synctest.Wait()
+		}
+		if n := len(pub.all()); n != 1 {
+			t.Fatalf("%d publishes within one interval: not coalesced", n)
+		}
+		advance(time.Second)
+		sts := pub.statuses(t)
+		if len(sts) != 2 || sts[1].ObservedGeneration != 10 {
+			t.Fatalf("after the interval: %d publishes, last %+v", len(sts), sts[len(sts)-1])
+		}
+		// Unchanged content is not republished...
+		r.Update(schema.DeviceStatus{ObservedGeneration: 10, Pods: []schema.PodStatus{}})
+		advance(5 * time.Second)
+		if n := len(pub.all()); n != 2 {
+			t.Fatalf("unchanged status republished (%d)", n)
+		}
+		// ...until the heartbeat, 30 s after the last publish.
+		advance(24 * time.Second)
+		if n := len(pub.all()); n != 2 {
+			t.Fatalf("heartbeat early")
+		}
+		advance(time.Second)
+		sts = pub.statuses(t)
+		if len(sts) != 3 || !sts[2].Time.After(sts[1].Time) {
+			t.Fatalf("no heartbeat: %d publishes", len(sts))
+		}
+		st := sts[2]
+		if st.Device != "dev1" || st.Kind != schema.KindDeviceStatus || st.Agent.Version != "v9" || st.Agent.OS != goruntime.GOOS ||
+			st.Agent.Arch != goruntime.GOARCH || st.Node == nil || st.Node.Hostname != "pi" {
+			t.Fatalf("status fields: %+v", st)
+		}
+		if err := schema.ValidateDeviceStatus(&st); err != nil {
+			t.Fatal(err)
+		}
+
+		// Offline: the publish fails; Republish after reconnecting sends it.
+		pub.setErr(errors.New("not connected"))
+		advance(time.Second)
+		r.Update(schema.DeviceStatus{ObservedGeneration: 11, Pods: []schema.PodStatus{}})
+		synctest.Wait()
+		pub.setErr(nil)
+		advance(time.Second)
+		if n := len(pub.all()); n != 3 {
+			t.Fatalf("status sent without a kick")
+		}
+		r.Republish()
+		synctest.Wait()
+		sts = pub.statuses(t)
+		if len(sts) != 4 || sts[3].ObservedGeneration != 11 {
+			t.Fatalf("not republished after reconnect: %d", len(sts))
+		}
+		// Republish with nothing changed still sends (the broker's
+		// retained copy may be stale after a reconnect).
+		advance(time.Second)
+		r.Republish()
+		synctest.Wait()
+		if n := len(pub.all()); n != 5 {
+			t.Fatalf("forced republish skipped: %d", n)
+		}
+	})
+}
+
+func TestEventsRateLimit(t *testing.T) {
+	clk := clock.NewFake(t0)
+	e := NewEvents(EventsOptions{Device: "dev1", Topic: "t", Publisher: &fakePub{}, Clock: clk})
+	for i := 0; i < 10; i++ {
+		e.Record(schema.EventWarning, "Exited", "web", "c", "container exited")
+	}
+	if n := e.Pending(); n != 3 {
+		t.Fatalf("crash loop: %d events queued, want the burst of 3", n)
+	}
+	clk.Advance(time.Minute)
+	e.Record(schema.EventWarning, "Exited", "web", "c", "container exited")
+	e.mu.Lock()
+	last := e.queue[len(e.queue)-1]
+	e.mu.Unlock()
+	if !strings.Contains(last.Message, "(7 similar events suppressed)") {
+		t.Fatalf("suppressed count missing: %q", last.Message)
+	}
+	// All keys together: a burst of 20, then one per second.
+	e2 := NewEvents(EventsOptions{Device: "dev1", Topic: "t", Publisher: &fakePub{}, Clock: clk})
+	for i := 0; i < 50; i++ {
+		e2.Record(schema.EventNormal, "Started", fmt.Sprintf("p%d", i), "c", "")
+	}
+	if n := e2.Pending(); n != 20 {
+		t.Fatalf("global limit: %d queued", n)
+	}
+	// The queue is bounded; the oldest go first.
+	e3 := NewEvents(EventsOptions{Device: "dev1", Topic: "t", Publisher: &fakePub{}, Clock: clk, Burst: 1000, QueueSize: 5})
+	for i := 0; i < 50; i++ {
+		e3.Record(schema.EventNormal, "Started", fmt.Sprintf("p%d", i), "c", "")
+	}
+	if n := e3.Pending(); n != 5 || e3.queue[0].Pod != "p45" {
+		t.Fatalf("queue: %d, head %s", n, e3.queue[0].Pod)
+	}
+}
+
+func TestEventsPublishWhenConnected(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewFake(t0)
+		pub := &fakePub{err: errors.New("offline")}
+		e := NewEvents(EventsOptions{Device: "dev1", Topic: "fleet/v1/devices/dev1/events", Publisher: pub, Clock: clk})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = e.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		e.Record(schema.EventWarning, "InvalidDesiredState", "", "", "bad")
+		e.Record(schema.EventNormal, "Started", "web", "c", "ok")
+		synctest.Wait()
+		if e.Pending() != 2 {
+			t.Fatalf("events lost while offline: %d pending", e.Pending())
+		}
+		pub.setErr(nil)
+		e.Flush()
+		synctest.Wait()
+		msgs := pub.all()
+		if len(msgs) != 2 || e.Pending() != 0 {
+			t.Fatalf("published %d, pending %d", len(msgs), e.Pending())
+		}
+		var ev schema.Event
+		if err := json.Unmarshal(msgs[0].payload, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if msgs[0].retained || ev.Reason != "InvalidDesiredState" || ev.Type != schema.EventWarning || ev.Device != "dev1" {
+			t.Fatalf("event = %+v retained=%v", ev, msgs[0].retained)
+		}
+		if err := schema.ValidateEvent(&ev); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestReadNodeInfo(t *testing.T) {
+	n := ReadNodeInfo(t.TempDir())
+	if n.Hostname == "" {
+		t.Fatal("no hostname")
+	}
+	if goruntime.GOOS == "linux" && (n.MemoryTotalBytes == 0 || n.DiskTotalBytes == 0 || n.UptimeSeconds == 0) {
+		t.Fatalf("node facts missing: %+v", n)
+	}
+}
+
+func TestParseMeminfo(t *testing.T) {
+	total, avail := parseMeminfo([]byte("MemTotal:        3884108 kB\nMemFree:  1 kB\nMemAvailable:    2000000 kB\n"))
+	if total != 3884108*1024 || avail != 2000000*1024 {
+		t.Fatalf("%d %d", total, avail)
+	}
+	if parseUptime([]byte("12345.67 890.12\n")) != 12345 {
+		t.Fatal("uptime")
+	}
+}
