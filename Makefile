@@ -38,5 +38,8 @@ demo: ## start a local fleet (root): containerd, a hub, three agents; see README
 demo-down: ## stop everything `make demo` started
 	@bash test/demo/demo.sh down
 
+arm: ## cross-build fleet-agent and fleet for arm64, armv7, armv6 into dist/ with SHA256SUMS
+	@VERSION=$(VERSION) bash arm/build.sh
+
 clean: ## remove build output
 	rm -rf $(BIN) dist

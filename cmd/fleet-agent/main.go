@@ -114,6 +114,10 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 		Logger:    log.With("component", "containerd"),
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped while waiting for containerd: a clean shutdown.
+			return nil
+		}
 		return err
 	}
 	defer func() {

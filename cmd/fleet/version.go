@@ -6,16 +6,21 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fleetmq/fleet/schema"
 )
 
 // buildVersion is set at link time: -ldflags "-X main.buildVersion=v1.2.3".
 var buildVersion string
 
-// version is buildVersion, else the module version Go recorded, else
-// "devel".
+// version is buildVersion, else schema.Version as `make build` stamps it,
+// else the module version Go recorded, else "devel".
 func version() string {
 	if buildVersion != "" {
 		return buildVersion
+	}
+	if schema.Version != "" && schema.Version != "dev" {
+		return schema.Version
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Cross-builds fleet-agent and fleet for the Raspberry Pi family into dist/:
+#
+#   dist/fleet-agent-linux-arm64   Pi 3/4/5, Zero 2 W with a 64-bit OS
+#   dist/fleet-agent-linux-armv7   Pi 2/3/4 with a 32-bit OS
+#   dist/fleet-agent-linux-armv6   Pi Zero / Zero W / Pi 1 (ARM1176)
+#   dist/fleet-linux-{arm64,armv7,armv6}
+#   dist/SHA256SUMS                sha256sum format, names relative to dist/
+#
+# Static (CGO_ENABLED=0), stripped, -trimpath, with the version stamped into
+# schema.Version. Usage: VERSION=v1.2.3 bash arm/build.sh (or `make arm`).
+#
+# Environment:
+#   VERSION  version to stamp (default: git describe, else "dev")
+#   DIST     output directory (default: dist at the repository root)
+#   ARCHES   subset of "arm64 armv7 armv6" to build (default: all three)
+#   GO       go command (default: go)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+GO=${GO:-go}
+DIST=${DIST:-$root/dist}
+ARCHES=${ARCHES:-arm64 armv7 armv6}
+if [[ -z ${VERSION:-} ]]; then
+	VERSION=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
+fi
+# The version is spliced into -ldflags, which the go command splits on
+# spaces: keep it to characters that need no quoting.
+if [[ ! $VERSION =~ ^[A-Za-z0-9][A-Za-z0-9._+~-]*$ ]]; then
+	echo "build.sh: VERSION ${VERSION@Q} must match [A-Za-z0-9][A-Za-z0-9._+~-]*" >&2
+	exit 2
+fi
+
+# schema.Version is what fleet-agent reports. The fleet CLI reads
+# main.buildVersion instead; -X of a symbol a binary lacks is a no-op, so
+# both are set for both binaries.
+ldflags="-s -w -X github.com/fleetmq/fleet/schema.Version=$VERSION -X main.buildVersion=$VERSION"
+
+mkdir -p "$DIST"
+built=()
+for arch in $ARCHES; do
+	case $arch in
+	arm64) goarch=arm64 goarm= ;;
+	armv7) goarch=arm goarm=7 ;;
+	armv6) goarch=arm goarm=6 ;;
+	*)
+		echo "build.sh: unknown arch $arch in ARCHES (want arm64, armv7, armv6)" >&2
+		exit 2
+		;;
+	esac
+	for cmd in fleet-agent fleet; do
+		out=$cmd-linux-$arch
+		echo "== $out ($VERSION)"
+		# Build to a temporary name so a failed build never leaves a
+		# truncated binary under the final name.
+		CGO_ENABLED=0 GOOS=linux GOARCH=$goarch GOARM=$goarm \
+			"$GO" build -trimpath -ldflags "$ldflags" -o "$DIST/.$out.tmp" "./cmd/$cmd"
+		mv -f "$DIST/.$out.tmp" "$DIST/$out"
+		built+=("$out")
+	done
+done
+
+(
+	cd "$DIST"
+	sha256sum -- "${built[@]}" >.SHA256SUMS.tmp
+	mv -f .SHA256SUMS.tmp SHA256SUMS
+)
+
+echo "== sizes ($DIST)"
+for f in "${built[@]}"; do
+	bytes=$(wc -c <"$DIST/$f")
+	printf '%-28s %10d bytes  %6.2f MiB\n' "$f" "$bytes" "$(awk -v b="$bytes" 'BEGIN { print b / 1048576 }')"
+done
+echo "== $DIST/SHA256SUMS"
+cat "$DIST/SHA256SUMS"
