@@ -10,26 +10,36 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/hub/api"
+	"github.com/fleetmq/fleet/hub/controller"
+	"github.com/fleetmq/fleet/hub/ingest"
+	"github.com/fleetmq/fleet/hub/metrics"
 	"github.com/fleetmq/fleet/hub/store"
+	"github.com/fleetmq/fleet/schema"
 )
 
 // Defaults of Options.
 const (
 	DefaultDataDir  = "./fleet-data"
 	DefaultHTTPAddr = "127.0.0.1:8080"
+	DefaultMQTTAddr = broker.DefaultAddr
+	// DefaultMQTTTLSAddr is used when a TLS certificate is given.
+	DefaultMQTTTLSAddr = broker.DefaultTLSAddr
 )
 
-// Options configure a hub. The zero value works.
+// Options configure a hub. The zero value works (MQTT on :1883).
 type Options struct {
 	// DataDir holds the store and admin.conf; default ./fleet-data.
 	DataDir string
 	// HTTPAddr is the API's listen address; default 127.0.0.1:8080. With
 	// port 0 the kernel picks one; admin.conf gets the real address.
 	HTTPAddr string
-	// Logger; default discards.
+	// Logger; default discards. The embedded broker logs through it too.
 	Logger *slog.Logger
 	// BookmarkInterval of watch streams; default 15 s.
 	BookmarkInterval time.Duration
@@ -37,6 +47,48 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// Ready, if set, is called once the API accepts connections.
 	Ready func(Info)
+	// Version is what GET /v1/info reports; default "dev".
+	Version string
+
+	// MQTTAddr is the embedded broker's plain listener; default ":1883".
+	MQTTAddr string
+	// TLSCertFile and TLSKeyFile turn on the embedded broker's TLS
+	// listener on MQTTTLSAddr (default ":8883").
+	TLSCertFile string
+	TLSKeyFile  string
+	MQTTTLSAddr string
+	// AdvertiseMQTTURL is the broker URL GET /v1/info gives devices;
+	// default: the TLS listener if any, else the plain one (a wildcard
+	// host stays 0.0.0.0), or the external broker's URL.
+	AdvertiseMQTTURL string
+	// Topics is the MQTT topic layout; default prefix fleet/v1.
+	Topics schema.Topics
+
+	// Broker, if set, is the URL of an external MQTT broker (tcp://,
+	// ssl://…): no embedded broker runs, and the hub connects as
+	// BrokerUsername (default "fleet-hub") with BrokerPassword (default:
+	// <data-dir>/mqtt-password, created on first start).
+	Broker         string
+	BrokerUsername string
+	BrokerPassword string
+	// BrokerCAFile is a PEM bundle of CAs for an ssl:// broker.
+	BrokerCAFile string
+	// BrokerClientID is the hub's stable MQTT client ID on the external
+	// broker (its persistent session); default BrokerUsername.
+	BrokerClientID string
+
+	// ResyncInterval is the controller's full recompute period; default
+	// 30 s.
+	ResyncInterval time.Duration
+	// StaleAfter: a device not heard from for this long is stale; default
+	// 90 s (three agent heartbeats).
+	StaleAfter time.Duration
+	// StatusFlushInterval is how often reports are written to the store
+	// (in one batch); default 200 ms.
+	StatusFlushInterval time.Duration
+	// StatusDebounce delays the controller pass that follows a report;
+	// default 1 s.
+	StatusDebounce time.Duration
 }
 
 func (o *Options) setDefaults() {
@@ -52,6 +104,18 @@ func (o *Options) setDefaults() {
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = 10 * time.Second
 	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.MQTTAddr == "" {
+		o.MQTTAddr = DefaultMQTTAddr
+	}
+	if o.MQTTTLSAddr == "" {
+		o.MQTTTLSAddr = DefaultMQTTTLSAddr
+	}
+	if o.BrokerUsername == "" {
+		o.BrokerUsername = DefaultBrokerUsername
+	}
 }
 
 // Info describes a running hub.
@@ -62,9 +126,16 @@ type Info struct {
 	AdminConfig string
 	// StoreID identifies the store (DesiredState.Store).
 	StoreID string
+	// MQTTURL is what devices are told to connect to.
+	MQTTURL string
+	// MQTTAddr and MQTTTLSAddr are the embedded broker's bound listeners
+	// ("" with an external broker, or without TLS).
+	MQTTAddr    string
+	MQTTTLSAddr string
 }
 
-// Hub is an assembled hub: store, admin credential, HTTP API.
+// Hub is an assembled hub: store, admin credential, HTTP API, MQTT broker
+// (or a connection to an external one), controller and status ingest.
 type Hub struct {
 	opts  Options
 	log   *slog.Logger
@@ -72,6 +143,13 @@ type Hub struct {
 	api   *api.Server
 	ln    net.Listener
 	info  Info
+
+	metrics     *metrics.Metrics
+	broker      *broker.Broker // nil with an external broker
+	conn        *deferredConn
+	ctrl        *controller.Controller
+	ingest      *ingest.Ingest
+	mqttAccount MosquittoAccount
 }
 
 // Run runs a hub until ctx is done, then shuts it down cleanly.
@@ -84,19 +162,53 @@ func Run(ctx context.Context, opts Options) error {
 }
 
 // New opens the store, makes sure the admin credential and admin.conf
-// exist, and binds the API's address. Call Run next (it closes everything).
+// exist, binds the API's and the broker's addresses and assembles the
+// parts. Call Run next (it closes everything).
 func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	opts.setDefaults()
 	log := opts.Logger
-	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create data dir: %w", err)
+	if opts.Broker != "" {
+		if err := checkMQTTURL(opts.Broker); err != nil {
+			return nil, fmt.Errorf("--broker: %w", err)
+		}
 	}
-	st, err := store.Open(store.Options{Dir: filepath.Join(opts.DataDir, "store"), Logger: log.With("component", "store")})
+	if opts.Broker != "" && (opts.TLSCertFile != "" || opts.TLSKeyFile != "") {
+		log.Warn("--tls-cert and --tls-key are for the embedded broker; with --broker they are ignored")
+	}
+	if opts.AdvertiseMQTTURL != "" {
+		if err := checkMQTTURL(opts.AdvertiseMQTTURL); err != nil {
+			return nil, fmt.Errorf("--advertise-mqtt-url: %w", err)
+		}
+	}
+	if p := opts.Topics.Prefix; strings.ContainsAny(p, "+#\x00") || strings.HasPrefix(p, "/") || strings.HasPrefix(p, "$") {
+		return nil, fmt.Errorf("topic prefix %q: must not contain wildcards or start with '/' or '$'", p)
+	}
+	tlsConfig, err := loadTLS(opts.TLSCertFile, opts.TLSKeyFile)
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	mqttPassword := opts.BrokerPassword
+	if mqttPassword == "" {
+		if mqttPassword, err = EnsureMQTTPassword(opts.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	st, err := store.Open(store.Options{
+		Dir: filepath.Join(opts.DataDir, "store"), Logger: log.With("component", "store"),
+		PasswordHash: broker.MosquittoPasswordHash,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var closers []func() error
 	defer func() {
 		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				err = errors.Join(err, closers[i]())
+			}
 			err = errors.Join(err, st.Close())
 		}
 	}()
@@ -104,11 +216,7 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen for http on %s: %w", opts.HTTPAddr, err)
 	}
-	defer func() {
-		if err != nil {
-			ln.Close()
-		}
-	}()
+	closers = append(closers, ln.Close)
 	info := Info{
 		URL:         URLFor(ln.Addr().String()),
 		AdminConfig: AdminConfigPath(opts.DataDir),
@@ -117,13 +225,72 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	if err := ensureAdmin(ctx, st, info, log); err != nil {
 		return nil, err
 	}
-	srv, err := api.New(api.Options{
-		Store: st, Logger: log.With("component", "api"), BookmarkInterval: opts.BookmarkInterval,
+	h := &Hub{
+		opts: opts, log: log, store: st, ln: ln,
+		conn:        &deferredConn{},
+		mqttAccount: MosquittoAccount{Username: opts.BrokerUsername, Password: mqttPassword},
+	}
+	h.metrics = metrics.New(metrics.Gauges{
+		Devices:   func() float64 { d, _, _ := h.ctrl.Counts(); return float64(d) },
+		Online:    func() float64 { _, o, _ := h.ctrl.Counts(); return float64(o) },
+		Converged: func() float64 { _, _, c := h.ctrl.Counts(); return float64(c) },
+	})
+
+	if opts.Broker == "" {
+		b, err := broker.New(broker.Options{
+			Addr: opts.MQTTAddr, TLSAddr: opts.MQTTTLSAddr, TLSConfig: tlsConfig,
+			Auth: storeAuth{st: st}, Topics: opts.Topics, Logger: log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, b.Close)
+		h.broker = b
+		info.MQTTAddr = b.Addr().String()
+		info.MQTTURL = mqttURLFor(b.Addr(), false)
+		if a := b.TLSAddr(); a != nil {
+			info.MQTTTLSAddr = a.String()
+			info.MQTTURL = mqttURLFor(a, true)
+		}
+		// A rotated token, a deleted device or a deleted credential ends
+		// its sessions before the API answers.
+		st.OnAuthChange(func(_ store.AuthChangeKind, name string) { b.Kick(name) })
+	} else {
+		info.MQTTURL = opts.Broker
+	}
+	if opts.AdvertiseMQTTURL != "" {
+		info.MQTTURL = opts.AdvertiseMQTTURL
+	}
+	h.info = info
+
+	h.ctrl, err = controller.New(controller.Options{
+		Store: st, Conn: h.conn, Topics: opts.Topics, Logger: log.With("component", "controller"),
+		Metrics: h.metrics, ResyncInterval: opts.ResyncInterval, StatusDebounce: opts.StatusDebounce,
+		OnDeviceRemoved: func(name string) { h.ingest.Forget(name) },
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &Hub{opts: opts, log: log, store: st, api: srv, ln: ln, info: info}, nil
+	h.ingest, err = ingest.New(ingest.Options{
+		Conn: h.conn, Store: st, Registry: h.ctrl, Topics: opts.Topics,
+		Logger: log.With("component", "ingest"), Metrics: h.metrics,
+		OnChange: h.ctrl.StatusChanged, FlushInterval: opts.StatusFlushInterval, StaleAfter: opts.StaleAfter,
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.ctrl.SetStatusSource(h.ingest)
+
+	h.api, err = api.New(api.Options{
+		Store: st, Logger: log.With("component", "api"), BookmarkInterval: opts.BookmarkInterval,
+		Status: statusView{h}, ObserveRequest: h.metrics.ObserveRequest,
+		Reserved: func(name string) bool { return name == opts.BrokerUsername },
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.routes()
+	return h, nil
 }
 
 // Store is the hub's store, for the parts that run beside the API.
@@ -135,14 +302,104 @@ func (h *Hub) API() *api.Server { return h.api }
 // Info describes the hub.
 func (h *Hub) Info() Info { return h.info }
 
-// Run serves the API until ctx is done, then shuts the HTTP server down
-// (ending watch streams) and closes the store.
+// Metrics are the hub's metrics.
+func (h *Hub) Metrics() *metrics.Metrics { return h.metrics }
+
+// Run serves MQTT and the API until ctx is done, then shuts everything
+// down: the HTTP server (ending watch streams), the controller and the
+// ingest (which writes the reports still waiting), the MQTT side, and the
+// store.
 func (h *Hub) Run(ctx context.Context) (err error) {
 	defer func() {
 		if cerr := h.store.Close(); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 	}()
+	// Closed by srv.Shutdown once served; this covers an early return.
+	defer h.ln.Close()
+	partsCtx, stopParts := context.WithCancel(ctx)
+	defer stopParts()
+	var parts sync.WaitGroup
+	partErr := make(chan error, 4)
+	// brokerDone gets the embedded broker's Run result once it runs.
+	var brokerDone chan error
+	defer func() {
+		stopParts()
+		parts.Wait()
+		if c := h.conn.get(); c != nil {
+			err = errors.Join(err, c.Close())
+		}
+		if h.broker != nil {
+			err = errors.Join(err, h.broker.Close())
+			if brokerDone != nil {
+				err = errors.Join(err, <-brokerDone)
+			}
+		}
+	}()
+	startParts := func(conn broker.Conn) error {
+		h.conn.set(conn)
+		if err := h.ctrl.Load(partsCtx); err != nil {
+			return err
+		}
+		if err := h.ingest.Load(partsCtx); err != nil {
+			return err
+		}
+		if err := h.ingest.Subscribe(partsCtx); err != nil {
+			return err
+		}
+		parts.Go(func() {
+			if err := h.ctrl.Run(partsCtx); err != nil {
+				partErr <- err
+			}
+		})
+		parts.Go(func() {
+			if err := h.ingest.Run(partsCtx); err != nil {
+				partErr <- err
+			}
+		})
+		return nil
+	}
+
+	if h.broker != nil {
+		// Rebuild every retained desired state before a device can
+		// connect (guarantee 4): the broker keeps nothing across restarts.
+		if err := startParts(h.broker.InlineConn()); err != nil {
+			return err
+		}
+		select {
+		case <-h.ctrl.Ready():
+		case err := <-partErr:
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+		brokerDone = make(chan error, 1)
+		go func() { brokerDone <- h.broker.Run(context.WithoutCancel(ctx)) }()
+	} else {
+		parts.Go(func() {
+			conn, err := broker.DialExternal(partsCtx, broker.ExternalOptions{
+				URL: h.opts.Broker, Username: h.opts.BrokerUsername, Password: h.mqttAccount.Password,
+				ClientID: h.opts.BrokerClientID, CAFile: h.opts.BrokerCAFile,
+				Logger: h.log.With("component", "mqtt"),
+			})
+			if err != nil {
+				if partsCtx.Err() == nil {
+					partErr <- err
+				}
+				return
+			}
+			if err := startParts(conn); err != nil {
+				if partsCtx.Err() == nil {
+					partErr <- err
+				}
+				return
+			}
+			// After a reconnect the broker may have lost its retained
+			// messages (a restart without persistence): publish them all.
+			conn.OnConnect(h.ctrl.RepublishAll)
+		})
+	}
+
 	srv := &http.Server{
 		Handler:           h.api,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -155,13 +412,21 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	srv.RegisterOnShutdown(h.api.StopStreams)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(h.ln) }()
-	h.log.Info("hub started", "api", h.info.URL, "admin_config", h.info.AdminConfig, "store_id", h.info.StoreID)
+	h.log.Info("hub started", "api", h.info.URL, "admin_config", h.info.AdminConfig, "store_id", h.info.StoreID,
+		"mqtt_url", h.info.MQTTURL, "external_broker", h.broker == nil)
 	if h.opts.Ready != nil {
 		h.opts.Ready(h.info)
 	}
+	var runErr error
 	select {
 	case err := <-serveErr:
-		return fmt.Errorf("serve http: %w", err)
+		runErr = fmt.Errorf("serve http: %w", err)
+	case err := <-partErr:
+		runErr = err
+		h.log.Error("hub part failed; shutting down", "err", err)
+	case err := <-brokerDone:
+		brokerDone = nil
+		runErr = fmt.Errorf("mqtt broker stopped: %w", err)
 	case <-ctx.Done():
 	}
 	h.log.Info("hub shutting down")
@@ -169,12 +434,14 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		srv.Close()
-		return fmt.Errorf("shut down http: %w", err)
+		return errors.Join(runErr, fmt.Errorf("shut down http: %w", err))
 	}
-	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve http: %w", err)
+	if runErr == nil {
+		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve http: %w", err)
+		}
 	}
-	return nil
+	return runErr
 }
 
 // URLFor turns a listen address into the URL clients use: an empty or

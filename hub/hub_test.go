@@ -60,7 +60,7 @@ func start(t *testing.T, dir string, logs *lockedBuffer) running {
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Options{
-			DataDir: dir, HTTPAddr: "127.0.0.1:0",
+			DataDir: dir, HTTPAddr: "127.0.0.1:0", MQTTAddr: "127.0.0.1:0",
 			Logger: slog.New(slog.NewTextHandler(logs, nil)),
 			Ready:  func(i Info) { ready <- i },
 		})
@@ -201,7 +201,7 @@ func TestRunFailsOnBusyAddress(t *testing.T) {
 	h := start(t, dir, &lockedBuffer{})
 	defer h.stop()
 	addr := strings.TrimPrefix(h.info.URL, "http://")
-	err := Run(t.Context(), Options{DataDir: t.TempDir(), HTTPAddr: addr})
+	err := Run(t.Context(), Options{DataDir: t.TempDir(), HTTPAddr: addr, MQTTAddr: "127.0.0.1:0"})
 	if err == nil || !strings.Contains(err.Error(), "listen") {
 		t.Errorf("second hub on %s: %v", addr, err)
 	}

@@ -5,10 +5,12 @@ package test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/hub/client"
+	"github.com/fleetmq/fleet/schema"
 )
 
 // binaries are built once per test process into one temporary directory;
@@ -95,6 +98,10 @@ type HubOptions struct {
 	Env []string
 	// Ready is how long to wait for the hub to come up; default 30 s.
 	Ready time.Duration
+	// MQTTAddr is the embedded broker's --mqtt-addr; default
+	// "127.0.0.1:0" (a free port, kept across Restart so that clients can
+	// reconnect to the same address).
+	MQTTAddr string
 }
 
 // Hub is a fleet-hub process. URL and Token come from the admin.conf it
@@ -103,6 +110,10 @@ type Hub struct {
 	URL     string
 	Token   string
 	DataDir string
+	// MQTTURL is the broker URL the hub tells devices (GET /v1/info), and
+	// MQTTAddr its host:port.
+	MQTTURL  string
+	MQTTAddr string
 
 	t    testing.TB
 	bin  string
@@ -131,6 +142,9 @@ func StartHub(t testing.TB, opts HubOptions) *Hub {
 	if opts.Ready <= 0 {
 		opts.Ready = 30 * time.Second
 	}
+	if opts.MQTTAddr == "" {
+		opts.MQTTAddr = "127.0.0.1:0"
+	}
 	h := &Hub{DataDir: opts.DataDir, t: t, bin: bin, opts: opts, logs: &lockedBuffer{}}
 	t.Cleanup(func() {
 		if h.running() {
@@ -146,6 +160,14 @@ func StartHub(t testing.TB, opts HubOptions) *Hub {
 	return h
 }
 
+// PID is the process ID of the running fleet-hub (0 if none).
+func (h *Hub) PID() int {
+	if !h.running() {
+		return 0
+	}
+	return h.cmd.Process.Pid
+}
+
 // AdminConfig is the path of the hub's admin.conf.
 func (h *Hub) AdminConfig() string { return filepath.Join(h.DataDir, "admin.conf") }
 
@@ -157,7 +179,11 @@ func (h *Hub) start() {
 	if fi, err := os.Stat(h.AdminConfig()); err == nil {
 		h.conf = fi
 	}
-	args := append([]string{"--data-dir", h.DataDir, "--http-addr", "127.0.0.1:0", "--log-level", "debug"}, h.opts.Args...)
+	mqttAddr := h.opts.MQTTAddr
+	if strings.HasSuffix(mqttAddr, ":0") && strings.HasPrefix(h.MQTTAddr, "127.0.0.1:") {
+		mqttAddr = h.MQTTAddr // the port the previous process had
+	}
+	args := append([]string{"--data-dir", h.DataDir, "--http-addr", "127.0.0.1:0", "--mqtt-addr", mqttAddr, "--log-level", "debug"}, h.opts.Args...)
 	cmd := exec.Command(h.bin, args...)
 	cmd.Stdout, cmd.Stderr = h.logs, h.logs
 	cmd.Env = append(cleanEnv(h.DataDir+".home"), h.opts.Env...)
@@ -190,6 +216,7 @@ func (h *Hub) awaitReady() {
 		if fresh {
 			if c, err := client.LoadConfigFile(h.AdminConfig()); err == nil && healthy(c.Hub) {
 				h.URL, h.Token = strings.TrimSuffix(c.Hub, "/"), c.Token
+				h.readInfo()
 				return
 			}
 		}
@@ -197,6 +224,23 @@ func (h *Hub) awaitReady() {
 			h.t.Fatalf("fleet-hub did not write %s and answer /healthz within %v\n%s", h.AdminConfig(), h.opts.Ready, h.logs.String())
 		}
 		time.Sleep(20 * time.Millisecond) // poll interval, not synchronisation
+	}
+}
+
+// readInfo reads the MQTT URL from GET /v1/info.
+func (h *Hub) readInfo() {
+	h.t.Helper()
+	code, body := h.Do(h.t, http.MethodGet, "/v1/info", nil)
+	if code != http.StatusOK {
+		h.t.Fatalf("GET /v1/info: %d %s", code, body)
+	}
+	var info schema.HubInfo
+	if err := json.Unmarshal(body, &info); err != nil {
+		h.t.Fatalf("GET /v1/info: %v", err)
+	}
+	h.MQTTURL = info.MQTTURL
+	if u, err := url.Parse(info.MQTTURL); err == nil {
+		h.MQTTAddr = u.Host
 	}
 }
 

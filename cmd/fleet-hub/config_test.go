@@ -54,6 +54,9 @@ func TestSettingsPrecedence(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v: %s", err, out)
 			}
+			if tt.want.MQTT == (mqttSettings{}) {
+				tt.want.MQTT = defaultMQTTSettings
+			}
 			if got != tt.want {
 				t.Errorf("got %+v, want %+v", got, tt.want)
 			}
@@ -119,5 +122,32 @@ func TestAdminTokenCommand(t *testing.T) {
 	_, out, err = runRoot(t, []string{"admin-token", "--data-dir", dir}, nil)
 	if err != nil || strings.TrimSpace(out) != filepath.Join(dir, "admin.conf") {
 		t.Errorf("admin-token: %v %q", err, out)
+	}
+}
+
+func TestMQTTSettings(t *testing.T) {
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pwFile, []byte("  s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, out, err := runRoot(t, []string{"--mqtt-addr", "127.0.0.1:0", "--broker", "tcp://mq:1883", "--broker-password-file", pwFile},
+		map[string]string{"FLEET_HUB_ADVERTISE_MQTT_URL": "ssl://hub.example:8883"})
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got.MQTT.Addr != "127.0.0.1:0" || got.MQTT.Broker != "tcp://mq:1883" || got.MQTT.AdvertiseURL != "ssl://hub.example:8883" || got.MQTT.BrokerUsername != "fleet-hub" {
+		t.Errorf("settings %+v", got.MQTT)
+	}
+	if pw, err := got.MQTT.brokerPassword(); err != nil || pw != "s3cret" {
+		t.Errorf("password %q %v", pw, err)
+	}
+	got.MQTT.BrokerPassword = "x"
+	if _, err := got.MQTT.brokerPassword(); err == nil {
+		t.Error("both --broker-password and --broker-password-file accepted")
+	}
+	_, out, err = runRoot(t, []string{"mosquitto-config", "--help"}, nil)
+	if err != nil || !strings.Contains(out, "SIGHUP") || !strings.Contains(out, "--broker-username") {
+		t.Errorf("mosquitto-config --help: %v %s", err, out)
 	}
 }

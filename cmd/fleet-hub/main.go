@@ -1,5 +1,6 @@
-// Command fleet-hub runs the Fleet control plane: the store, the HTTP API
-// and (soon) the MQTT broker and controller. See `fleet-hub --help`.
+// Command fleet-hub runs the Fleet control plane: the store, the HTTP API,
+// the embedded MQTT broker (or a connection to an external one), the
+// controller and the status ingest. See `fleet-hub --help`.
 package main
 
 import (

@@ -1,14 +1,19 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmq/fleet/hub"
+	"github.com/fleetmq/fleet/hub/controller"
+	"github.com/fleetmq/fleet/hub/ingest"
+	"github.com/fleetmq/fleet/schema"
 )
 
 // settings are the values of the flags shared by every command. Each flag
@@ -18,6 +23,58 @@ type settings struct {
 	HTTPAddr string
 	LogLevel string
 	Config   string
+	MQTT     mqttSettings
+}
+
+// mqttSettings are the MQTT flags. The broker-* flags and topic-prefix are
+// shared with mosquitto-config; the others only serve.
+type mqttSettings struct {
+	Addr         string
+	TLSAddr      string
+	TLSCert      string
+	TLSKey       string
+	AdvertiseURL string
+	TopicPrefix  string
+
+	Broker             string
+	BrokerUsername     string
+	BrokerPassword     string
+	BrokerPasswordFile string
+	BrokerCA           string
+	BrokerClientID     string
+
+	ResyncInterval time.Duration
+	StaleAfter     time.Duration
+}
+
+// defaultMQTTSettings are the MQTT flags' defaults.
+var defaultMQTTSettings = mqttSettings{
+	Addr:           hub.DefaultMQTTAddr,
+	TLSAddr:        hub.DefaultMQTTTLSAddr,
+	TopicPrefix:    schema.DefaultTopicPrefix,
+	BrokerUsername: hub.DefaultBrokerUsername,
+	ResyncInterval: controller.DefaultResyncInterval,
+	StaleAfter:     ingest.DefaultStaleAfter,
+}
+
+// brokerPassword is the hub's password on an external broker: the flag,
+// else the file, else "" (the hub then uses <data-dir>/mqtt-password).
+func (m mqttSettings) brokerPassword() (string, error) {
+	if m.BrokerPassword != "" && m.BrokerPasswordFile != "" {
+		return "", errors.New("give --broker-password or --broker-password-file, not both")
+	}
+	if m.BrokerPasswordFile == "" {
+		return m.BrokerPassword, nil
+	}
+	b, err := os.ReadFile(m.BrokerPasswordFile)
+	if err != nil {
+		return "", fmt.Errorf("--broker-password-file: %w", err)
+	}
+	pw := strings.TrimSpace(string(b))
+	if pw == "" {
+		return "", fmt.Errorf("--broker-password-file %s is empty", m.BrokerPasswordFile)
+	}
+	return pw, nil
 }
 
 // serveFunc runs the hub with the resolved settings; tests replace it.
@@ -38,6 +95,18 @@ by default when run from the same directory. The token is stored only as a
 hash: admin.conf is the only copy. If it is lost, stop the hub and run
 "fleet-hub admin-token --rotate".
 
+MQTT: by default the hub runs an embedded MQTT broker on --mqtt-addr (:1883),
+and with --tls-cert and --tls-key also MQTT over TLS on --mqtts-addr (:8883).
+Devices log in with their name and token (fleet device add), monitors with
+a monitor credential (fleet monitor add). Set --advertise-mqtt-url to the URL
+devices reach the broker at; the fleet CLI shows it.
+
+With --broker tcp://HOST:PORT the hub uses an external broker (Mosquitto 2)
+instead: it logs in as --broker-username (fleet-hub) with
+--broker-password[-file] (default: <data-dir>/mqtt-password, created on
+first start). "fleet-hub mosquitto-config" writes Mosquitto's password file,
+ACL and a mosquitto.conf for the fleet's accounts.
+
 Every flag can also be set in the environment as FLEET_HUB_<FLAG> (for
 example FLEET_HUB_DATA_DIR) or in a YAML file given with --config, whose keys
 are the flag names (data-dir: /var/lib/fleet-hub). A flag wins over the
@@ -50,6 +119,13 @@ environment, which wins over the config file.`,
 
   # The same through the environment
   FLEET_HUB_HTTP_ADDR=:8080 FLEET_HUB_DATA_DIR=/var/lib/fleet-hub fleet-hub
+
+  # MQTT over TLS too, and tell devices the public name
+  fleet-hub --tls-cert hub.crt --tls-key hub.key --advertise-mqtt-url ssl://hub.example.com:8883
+
+  # Use an external Mosquitto instead of the embedded broker
+  fleet-hub mosquitto-config --out /etc/mosquitto/fleet
+  fleet-hub --broker tcp://127.0.0.1:1883
 
   # Settings from a file
   fleet-hub --config /etc/fleet/hub.yaml`,
@@ -71,8 +147,25 @@ environment, which wins over the config file.`,
 	f.StringVar(&s.HTTPAddr, "http-addr", hub.DefaultHTTPAddr, "listen address of the HTTP API (port 0: any free port)")
 	f.StringVar(&s.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&s.Config, "config", "", "YAML file of settings, keyed by flag name")
+	m := &s.MQTT
+	d := defaultMQTTSettings
+	f.StringVar(&m.TopicPrefix, "topic-prefix", d.TopicPrefix, "prefix of every Fleet MQTT topic")
+	f.StringVar(&m.Broker, "broker", "", "URL of an external MQTT broker (tcp://HOST:PORT or ssl://HOST:PORT); empty runs the embedded broker")
+	f.StringVar(&m.BrokerUsername, "broker-username", d.BrokerUsername, "the hub's MQTT username on the external broker")
+	f.StringVar(&m.BrokerPassword, "broker-password", "", "the hub's MQTT password on the external broker (default: <data-dir>/mqtt-password)")
+	f.StringVar(&m.BrokerPasswordFile, "broker-password-file", "", "file holding the hub's MQTT password on the external broker")
+	lf := root.Flags()
+	lf.StringVar(&m.Addr, "mqtt-addr", d.Addr, "listen address of the embedded MQTT broker (port 0: any free port)")
+	lf.StringVar(&m.TLSAddr, "mqtts-addr", d.TLSAddr, "listen address of the embedded broker's MQTT-over-TLS listener (with --tls-cert and --tls-key)")
+	lf.StringVar(&m.TLSCert, "tls-cert", "", "PEM certificate (chain) of the MQTT TLS listener")
+	lf.StringVar(&m.TLSKey, "tls-key", "", "PEM private key of the MQTT TLS listener")
+	lf.StringVar(&m.AdvertiseURL, "advertise-mqtt-url", "", "MQTT URL devices are told to use (GET /v1/info); default derived from the listener or --broker")
+	lf.StringVar(&m.BrokerCA, "broker-ca", "", "PEM CA bundle to verify an ssl:// external broker")
+	lf.StringVar(&m.BrokerClientID, "broker-client-id", "", "the hub's stable MQTT client ID on the external broker (default: the username)")
+	lf.DurationVar(&m.ResyncInterval, "resync-interval", d.ResyncInterval, "how often the controller recomputes every device's desired state from the store")
+	lf.DurationVar(&m.StaleAfter, "stale-after", d.StaleAfter, "a device not heard from for this long is stale (counts as offline)")
 
-	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s))
+	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s), newMosquittoConfigCmd(&s))
 	return root
 }
 
@@ -83,14 +176,33 @@ func serveHub(cmd *cobra.Command, s settings) error {
 		return err
 	}
 	out := cmd.OutOrStdout()
+	m := s.MQTT
+	pw, err := m.brokerPassword()
+	if err != nil {
+		return err
+	}
 	return hub.Run(cmd.Context(), hub.Options{
 		DataDir:  s.DataDir,
 		HTTPAddr: s.HTTPAddr,
 		Logger:   log,
+		Version:  version(),
 		Ready: func(i hub.Info) {
-			fmt.Fprintf(out, "fleet-hub %s: API on %s; admin config (hub URL and token for the fleet CLI) in %s\n",
-				version(), i.URL, i.AdminConfig)
+			fmt.Fprintf(out, "fleet-hub %s: API on %s; MQTT for devices at %s; admin config (hub URL and token for the fleet CLI) in %s\n",
+				version(), i.URL, i.MQTTURL, i.AdminConfig)
 		},
+		MQTTAddr:         m.Addr,
+		MQTTTLSAddr:      m.TLSAddr,
+		TLSCertFile:      m.TLSCert,
+		TLSKeyFile:       m.TLSKey,
+		AdvertiseMQTTURL: m.AdvertiseURL,
+		Topics:           schema.Topics{Prefix: m.TopicPrefix},
+		Broker:           m.Broker,
+		BrokerUsername:   m.BrokerUsername,
+		BrokerPassword:   pw,
+		BrokerCAFile:     m.BrokerCA,
+		BrokerClientID:   m.BrokerClientID,
+		ResyncInterval:   m.ResyncInterval,
+		StaleAfter:       m.StaleAfter,
 	})
 }
 

@@ -83,14 +83,14 @@ func (s *Server) listOrWatch(w http.ResponseWriter, r *http.Request) {
 func (s *Server) list(w http.ResponseWriter, r *http.Request, kind string, sel map[string]string) {
 	var items bytes.Buffer
 	n := 0
-	rev, err := s.store.ListRaw(r.Context(), kind, func(raw []byte) error {
+	rev, err := s.store.ListRawNamed(r.Context(), kind, func(name string, raw []byte) error {
 		if len(sel) > 0 && !matches(raw, sel) {
 			return nil
 		}
 		if n > 0 {
 			items.WriteByte(',')
 		}
-		items.Write(raw)
+		writeWithStatus(&items, raw, s.statusJSON(kind, name))
 		n++
 		return nil
 	})
@@ -158,12 +158,57 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, s.log, err)
 		return
 	}
-	out, err := s.store.Get(r.Context(), kind, r.PathValue("name"))
+	name := r.PathValue("name")
+	out, err := s.store.Get(r.Context(), kind, name)
 	if err != nil {
 		WriteError(w, r, s.log, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, out)
+	raw, err := json.Marshal(out)
+	if err != nil {
+		WriteError(w, r, s.log, fmt.Errorf("encode %s %q: %w", kind, name, err))
+		return
+	}
+	var b bytes.Buffer
+	writeWithStatus(&b, raw, s.statusJSON(kind, name))
+	b.WriteByte('\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b.Bytes())
+}
+
+// statusJSON is the status to show for an object, or nil.
+func (s *Server) statusJSON(kind, name string) []byte {
+	if s.opts.Status == nil {
+		return nil
+	}
+	switch kind {
+	case schema.KindDevice:
+		return s.opts.Status.DeviceStatusJSON(name)
+	case schema.KindDeployment:
+		return s.opts.Status.DeploymentStatusJSON(name)
+	}
+	return nil
+}
+
+// writeWithStatus writes the JSON object raw with "status": status added
+// (replacing none: stored objects carry no status). Without a status, or
+// if raw is not an object, raw is written as is.
+func writeWithStatus(b *bytes.Buffer, raw, status []byte) {
+	end := bytes.LastIndexByte(raw, '}')
+	if len(status) == 0 || end < 1 {
+		b.Write(raw)
+		return
+	}
+	body := bytes.TrimRight(raw[:end], " \t\r\n")
+	b.Write(body)
+	if len(body) > 0 && body[len(body)-1] != '{' {
+		b.WriteByte(',')
+	}
+	b.WriteString(`"status":`)
+	b.Write(status)
+	b.Write(raw[end:])
 }
 
 // update handles PUT /v1/{kind}/{name}.

@@ -25,6 +25,24 @@ type Options struct {
 	// WatchWriteTimeout bounds each write to a watch stream, so a client
 	// that stopped reading is dropped; default 30 s.
 	WatchWriteTimeout time.Duration
+	// Status fills in the read-only status of devices and deployments in
+	// GET, list and watch answers; nil leaves it out.
+	Status StatusSource
+	// ObserveRequest, if set, is called after every request with its
+	// route pattern ("/v1/{kind}/{name}"), status code and duration.
+	ObserveRequest func(route string, code int, d time.Duration)
+	// Reserved reports MQTT usernames no credential may take; optional.
+	Reserved ReservedNames
+}
+
+// StatusSource supplies the status the hub derives from agent reports.
+type StatusSource interface {
+	// DeviceStatusJSON returns the JSON of the device's
+	// schema.DeviceObservedInfo, or nil.
+	DeviceStatusJSON(name string) []byte
+	// DeploymentStatusJSON returns the JSON of the deployment's
+	// schema.DeploymentStatus, or nil.
+	DeploymentStatusJSON(name string) []byte
 }
 
 // Server is the hub HTTP API. It is an http.Handler.
@@ -63,11 +81,13 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// methods dispatches one path by method and answers 405 (with Allow) for
-// the others.
-type methods map[string]http.HandlerFunc
+// Methods dispatches one path by method and answers 405 (with Allow) for
+// the others. HEAD is served by the GET handler.
+type Methods map[string]http.HandlerFunc
 
-func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+type methods = Methods
+
+func (m Methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	method := r.Method
 	if method == http.MethodHead {
 		method = http.MethodGet
@@ -95,6 +115,8 @@ func (s *Server) routes() {
 	s.Handle("/v1/{kind}", methods{http.MethodGet: s.listOrWatch, http.MethodPost: s.create})
 	s.Handle("/v1/{kind}/{name}", methods{http.MethodGet: s.get, http.MethodPut: s.update, http.MethodDelete: s.delete})
 	s.Handle("/v1/devices/{name}/token", methods{http.MethodPost: s.issueToken})
+	s.Handle("/v1/credentials", methods{http.MethodGet: s.listCredentials, http.MethodPost: s.createCredential})
+	s.Handle("/v1/credentials/{name}", methods{http.MethodDelete: s.deleteCredential})
 	s.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		WriteStatus(w, NewStatus(http.StatusNotFound, ReasonNotFound, "no such path "+r.URL.Path, nil))
 	}))
@@ -132,7 +154,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				WriteStatus(rec, NewStatus(http.StatusInternalServerError, ReasonInternalError, "internal error", nil))
 			}
 		}
-		s.log.Debug("http request", "method", r.Method, "path", r.URL.Path, "code", rec.code, "duration", time.Since(start))
+		d := time.Since(start)
+		s.log.Debug("http request", "method", r.Method, "path", r.URL.Path, "code", rec.code, "duration", d)
+		if s.opts.ObserveRequest != nil {
+			route := r.Pattern
+			if route == "" {
+				route = "none"
+			}
+			code := rec.code
+			if !rec.wrote {
+				code = http.StatusOK
+			}
+			s.opts.ObserveRequest(route, code, d)
+		}
 	}()
 	s.mux.ServeHTTP(rec, r)
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,7 +64,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, kind string, sel 
 	}
 	for _, o := range initial {
 		raw, err := json.Marshal(o)
-		if err != nil || st.send(schema.WatchAdded, raw) != nil {
+		if err != nil || st.send(schema.WatchAdded, s.withStatus(kind, o.GetMetadata().Name, raw)) != nil {
 			return
 		}
 	}
@@ -119,7 +120,23 @@ func (s *Server) forward(st *stream, kind string, sel map[string]string, ev stor
 			return nil
 		}
 	}
-	return st.send(typ, ev.Object)
+	obj := ev.Object
+	if typ != schema.WatchDeleted {
+		obj = s.withStatus(ev.Kind, ev.Name, obj)
+	}
+	return st.send(typ, obj)
+}
+
+// withStatus returns the object's JSON with its current status.
+func (s *Server) withStatus(kind, name string, raw []byte) []byte {
+	status := s.statusJSON(kind, name)
+	if status == nil {
+		return raw
+	}
+	var b bytes.Buffer
+	b.Grow(len(raw) + len(status) + 16)
+	writeWithStatus(&b, raw, status)
+	return b.Bytes()
 }
 
 type bookmark struct {

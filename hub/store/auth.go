@@ -37,9 +37,12 @@ type Credential struct {
 
 // tokenRecord is what the store keeps of a token: never the token itself.
 type tokenRecord struct {
-	SHA256   string    `json:"sha256"`
-	Role     string    `json:"role,omitempty"`
-	IssuedAt time.Time `json:"issuedAt"`
+	SHA256 string `json:"sha256"`
+	// PasswordHash is Options.PasswordHash of the token (a Mosquitto "$7$"
+	// hash in the hub), for the password file of an external broker.
+	PasswordHash string    `json:"passwordHash,omitempty"`
+	Role         string    `json:"role,omitempty"`
+	IssuedAt     time.Time `json:"issuedAt"`
 }
 
 // NewToken returns a random 256-bit token, base64url without padding.
@@ -55,7 +58,15 @@ func hashToken(token string) [32]byte { return sha256.Sum256([]byte(token)) }
 
 func (s *Store) tokenRecord(token, role string) ([]byte, error) {
 	h := hashToken(token)
-	return json.Marshal(tokenRecord{SHA256: hex.EncodeToString(h[:]), Role: role, IssuedAt: s.now().UTC()})
+	rec := tokenRecord{SHA256: hex.EncodeToString(h[:]), Role: role, IssuedAt: s.now().UTC()}
+	if s.passwordHash != nil {
+		ph, err := s.passwordHash(token)
+		if err != nil {
+			return nil, fmt.Errorf("password hash: %w", err)
+		}
+		rec.PasswordHash = ph
+	}
+	return json.Marshal(rec)
 }
 
 // IssueToken creates a new random token for an existing device (ErrNotFound
@@ -139,6 +150,129 @@ func (s *Store) DeleteCredential(ctx context.Context, name string) error {
 	return err
 }
 
+// VerifyCredential reports whether token is the token of the operator
+// credential name, and returns its role. It compares in constant time.
+func (s *Store) VerifyCredential(name, token string) (role string, ok bool) {
+	h := hashToken(token)
+	s.auth.mu.RLock()
+	c, found := s.auth.creds[name]
+	s.auth.mu.RUnlock()
+	eq := subtle.ConstantTimeCompare(h[:], c.hash[:]) == 1
+	if !found || !eq || token == "" {
+		return "", false
+	}
+	return c.role, true
+}
+
+// Account is what the store keeps of one device token or operator
+// credential, for rendering an external broker's password file.
+type Account struct {
+	Name string
+	// Role is "" for a device, else the credential's role.
+	Role string
+	// PasswordHash is Options.PasswordHash of the token, "" for a token
+	// issued without one (rotate it to get one).
+	PasswordHash string
+	IssuedAt     time.Time
+}
+
+// Accounts lists every device token and operator credential, devices
+// first, each in name order.
+func (s *Store) Accounts(ctx context.Context) ([]Account, error) {
+	return s.accounts(ctx, prefixTokens, prefixCredentials)
+}
+
+func (s *Store) accounts(ctx context.Context, prefixes ...string) ([]Account, error) {
+	var out []Account
+	err := s.View(ctx, func(t *Txn) error {
+		for _, p := range prefixes {
+			err := t.Scan(p, func(key string, val []byte) error {
+				var rec tokenRecord
+				if err := json.Unmarshal(val, &rec); err != nil {
+					return fmt.Errorf("token record %s: %w", key, err)
+				}
+				out = append(out, Account{Name: strings.TrimPrefix(key, p), Role: rec.Role, PasswordHash: rec.PasswordHash, IssuedAt: rec.IssuedAt})
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list accounts: %w", err)
+	}
+	return out, nil
+}
+
+// Credentials lists the operator credentials (name and role), in name
+// order.
+func (s *Store) Credentials(ctx context.Context) ([]Credential, error) {
+	accts, err := s.accounts(ctx, prefixCredentials)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Credential, 0, len(accts))
+	for _, a := range accts {
+		out = append(out, Credential{Name: a.Name, Role: a.Role})
+	}
+	return out, nil
+}
+
+// CreateCredential creates the operator credential name with a new random
+// token and returns the token; it fails with ErrAlreadyExists if name is
+// taken.
+func (s *Store) CreateCredential(ctx context.Context, name, role string) (string, error) {
+	if err := schema.ValidateName(name); err != nil {
+		return "", fmt.Errorf("create credential: %w: name: %w", schema.ErrInvalid, err)
+	}
+	if role != RoleAdmin && role != RoleMonitor {
+		return "", fmt.Errorf("create credential %s: %w: unknown role %q", name, schema.ErrInvalid, role)
+	}
+	token, err := NewToken()
+	if err != nil {
+		return "", err
+	}
+	rec, err := s.tokenRecord(token, role)
+	if err != nil {
+		return "", fmt.Errorf("create credential %s: %w", name, err)
+	}
+	_, err = s.Write(ctx, func(t *Txn) error {
+		if _, err := t.Get(CredentialKey(name)); err == nil {
+			return fmt.Errorf("create credential %s: %w", name, ErrAlreadyExists)
+		}
+		return t.Set(CredentialKey(name), rec)
+	})
+	if err != nil {
+		return "", err
+	}
+	return token, nil
+}
+
+// AuthChangeKind says what an OnAuthChange callback is about.
+type AuthChangeKind int
+
+const (
+	// AuthDevice: the token of a device was issued, replaced or deleted.
+	AuthDevice AuthChangeKind = iota + 1
+	// AuthCredential: an operator credential was created, replaced or
+	// deleted.
+	AuthCredential
+)
+
+// OnAuthChange registers fn to be called after every committed write that
+// replaced or deleted a device token or an operator credential (a first
+// token of a device or a new credential is not reported). It runs
+// synchronously, before the write returns, so a caller of IssueToken or
+// DeleteCredential knows the callbacks have run: the hub disconnects the
+// MQTT sessions of the old token there. fn must not use the Store.
+func (s *Store) OnAuthChange(fn func(kind AuthChangeKind, name string)) {
+	s.auth.mu.Lock()
+	defer s.auth.mu.Unlock()
+	s.auth.hooks = append(s.auth.hooks, fn)
+}
+
 // HasCredential reports whether the operator credential name exists.
 func (s *Store) HasCredential(name string) bool {
 	s.auth.mu.RLock()
@@ -172,6 +306,7 @@ type authCache struct {
 	mu      sync.RWMutex
 	devices map[string][32]byte
 	creds   map[string]credEntry
+	hooks   []func(AuthChangeKind, string)
 }
 
 type credEntry struct {
@@ -214,8 +349,12 @@ func (a *authCache) apply(writes map[string][]byte) {
 	if len(writes) == 0 {
 		return
 	}
+	type change struct {
+		kind AuthChangeKind
+		name string
+	}
+	var changed []change
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	for key, val := range writes {
 		var rec tokenRecord
 		var h [32]byte
@@ -226,15 +365,28 @@ func (a *authCache) apply(writes map[string][]byte) {
 			copy(h[:], b)
 		}
 		if name, isDev := strings.CutPrefix(key, prefixTokens); isDev {
+			if old, had := a.devices[name]; had && (!ok || old != h) {
+				changed = append(changed, change{AuthDevice, name})
+			}
 			delete(a.devices, name)
 			if ok {
 				a.devices[name] = h
 			}
 		} else if name, isCred := strings.CutPrefix(key, prefixCredentials); isCred {
+			if old, had := a.creds[name]; had && (!ok || old.hash != h || old.role != rec.Role) {
+				changed = append(changed, change{AuthCredential, name})
+			}
 			delete(a.creds, name)
 			if ok {
 				a.creds[name] = credEntry{hash: h, role: rec.Role}
 			}
+		}
+	}
+	hooks := a.hooks
+	a.mu.Unlock()
+	for _, c := range changed {
+		for _, fn := range hooks {
+			fn(c.kind, c.name)
 		}
 	}
 }

@@ -9,9 +9,12 @@
 //	v1/meta/store-id           random UUID created on first open (DesiredState.Store)
 //	v1/objects/{resource}/{n}  object JSON; resource is "devices" or "deployments"
 //	v1/desired/{device}        per-device DesiredState (written by the controller)
+//	v1/desired-generation/{d}  last generation of a deleted device (decimal), so a
+//	                           re-created device continues from it
 //	v1/status/{device}         last DeviceStatus (written by the status ingest)
-//	v1/tokens/{device}         device token record: SHA-256 of the token only
-//	v1/credentials/{name}      operator credential (admin, monitor…): hash and role
+//	v1/tokens/{device}         device token record: SHA-256 of the token (and, with
+//	                           Options.PasswordHash, e.g. its Mosquitto "$7$" hash)
+//	v1/credentials/{name}      operator credential (admin, monitor…): hashes and role
 //
 // Every write goes through a Txn (Store.Write): the revision is bumped once
 // per committed transaction that changed anything, and object events carry

@@ -21,6 +21,8 @@ var (
 	ErrWatcherTooSlow = errors.New("watcher fell too far behind")
 	// ErrClosed: the store is closed.
 	ErrClosed = errors.New("store closed")
+	// ErrLocked: Open found the store held by another process.
+	ErrLocked = errors.New("store locked")
 	// ErrTooLarge: one transaction would exceed what Badger commits at once.
 	ErrTooLarge = errors.New("transaction too large")
 )

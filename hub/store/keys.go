@@ -14,6 +14,7 @@ const (
 	prefixMeta        = "v1/meta/"
 	prefixObjects     = "v1/objects/"
 	prefixDesired     = "v1/desired/"
+	prefixDesiredGen  = "v1/desired-generation/"
 	prefixStatus      = "v1/status/"
 	prefixTokens      = "v1/tokens/"
 	prefixCredentials = "v1/credentials/"
@@ -21,6 +22,20 @@ const (
 
 // DesiredKey is where the controller keeps a device's DesiredState.
 func DesiredKey(device string) string { return prefixDesired + device }
+
+// DesiredPrefix is the prefix of every DesiredKey.
+const DesiredPrefix = prefixDesired
+
+// DesiredGenerationKey keeps the last generation issued to a deleted
+// device, so that a device re-created under the same name continues from
+// it: agents ignore a generation lower than one they applied.
+func DesiredGenerationKey(device string) string { return prefixDesiredGen + device }
+
+// DesiredGenerationPrefix is the prefix of every DesiredGenerationKey.
+const DesiredGenerationPrefix = prefixDesiredGen
+
+// StatusPrefix is the prefix of every StatusKey.
+const StatusPrefix = prefixStatus
 
 // StatusKey is where the status ingest keeps a device's last DeviceStatus.
 func StatusKey(device string) string { return prefixStatus + device }

@@ -73,6 +73,24 @@ func (s *Store) ListRaw(ctx context.Context, kind string, fn func(raw []byte) er
 	return rev, nil
 }
 
+// ListRawNamed is ListRaw with the name of each object.
+func (s *Store) ListRawNamed(ctx context.Context, kind string, fn func(name string, raw []byte) error) (uint64, error) {
+	res, ok := ResourceForKind(kind)
+	if !ok {
+		return 0, fmt.Errorf("list %s: unknown kind: %w", kind, ErrNotFound)
+	}
+	prefix := objectPrefix(res)
+	var rev uint64
+	err := s.View(ctx, func(t *Txn) error {
+		rev = t.Revision()
+		return t.Scan(prefix, func(key string, val []byte) error { return fn(key[len(prefix):], val) })
+	})
+	if err != nil {
+		return 0, err
+	}
+	return rev, nil
+}
+
 // ListDevices is List for Devices.
 func (s *Store) ListDevices(ctx context.Context, selector map[string]string) ([]schema.Device, uint64, error) {
 	objs, rev, err := s.List(ctx, schema.KindDevice, selector)

@@ -32,6 +32,11 @@ type Options struct {
 	WatchQueue int
 	// Now is the clock for creationTimestamp; default time.Now.
 	Now func() time.Time
+	// PasswordHash, if set, computes a second hash of every token issued,
+	// kept beside its SHA-256 (the hub passes Mosquitto's "$7$" hash, so
+	// it can render an external broker's password file: Mosquitto cannot
+	// use plain SHA-256).
+	PasswordHash func(token string) (string, error)
 }
 
 func (o *Options) setDefaults() {
@@ -71,6 +76,8 @@ type Store struct {
 
 	feed *feed
 	auth *authCache
+	// passwordHash is Options.PasswordHash.
+	passwordHash func(string) (string, error)
 
 	gcStop chan struct{}
 	gcDone chan struct{}
@@ -108,7 +115,7 @@ func Open(opts Options) (*Store, error) {
 	db, err := badger.Open(badgerOptions(opts.Dir, opts.Logger))
 	if err != nil {
 		if strings.Contains(err.Error(), "directory lock") {
-			return nil, fmt.Errorf("open store %s: another process (a running fleet-hub?) holds it: %w", opts.Dir, err)
+			return nil, fmt.Errorf("open store %s: another process (a running fleet-hub?) holds it: %w: %w", opts.Dir, ErrLocked, err)
 		}
 		return nil, fmt.Errorf("open store %s: %w", opts.Dir, err)
 	}
@@ -118,7 +125,9 @@ func Open(opts Options) (*Store, error) {
 		now:    opts.Now,
 		auth:   newAuthCache(),
 		gcStop: make(chan struct{}),
-		gcDone: make(chan struct{}),
+
+		passwordHash: opts.PasswordHash,
+		gcDone:       make(chan struct{}),
 	}
 	rev, err := s.bootstrap()
 	if err != nil {

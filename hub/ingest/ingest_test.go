@@ -1,0 +1,281 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/fleetmq/fleet/hub/metrics"
+	"github.com/fleetmq/fleet/hub/store"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// registry is a Registry over the store's devices, read on every call.
+type registry struct {
+	st *store.Store
+}
+
+func (r registry) Device(name string) (string, map[string]string, bool) {
+	o, err := r.st.Get(context.Background(), schema.KindDevice, name)
+	if err != nil {
+		return "", nil, false
+	}
+	return o.GetMetadata().UID, o.GetMetadata().Labels, true
+}
+
+func (registry) Desired(string) *schema.DesiredState { return nil }
+
+type noConn struct{}
+
+func (noConn) Subscribe(context.Context, string, func(string, []byte)) error { return nil }
+
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+type fixture struct {
+	st    *store.Store
+	in    *Ingest
+	m     *metrics.Metrics
+	clock *clock
+}
+
+func newFixture(t *testing.T, devices ...string) *fixture {
+	t.Helper()
+	st, err := store.Open(store.Options{Dir: t.TempDir(), GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	for _, d := range devices {
+		if _, err := st.Create(t.Context(), &schema.Device{Metadata: schema.ObjectMeta{Name: d}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := &fixture{st: st, m: metrics.New(metrics.Gauges{}), clock: &clock{now: time.Unix(1_700_000_000, 0)}}
+	f.in, err = New(Options{Conn: noConn{}, Store: st, Registry: registry{st}, Metrics: f.m, Now: f.clock.Now, MaxPayload: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func counter(t *testing.T, c interface{ Write(*dto.Metric) error }) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func statusJSON(device string, gen int64, arch string) string {
+	return fmt.Sprintf(`{"apiVersion":"fleet/v1","kind":"DeviceStatus","device":%q,"observedGeneration":%d,"time":"2024-01-01T00:00:00Z",
+		"agent":{"version":"v1","os":"linux","arch":%q},"pods":[{"name":"web","phase":"Running","ready":true,"restarts":0,"containers":[]}]}`, device, gen, arch)
+}
+
+const topicPrefix = "fleet/v1/devices/"
+
+func TestHandleStatusStoresAndLabels(t *testing.T) {
+	f := newFixture(t, "pi")
+	f.in.Handle(topicPrefix+"pi/status", []byte(statusJSON("pi", 3, "arm64")))
+	st, _ := f.in.DeviceState("pi", "")
+	if st == nil || st.ObservedGeneration != 3 {
+		t.Fatalf("DeviceState = %+v", st)
+	}
+	f.in.Flush(t.Context())
+	err := f.st.View(t.Context(), func(tx *store.Txn) error {
+		b, err := tx.Get(store.StatusKey("pi"))
+		if err != nil {
+			return err
+		}
+		var got schema.DeviceStatus
+		if err := json.Unmarshal(b, &got); err != nil || got.ObservedGeneration != 3 {
+			t.Errorf("stored status %s: %v", b, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := f.st.Get(t.Context(), schema.KindDevice, "pi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.GetMetadata().Labels[schema.LabelArch]; got != "arm64" {
+		t.Errorf("fleet/arch = %q, want arm64", got)
+	}
+	rv := o.GetMetadata().ResourceVersion
+	// The same arch again writes nothing.
+	f.in.Handle(topicPrefix+"pi/status", []byte(statusJSON("pi", 4, "arm64")))
+	f.in.Flush(t.Context())
+	o, _ = f.st.Get(t.Context(), schema.KindDevice, "pi")
+	if o.GetMetadata().ResourceVersion != rv {
+		t.Errorf("an unchanged arch rewrote the device (resourceVersion %s -> %s)", rv, o.GetMetadata().ResourceVersion)
+	}
+	if n := counter(t, f.m.StatusMessages); n != 2 {
+		t.Errorf("fleet_status_messages_total = %v, want 2", n)
+	}
+
+	// A new Ingest (a restarted hub) has the report from the store.
+	in2, err := New(Options{Conn: noConn{}, Store: f.st, Registry: registry{f.st}, Now: f.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in2.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := in2.DeviceState("pi", ""); st == nil || st.ObservedGeneration != 4 {
+		t.Errorf("after reload: %+v", st)
+	}
+}
+
+func TestHandleMalformedChangesNothing(t *testing.T) {
+	f := newFixture(t, "pi", "other")
+	good := statusJSON("pi", 7, "amd64")
+	f.in.Handle(topicPrefix+"pi/status", []byte(good))
+	f.in.Handle(topicPrefix+"pi/online", []byte("online"))
+	tests := []struct {
+		name, topic, payload, kind string
+	}{
+		{"not JSON", "pi/status", "{{{", "status"},
+		{"wrong type", "pi/status", `{"device":"pi","observedGeneration":"seven","pods":[]}`, "status"},
+		{"bad phase", "pi/status", strings.Replace(good, "Running", "Dancing", 1), "status"},
+		{"negative generation", "pi/status", strings.Replace(good, `"observedGeneration":7`, `"observedGeneration":-1`, 1), "status"},
+		{"other device", "pi/status", statusJSON("other", 9, "amd64"), "status"},
+		{"too large", "pi/status", `{"device":"pi","pad":"` + strings.Repeat("x", 5000) + `"}`, "status"},
+		{"array", "pi/status", `[1,2,3]`, "status"},
+		{"bad online", "pi/online", "maybe", "online"},
+		{"bad event", "pi/events", `{"device":"pi","type":"Weird","reason":"x"}`, "events"},
+		{"event of another device", "pi/events", `{"device":"other","type":"Normal","reason":"x"}`, "events"},
+		{"unknown kind", "pi/whatever", `x`, "unknown"},
+		{"wildcard topic", "+/status", `x`, "unknown"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := counter(t, f.m.Malformed.WithLabelValues(tt.kind))
+			f.in.Handle(topicPrefix+tt.topic, []byte(tt.payload))
+			if got := counter(t, f.m.Malformed.WithLabelValues(tt.kind)); got != before+1 {
+				t.Errorf("malformed{%s} went from %v to %v", tt.kind, before, got)
+			}
+			st, online := f.in.DeviceState("pi", "")
+			if st == nil || st.ObservedGeneration != 7 || st.Agent.Arch != "amd64" || !online {
+				t.Errorf("state changed: %+v online=%v", st, online)
+			}
+			if st, _ := f.in.DeviceState("other", ""); st != nil {
+				t.Errorf("other device got a state: %+v", st)
+			}
+		})
+	}
+}
+
+func TestHandleUnknownDeviceIgnored(t *testing.T) {
+	f := newFixture(t, "pi")
+	f.in.Handle(topicPrefix+"ghost/status", []byte(statusJSON("ghost", 1, "arm")))
+	if st, _ := f.in.DeviceState("ghost", ""); st != nil {
+		t.Errorf("unknown device stored: %+v", st)
+	}
+	if n := counter(t, f.m.Ignored.WithLabelValues("status", metrics.ReasonUnknownDevice)); n != 1 {
+		t.Errorf("ignored = %v", n)
+	}
+	f.in.Flush(t.Context())
+	_ = f.st.View(t.Context(), func(tx *store.Txn) error {
+		if _, err := tx.Get(store.StatusKey("ghost")); err == nil {
+			t.Error("status of an unknown device stored")
+		}
+		return nil
+	})
+}
+
+func TestOnlineStaleAndEvents(t *testing.T) {
+	f := newFixture(t, "pi")
+	f.in.Handle(topicPrefix+"pi/online", []byte("online"))
+	if _, online := f.in.DeviceState("pi", ""); !online {
+		t.Fatal("not online")
+	}
+	f.clock.add(DefaultStaleAfter + time.Second)
+	if _, online := f.in.DeviceState("pi", ""); online {
+		t.Error("online after the stale threshold")
+	}
+	if info := f.in.DeviceInfo("pi", ""); !info.Stale || !info.Online {
+		t.Errorf("info %+v: want online (as last told) and stale", info)
+	}
+	f.in.Handle(topicPrefix+"pi/online", []byte("offline"))
+	if info := f.in.DeviceInfo("pi", ""); info.Online {
+		t.Error("online after offline")
+	}
+	for i := range DefaultEventsPerDevice + 5 {
+		f.in.Handle(topicPrefix+"pi/events", fmt.Appendf(nil, `{"device":"pi","type":"Normal","reason":"r%d"}`, i))
+	}
+	evs := f.in.Events("pi", "")
+	if len(evs) != DefaultEventsPerDevice || evs[0].Reason != "r5" || evs[len(evs)-1].Reason != fmt.Sprintf("r%d", DefaultEventsPerDevice+4) {
+		t.Errorf("events: %d, first %q", len(evs), evs[0].Reason)
+	}
+	f.in.Forget("pi")
+	if len(f.in.Events("pi", "")) != 0 {
+		t.Error("events kept after Forget")
+	}
+}
+
+func TestDeviceInfoJSONCache(t *testing.T) {
+	f := newFixture(t, "pi")
+	f.in.Handle(topicPrefix+"pi/status", []byte(statusJSON("pi", 1, "arm64")))
+	f.in.Handle(topicPrefix+"pi/online", []byte("online"))
+	a := f.in.DeviceInfoJSON("pi", "")
+	b := f.in.DeviceInfoJSON("pi", "")
+	if &a[0] != &b[0] {
+		t.Error("second call did not use the cache")
+	}
+	f.clock.add(DefaultStaleAfter + time.Second)
+	var info schema.DeviceObservedInfo
+	if err := json.Unmarshal(f.in.DeviceInfoJSON("pi", ""), &info); err != nil || !info.Stale {
+		t.Errorf("cache not invalidated by staleness: %+v %v", info, err)
+	}
+	f.in.Handle(topicPrefix+"pi/status", []byte(statusJSON("pi", 2, "arm64")))
+	info = schema.DeviceObservedInfo{}
+	if err := json.Unmarshal(f.in.DeviceInfoJSON("pi", ""), &info); err != nil || info.ObservedGeneration != 2 || info.Stale {
+		t.Errorf("cache not invalidated by a report: %+v %v", info, err)
+	}
+}
+
+func TestStatusOfDeletedDeviceNotWritten(t *testing.T) {
+	f := newFixture(t, "pi")
+	uid, _, _ := registry{f.st}.Device("pi")
+	f.in.Handle(topicPrefix+"pi/status", []byte(statusJSON("pi", 1, "")))
+	if _, err := f.st.Delete(t.Context(), schema.KindDevice, "pi", "", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.Create(t.Context(), &schema.Device{Metadata: schema.ObjectMeta{Name: "pi"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	f.in.Flush(t.Context())
+	_ = f.st.View(t.Context(), func(tx *store.Txn) error {
+		if _, err := tx.Get(store.StatusKey("pi")); err == nil {
+			t.Error("the old device's report was stored for the new device")
+		}
+		return nil
+	})
+	uid2, _, _ := registry{f.st}.Device("pi")
+	if st, _ := f.in.DeviceState("pi", uid2); st != nil || uid == uid2 {
+		t.Errorf("new device sees the old one's report: %+v", st)
+	}
+}

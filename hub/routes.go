@@ -1,0 +1,102 @@
+package hub
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/fleetmq/fleet/hub/api"
+	"github.com/fleetmq/fleet/hub/store"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// statusView gives the API the status the hub derives from agent reports.
+type statusView struct{ h *Hub }
+
+var _ api.StatusSource = statusView{}
+
+func (v statusView) DeviceStatusJSON(name string) []byte {
+	uid, _, _ := v.h.ctrl.Device(name)
+	return v.h.ingest.DeviceInfoJSON(name, uid)
+}
+
+func (v statusView) DeploymentStatusJSON(name string) []byte {
+	s, ok := v.h.ctrl.DeploymentStatus(name)
+	if !ok {
+		return nil
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// EventList is the body of GET /v1/devices/{name}/events.
+type EventList struct {
+	schema.TypeMeta `json:",inline"`
+	Items           []schema.Event `json:"items"`
+}
+
+// routes adds the hub's own routes to the API.
+func (h *Hub) routes() {
+	h.api.Handle("/v1/info", api.Methods{http.MethodGet: h.serveInfo})
+	h.api.Handle("/v1/devices/{name}/events", api.Methods{http.MethodGet: h.serveEvents})
+	h.api.Handle("/v1/mosquitto/passwd", api.Methods{http.MethodGet: h.serveMosquitto(true)})
+	h.api.Handle("/v1/mosquitto/acl", api.Methods{http.MethodGet: h.serveMosquitto(false)})
+	h.api.Handle("/metrics", api.Methods{http.MethodGet: h.metrics.Handler().ServeHTTP})
+}
+
+func (h *Hub) hubInfo() schema.HubInfo {
+	return schema.HubInfo{
+		Version: h.opts.Version, Store: h.info.StoreID,
+		MQTTURL: h.info.MQTTURL, ExternalBroker: h.broker == nil,
+	}
+}
+
+func (h *Hub) serveInfo(w http.ResponseWriter, _ *http.Request) {
+	api.WriteJSON(w, http.StatusOK, h.hubInfo())
+}
+
+// serveEvents answers the device's recent events, oldest first.
+func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	obj, err := h.store.Get(r.Context(), schema.KindDevice, name)
+	if err != nil {
+		api.WriteError(w, r, h.log, err)
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, EventList{
+		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "EventList"},
+		Items:    h.ingest.Events(name, obj.GetMetadata().UID),
+	})
+}
+
+// serveMosquitto answers the password file (admin only: it holds hashes)
+// or the ACL file for an external Mosquitto.
+func (h *Hub) serveMosquitto(passwd bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if c, _ := api.CredentialFrom(r.Context()); passwd && c.Role != store.RoleAdmin {
+			api.WriteStatus(w, api.NewStatus(http.StatusForbidden, api.ReasonForbidden,
+				fmt.Sprintf("credential %q (role %s) may not read password hashes", c.Name, c.Role), nil))
+			return
+		}
+		pw, acl, warnings, err := MosquittoFiles(r.Context(), h.store, h.opts.Topics, h.mqttAccount)
+		if err != nil {
+			api.WriteError(w, r, h.log, err)
+			return
+		}
+		for _, warn := range warnings {
+			h.log.Warn("mosquitto files: " + warn)
+		}
+		body := acl
+		if passwd {
+			body = pw
+			w.Header().Set("Cache-Control", "no-store")
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(body)
+	}
+}
