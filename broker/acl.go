@@ -20,6 +20,10 @@ import (
 //     topics. A device whose name is not a valid device name may do nothing.
 //   - RoleMonitor may subscribe to {prefix}/devices/{device|+}/{status|online|events}
 //     and {prefix}/deployments/{name|+}/status, and publishes nothing.
+//   - RoleBootstrap may publish only to {prefix}/enroll/{request}/request and
+//     subscribe only to {prefix}/enroll/{request}/response, where request is
+//     id.Request (its client ID): it can send its own enrollment request and
+//     read its own answer, nothing else.
 //
 // Anything else, including an unknown role, is denied.
 func Allowed(topics schema.Topics, id Identity, topic string, write bool) bool {
@@ -39,6 +43,14 @@ func Allowed(topics schema.Topics, id Identity, topic string, write bool) bool {
 		return topic == topics.Device(id.Name, schema.TopicStatus) ||
 			topic == topics.Device(id.Name, schema.TopicOnline) ||
 			topic == topics.Device(id.Name, schema.TopicEvents)
+	case RoleBootstrap:
+		if schema.ValidateRequestID(id.Request) != nil {
+			return false // also keeps wildcards and '/' out of the topics
+		}
+		if write {
+			return topic == topics.Enroll(id.Request, schema.TopicEnrollRequest)
+		}
+		return topic == topics.Enroll(id.Request, schema.TopicEnrollResponse)
 	case RoleMonitor:
 		if write {
 			return false

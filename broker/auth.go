@@ -21,6 +21,9 @@ const (
 	RoleMonitor
 	// RoleHub may read and write every topic.
 	RoleHub
+	// RoleBootstrap holds a bootstrap token: it may only send its
+	// enrollment request and read the answer (see Allowed).
+	RoleBootstrap
 )
 
 func (r Role) String() string {
@@ -31,6 +34,8 @@ func (r Role) String() string {
 		return "monitor"
 	case RoleHub:
 		return "hub"
+	case RoleBootstrap:
+		return "bootstrap"
 	default:
 		return fmt.Sprintf("Role(%d)", int(r))
 	}
@@ -42,6 +47,11 @@ func (r Role) String() string {
 type Identity struct {
 	Name string
 	Role Role
+	// Request is the enrollment request ID of a RoleBootstrap client: the
+	// broker sets it to the client's MQTT client ID on connect (an
+	// Authenticator leaves it empty). It names the only enrollment topics
+	// the client may use.
+	Request string
 }
 
 // Authenticator checks MQTT credentials. The hub implements it over its store

@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"context"
+	"log/slog"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -26,6 +27,7 @@ func (h *hook) Provides(b byte) bool {
 		mqtt.OnACLCheck,
 		mqtt.OnDisconnect,
 		mqtt.OnClientExpired,
+		mqtt.OnPublish,
 	}, []byte{b})
 }
 
@@ -70,6 +72,11 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 			log.Error("mqtt connection refused: authenticator returned an empty identity name")
 			return false
 		}
+	case RoleBootstrap:
+		if !h.admitBootstrap(cl, pk, log) {
+			return false
+		}
+		id.Request = cl.ID
 	default:
 		log.Error("mqtt connection refused: authenticator returned an unknown role", "role", id.Role.String())
 		return false
@@ -92,6 +99,45 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	b.idents.Store(cl.ID, identEntry{cl: cl, id: id})
 	log.Debug("mqtt client authenticated")
 	return true
+}
+
+// admitBootstrap checks what a bootstrap client's connection must be: its
+// client ID is its enrollment request ID, so it must be a valid one, held
+// by no other client or session (it would inherit that client's answer),
+// with a clean session and no will.
+func (h *hook) admitBootstrap(cl *mqtt.Client, pk packets.Packet, log *slog.Logger) bool {
+	switch {
+	case schema.ValidateRequestID(cl.ID) != nil:
+		log.Info("mqtt connection refused: a bootstrap client's client ID must be its enrollment request ID (req_ and 16-64 letters, digits, '-', '_')")
+		return false
+	case !pk.Connect.Clean:
+		log.Info("mqtt connection refused: a bootstrap client must use a clean session")
+		return false
+	case pk.Connect.WillFlag:
+		log.Info("mqtt connection refused: a bootstrap client may not set a will")
+		return false
+	}
+	if existing, ok := h.b.server.Clients.Get(cl.ID); ok && existing != cl {
+		log.Warn("mqtt connection refused: the enrollment request ID is held by another client")
+		return false
+	}
+	if v, ok := h.b.idents.Load(cl.ID); ok && v.(identEntry).cl != cl {
+		log.Warn("mqtt connection refused: the enrollment request ID is held by another client")
+		return false
+	}
+	return true
+}
+
+// OnPublish drops the retain flag of a bootstrap client's publish: an
+// enrollment request is for the hub, now, never for later subscribers.
+func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if cl.Net.Inline || !pk.FixedHeader.Retain {
+		return pk, nil
+	}
+	if v, ok := h.b.idents.Load(cl.ID); ok && v.(identEntry).id.Role == RoleBootstrap {
+		pk.FixedHeader.Retain = false
+	}
+	return pk, nil
 }
 
 // OnACLCheck applies Allowed: with the subscription filter on SUBSCRIBE,

@@ -105,6 +105,10 @@ func checkMosquittoUsername(id Identity) error {
 			return fmt.Errorf("device %q: %w", id.Name, err)
 		}
 	case RoleHub, RoleMonitor:
+	case RoleBootstrap:
+		if !strings.HasPrefix(id.Name, schema.BootstrapUsernamePrefix) {
+			return fmt.Errorf("bootstrap account %q: its username must start with %q", id.Name, schema.BootstrapUsernamePrefix)
+		}
 	default:
 		return fmt.Errorf("username %q: unknown role %v", id.Name, id.Role)
 	}
@@ -141,6 +145,14 @@ func MosquittoPasswordFile(accounts []MosquittoAccount) ([]byte, error) {
 // user; a readwrite-everything block per hub account; a read-only block per
 // monitor account, which also denies the monitor the device patterns on its
 // own name. Device accounts need no entry.
+//
+// With bootstrap accounts, the enrollment topics of the client's own ID
+// (%c) are patterns too. Mosquitto applies patterns to every user, so any
+// client may then send a request on, and read the answer of, its own
+// client ID: harmless, since the hub checks the bootstrap token inside
+// every request. Unlike the embedded broker, Mosquitto neither drops the
+// retain flag of a request nor refuses a second client taking over a
+// client ID (request IDs are random, 128 bits and more).
 func MosquittoACLFile(topics schema.Topics, accounts []Identity) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString("# Fleet MQTT access rules; generated, do not edit.\n")
@@ -148,6 +160,14 @@ func MosquittoACLFile(topics schema.Topics, accounts []Identity) ([]byte, error)
 	fmt.Fprintf(&b, "pattern read %s\n", topics.Device("%u", schema.TopicDesired))
 	for _, kind := range []string{schema.TopicStatus, schema.TopicOnline, schema.TopicEvents} {
 		fmt.Fprintf(&b, "pattern write %s\n", topics.Device("%u", kind))
+	}
+	for _, id := range accounts {
+		if id.Role == RoleBootstrap {
+			b.WriteString("# Bootstrap clients (client ID = enrollment request ID): own request out, own answer in.\n")
+			fmt.Fprintf(&b, "pattern write %s\n", topics.Enroll("%c", schema.TopicEnrollRequest))
+			fmt.Fprintf(&b, "pattern read %s\n", topics.Enroll("%c", schema.TopicEnrollResponse))
+			break
+		}
 	}
 	all := strings.TrimSuffix(topics.Device("x", "y"), "/devices/x/y") + "/#"
 	seen := map[string]bool{}

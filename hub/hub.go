@@ -149,6 +149,7 @@ type Hub struct {
 	conn        *deferredConn
 	ctrl        *controller.Controller
 	ingest      *ingest.Ingest
+	enroll      *enroller
 	mqttAccount MosquittoAccount
 }
 
@@ -280,11 +281,20 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 		return nil, err
 	}
 	h.ctrl.SetStatusSource(h.ingest)
+	h.enroll = &enroller{
+		st: st, conn: h.conn, topics: opts.Topics, log: log.With("component", "enroll"),
+		reserved: func(name string) bool { return name == opts.BrokerUsername },
+	}
 
 	h.api, err = api.New(api.Options{
 		Store: st, Logger: log.With("component", "api"), BookmarkInterval: opts.BookmarkInterval,
 		Status: statusView{h}, ObserveRequest: h.metrics.ObserveRequest,
 		Reserved: func(name string) bool { return name == opts.BrokerUsername },
+		BootstrapTokenDeleted: func(id string) {
+			if h.broker != nil {
+				h.broker.Kick(schema.BootstrapUsername(id))
+			}
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -345,6 +355,9 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 			return err
 		}
 		if err := h.ingest.Subscribe(partsCtx); err != nil {
+			return err
+		}
+		if err := h.enroll.Subscribe(partsCtx); err != nil {
 			return err
 		}
 		parts.Go(func() {

@@ -21,8 +21,9 @@ type MosquittoAccount struct {
 
 // MosquittoFiles renders Mosquitto 2's password file and ACL file for the
 // store's accounts: every device with a token (username = device name),
-// every monitor credential, and the hub's own account (read-write on every
-// Fleet topic). The store keeps a Mosquitto "$7$" hash of each token it
+// every monitor credential, every bootstrap token (username
+// "bootstrap.<id>"), and the hub's own account (read-write on every Fleet
+// topic). The store keeps a Mosquitto "$7$" hash of each token it
 // issued; a token issued before the hub kept them, or a username that two
 // accounts share, is left out and reported in warnings.
 func MosquittoFiles(ctx context.Context, st *store.Store, topics schema.Topics, hubAccount MosquittoAccount) (passwd, acl []byte, warnings []string, err error) {
@@ -74,6 +75,21 @@ func MosquittoFiles(ctx context.Context, st *store.Store, topics schema.Topics, 
 		if role == broker.RoleMonitor {
 			ids = append(ids, broker.Identity{Name: a.Name, Role: role})
 		}
+	}
+	// Bootstrap tokens, expired and used-up ones included: the hub tells
+	// their clients why it refuses.
+	bts, err := st.BootstrapTokens(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, bt := range bts {
+		name := schema.BootstrapUsername(bt.ID)
+		if bt.PasswordHash == "" || strings.ContainsAny(bt.PasswordHash, "\n\r") {
+			warnings = append(warnings, fmt.Sprintf("bootstrap token %q left out: no Mosquitto hash", bt.ID))
+			continue
+		}
+		fmt.Fprintf(&pw, "%s:%s\n", name, bt.PasswordHash)
+		ids = append(ids, broker.Identity{Name: name, Role: broker.RoleBootstrap})
 	}
 	acl, err = broker.MosquittoACLFile(topics, ids)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/hub/store"
+	"github.com/fleetmq/fleet/schema"
 )
 
 // MQTTPasswordName is the file, in the data directory, holding the hub's
@@ -65,17 +66,25 @@ func writeSecretFile(path, body string) error {
 }
 
 // storeAuth authenticates MQTT clients against the store: a device with
-// its name and token, a monitor credential with its name and token.
-// Tokens are compared by hash, in constant time, from the store's
-// in-memory cache.
+// its name and token, a monitor credential with its name and token, a
+// bootstrap client with "bootstrap.<id>" and the bootstrap token. Tokens
+// are compared by hash, in constant time.
 type storeAuth struct {
 	st *store.Store
 }
 
 var _ broker.Authenticator = storeAuth{}
 
-func (a storeAuth) Authenticate(_ context.Context, username string, password []byte) (broker.Identity, bool) {
+func (a storeAuth) Authenticate(ctx context.Context, username string, password []byte) (broker.Identity, bool) {
 	pw := string(password)
+	if strings.HasPrefix(username, schema.BootstrapUsernamePrefix) {
+		// Device and credential names never contain '.'.
+		id, ok := a.st.VerifyBootstrapToken(ctx, pw)
+		if !ok || username != schema.BootstrapUsername(id) {
+			return broker.Identity{}, false
+		}
+		return broker.Identity{Name: username, Role: broker.RoleBootstrap}, true
+	}
 	if a.st.VerifyToken(username, pw) {
 		return broker.Identity{Name: username, Role: broker.RoleDevice}, true
 	}

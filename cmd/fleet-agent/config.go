@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/fleetmq/fleet/edgeagent"
+	"github.com/fleetmq/fleet/edgeagent/enroll"
 	"github.com/fleetmq/fleet/edgeagent/runtime/containerd"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -35,6 +36,12 @@ type config struct {
 	ResyncInterval   string `json:"resync-interval,omitempty"`
 	LogLevel         string `json:"log-level,omitempty"`
 	TopicPrefix      string `json:"topic-prefix,omitempty"`
+
+	// BootstrapToken(File) and NameFrom: self-enrollment (edgeagent/enroll).
+	BootstrapToken     string `json:"bootstrap-token,omitempty"`
+	BootstrapTokenFile string `json:"bootstrap-token-file,omitempty"`
+	NameFrom           string `json:"name-from,omitempty"`
+
 	// Registry is file-only: mirrors, plain-HTTP hosts and credentials
 	// for image pulls, handed to the containerd runtime.
 	Registry containerd.RegistryConfig `json:"registry,omitzero"`
@@ -47,6 +54,9 @@ func (c *config) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Device, "device", "", "this device's name (MQTT username)")
 	fs.StringVar(&c.Token, "token", "", "device token (MQTT password); prefer --token-file")
 	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the device token")
+	fs.StringVar(&c.BootstrapToken, "bootstrap-token", "", "enroll with this bootstrap token (fleet token create) if the state dir holds no device token yet; prefer --bootstrap-token-file")
+	fs.StringVar(&c.BootstrapTokenFile, "bootstrap-token-file", "", "file holding the bootstrap token")
+	fs.StringVar(&c.NameFrom, "name-from", string(enroll.FromHostname), "when enrolling without --device, name the device after its hostname, serial (/proc/device-tree/serial-number) or machine-id (/etc/machine-id)")
 	fs.StringVar(&c.StateDir, "state-dir", edgeagent.DefaultStateDir, "directory for persisted state and container logs")
 	fs.StringVar(&c.ContainerdSocket, "containerd-socket", containerd.DefaultSocket, "containerd socket")
 	fs.StringVar(&c.Namespace, "namespace", containerd.DefaultNamespace, "containerd namespace of Fleet's containers")
@@ -94,14 +104,28 @@ func (c *config) resolve(fs *pflag.FlagSet) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if c.Device == "" {
-		return errors.New("--device is required")
-	}
-	if err := schema.ValidateName(c.Device); err != nil {
-		return fmt.Errorf("--device: %w", err)
-	}
 	if c.Token != "" && c.TokenFile != "" {
 		return errors.New("--token and --token-file are mutually exclusive")
+	}
+	if c.BootstrapToken != "" && c.BootstrapTokenFile != "" {
+		return errors.New("--bootstrap-token and --bootstrap-token-file are mutually exclusive")
+	}
+	if c.bootstrap() && (c.Token != "" || c.TokenFile != "") {
+		return errors.New("--bootstrap-token(-file) enrolls a device that has no token yet: it is mutually exclusive with --token and --token-file")
+	}
+	if _, err := enroll.ParseNameSource(c.NameFrom); err != nil {
+		return fmt.Errorf("--name-from: %w", err)
+	}
+	if c.Device == "" && !c.bootstrap() {
+		// An enrolled device finds its name beside its saved token.
+		if _, err := enroll.Stored(c.StateDir); err != nil {
+			return errors.New("--device is required (or enroll the device with --bootstrap-token-file)")
+		}
+	}
+	if c.Device != "" {
+		if err := schema.ValidateName(c.Device); err != nil {
+			return fmt.Errorf("--device: %w", err)
+		}
 	}
 	if _, err := c.resync(); err != nil {
 		return err
@@ -141,6 +165,25 @@ func scalarKeys(fc config) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// bootstrap reports whether a bootstrap token is configured.
+func (c *config) bootstrap() bool { return c.BootstrapToken != "" || c.BootstrapTokenFile != "" }
+
+// bootstrapToken reads the bootstrap token.
+func (c *config) bootstrapToken() (string, error) {
+	if c.BootstrapTokenFile == "" {
+		return strings.TrimSpace(c.BootstrapToken), nil
+	}
+	b, err := os.ReadFile(c.BootstrapTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("bootstrap token file: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", fmt.Errorf("bootstrap token file %s is empty", c.BootstrapTokenFile)
+	}
+	return t, nil
 }
 
 func (c *config) token() (string, error) {

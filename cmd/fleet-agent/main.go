@@ -53,6 +53,12 @@ Fleet hub publishes on MQTT. It persists the last desired state, so it keeps
 (and restarts) its containers while offline and after a reboot. Stopping the
 agent never stops containers.
 
+A device without a token can enroll itself: with --bootstrap-token-file
+(from "fleet token create") and no token saved yet, the agent names itself
+(--device, or --name-from hostname|serial|machine-id), asks the hub over
+MQTT for its own token, saves it (0600) as <state-dir>/token and from then
+on uses only that token, never the bootstrap token again.
+
 Every flag can also be set in the --config YAML file (same key) or through
 the environment as FLEET_AGENT_<FLAG> (FLEET_AGENT_STATE_DIR, ...); flags
 win over the environment, which wins over the file.`,
@@ -87,10 +93,6 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	token, err := cfg.token()
-	if err != nil {
-		return err
-	}
 	u, err := session.ParseBroker(cfg.Broker)
 	if err != nil {
 		return err
@@ -104,6 +106,14 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	}
 	resync, err := cfg.resync()
 	if err != nil {
+		return err
+	}
+	device, token, err := identity(ctx, cfg, log, tlsCfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped while enrolling: a clean shutdown.
+			return nil
+		}
 		return err
 	}
 
@@ -127,7 +137,7 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	}()
 
 	agent, err := edgeagent.New(edgeagent.Options{
-		Device:         cfg.Device,
+		Device:         device,
 		Broker:         cfg.Broker,
 		Token:          token,
 		TLSConfig:      tlsCfg,

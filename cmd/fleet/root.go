@@ -57,6 +57,7 @@ A config file is YAML: "hub: http://127.0.0.1:8080" and "token: ...".`,
 		newDeleteCmd(cli),
 		newDeviceCmd(cli),
 		newMonitorCmd(cli),
+		newTokenCmd(cli),
 	} {
 		c.GroupID = "basic"
 		root.AddCommand(c)

@@ -33,6 +33,9 @@ type Options struct {
 	ObserveRequest func(route string, code int, d time.Duration)
 	// Reserved reports MQTT usernames no credential may take; optional.
 	Reserved ReservedNames
+	// BootstrapTokenDeleted, if set, is called after a bootstrap token is
+	// deleted, before the answer: the hub ends its MQTT sessions.
+	BootstrapTokenDeleted func(id string)
 }
 
 // StatusSource supplies the status the hub derives from agent reports.
@@ -117,6 +120,7 @@ func (s *Server) routes() {
 	s.Handle("/v1/devices/{name}/token", methods{http.MethodPost: s.issueToken})
 	s.Handle("/v1/credentials", methods{http.MethodGet: s.listCredentials, http.MethodPost: s.createCredential})
 	s.Handle("/v1/credentials/{name}", methods{http.MethodDelete: s.deleteCredential})
+	s.bootstrapRoutes()
 	s.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		WriteStatus(w, NewStatus(http.StatusNotFound, ReasonNotFound, "no such path "+r.URL.Path, nil))
 	}))

@@ -15,6 +15,8 @@
 //	v1/tokens/{device}         device token record: SHA-256 of the token (and, with
 //	                           Options.PasswordHash, e.g. its Mosquitto "$7$" hash)
 //	v1/credentials/{name}      operator credential (admin, monitor…): hashes and role
+//	v1/bootstrap-tokens/{id}   bootstrap token: hashes, labels, expiry, uses (bootstrap.go)
+//	v1/enrollments/{request}   device created by an enrollment request (bootstrap.go)
 //
 // Every write goes through a Txn (Store.Write): the revision is bumped once
 // per committed transaction that changed anything, and object events carry

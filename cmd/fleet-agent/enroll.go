@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/fleetmq/fleet/edgeagent/enroll"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// identity returns the device's name and token: --token/--token-file as
+// given; else the token an earlier enrollment saved in the state dir (the
+// bootstrap token is then never used again); else, with a bootstrap token,
+// it enrolls now. Without any of them the agent runs with --device and no
+// token, as before.
+func identity(ctx context.Context, cfg config, log *slog.Logger, tlsCfg *tls.Config) (device, token string, err error) {
+	if cfg.Token != "" || cfg.TokenFile != "" {
+		token, err := cfg.token()
+		return cfg.Device, token, err
+	}
+	stored, err := enroll.Stored(cfg.StateDir)
+	switch {
+	case err == nil:
+		if cfg.Device != "" && cfg.Device != stored.Device {
+			return "", "", fmt.Errorf("the state dir %s holds the token of device %q, enrolled earlier, not of --device %s", cfg.StateDir, stored.Device, cfg.Device)
+		}
+		attrs := []any{"device", stored.Device, "token_file", filepath.Join(cfg.StateDir, enroll.TokenFile)}
+		if cfg.bootstrap() {
+			attrs = append(attrs, "bootstrap_token", "not used: already enrolled")
+		}
+		log.Info("using the device token saved at enrollment", attrs...)
+		return stored.Device, stored.Token, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", "", err
+	case !cfg.bootstrap():
+		return cfg.Device, "", nil
+	}
+
+	bt, err := cfg.bootstrapToken()
+	if err != nil {
+		return "", "", err
+	}
+	if _, err := schema.ParseBootstrapToken(bt); err != nil {
+		return "", "", fmt.Errorf("bootstrap token: %w", err)
+	}
+	device = cfg.Device
+	if device == "" {
+		src, err := enroll.ParseNameSource(cfg.NameFrom)
+		if err != nil {
+			return "", "", err
+		}
+		if device, err = enroll.DeviceName(src, enroll.NameOptions{}); err != nil {
+			return "", "", fmt.Errorf("%w (set --device, or another --name-from)", err)
+		}
+	}
+	id, err := enroll.Run(ctx, enroll.Options{
+		Broker: cfg.Broker, TLSConfig: tlsCfg, Topics: schema.Topics{Prefix: cfg.TopicPrefix},
+		BootstrapToken: bt, Device: device, StateDir: cfg.StateDir, Logger: log,
+	})
+	if err != nil {
+		return "", "", err
+	}
+	return id.Device, id.Token, nil
+}

@@ -1,0 +1,126 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/hub/store"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// enrollTimeout bounds the handling of one enrollment request.
+const enrollTimeout = 10 * time.Second
+
+// pubSub is the part of broker.Conn the enroller uses.
+type pubSub interface {
+	Publish(ctx context.Context, topic string, payload []byte, retained bool) error
+	Subscribe(ctx context.Context, filter string, handler func(topic string, payload []byte)) error
+}
+
+var _ pubSub = broker.Conn(nil)
+
+// enroller answers the enrollment requests of bootstrap clients (see
+// schema/enroll.go). Transport: MQTT, the one connection every device
+// already has (devices behind NAT may not reach the HTTP API). The broker
+// lets a bootstrap client publish only on its own request topic and read
+// only its own response topic; the request repeats the bootstrap token, so
+// the check here does not depend on which broker carried it. The store
+// creates the device, issues its token and spends a use in one
+// transaction; the answer goes out at QoS 1, never retained.
+type enroller struct {
+	st       *store.Store
+	conn     pubSub
+	topics   schema.Topics
+	log      *slog.Logger
+	reserved func(name string) bool
+	// ctx is set by Subscribe, before any request is handled.
+	ctx context.Context
+}
+
+// Subscribe subscribes to every enrollment request until ctx is done.
+func (e *enroller) Subscribe(ctx context.Context) error {
+	e.ctx = ctx
+	if err := e.conn.Subscribe(ctx, e.topics.EnrollRequestFilter(), e.handle); err != nil {
+		return fmt.Errorf("subscribe to enrollment requests: %w", err)
+	}
+	return nil
+}
+
+func (e *enroller) handle(topic string, payload []byte) {
+	requestID, kind, err := e.topics.ParseEnroll(topic)
+	if err != nil || kind != schema.TopicEnrollRequest {
+		e.log.Debug("ignoring message on an enrollment topic", "topic", topic, "err", err)
+		return
+	}
+	if len(payload) == 0 {
+		return // a cleared retained message, not a request
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, enrollTimeout)
+	defer cancel()
+	resp := e.answer(ctx, requestID, payload)
+	resp.TypeMeta = schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindEnrollResponse}
+	b, err := json.Marshal(resp)
+	if err != nil {
+		e.log.Error("encode enrollment answer", "request", requestID, "err", err)
+		return
+	}
+	if err := e.conn.Publish(ctx, e.topics.Enroll(requestID, schema.TopicEnrollResponse), b, false); err != nil {
+		// The client retries the same request; within the store's retry
+		// window it gets a new token for its device then.
+		e.log.Warn("publish enrollment answer failed", "request", requestID, "device", resp.Device, "err", err)
+	}
+}
+
+// answer enrolls the device a request asks for, or says why not. It never
+// logs a token.
+func (e *enroller) answer(ctx context.Context, requestID string, payload []byte) schema.EnrollResponse {
+	log := e.log.With("request", requestID)
+	refuse := func(reason, msg string, device string) schema.EnrollResponse {
+		log.Info("enrollment refused", "device", device, "reason", reason, "why", msg)
+		return schema.EnrollResponse{Device: device, Reason: reason, Message: msg}
+	}
+	if len(payload) > schema.MaxEnrollPayload {
+		return refuse(schema.EnrollInvalid, fmt.Sprintf("request of %d bytes: at most %d", len(payload), schema.MaxEnrollPayload), "")
+	}
+	var req schema.EnrollRequest
+	// Unknown fields are allowed: a newer agent may send more.
+	if err := json.NewDecoder(bytes.NewReader(payload)).Decode(&req); err != nil {
+		return refuse(schema.EnrollInvalid, "request does not decode: "+err.Error(), "")
+	}
+	if req.Kind != "" && req.Kind != schema.KindEnrollRequest {
+		return refuse(schema.EnrollInvalid, fmt.Sprintf("kind %q: want %s", req.Kind, schema.KindEnrollRequest), req.Device)
+	}
+	if id, err := schema.ParseBootstrapToken(req.Token); err == nil {
+		log = log.With("bootstrap_token", id) // the public half only
+	}
+	if e.reserved != nil && e.reserved(req.Device) {
+		return refuse(schema.EnrollNameTaken, fmt.Sprintf("device name %q is reserved for the hub's own MQTT account: pick another (--device or --name-from)", req.Device), req.Device)
+	}
+	res, err := e.st.Enroll(ctx, store.Enrollment{Token: req.Token, RequestID: requestID, Secret: req.Secret, Device: req.Device})
+	switch {
+	case err == nil:
+		log.Info("device enrolled", "device", req.Device, "labels", res.Device.Metadata.Labels, "retry", res.Retry)
+		return schema.EnrollResponse{Device: req.Device, Token: res.Token}
+	case errors.Is(err, store.ErrBootstrapUnauthorized):
+		return refuse(schema.EnrollUnauthorized, "the bootstrap token is unknown or was deleted", req.Device)
+	case errors.Is(err, store.ErrBootstrapExpired):
+		return refuse(schema.EnrollExpired, err.Error()+": create a new one with `fleet token create`", req.Device)
+	case errors.Is(err, store.ErrBootstrapUsedUp):
+		return refuse(schema.EnrollUsedUp, err.Error()+": create a new one with `fleet token create`", req.Device)
+	case errors.Is(err, store.ErrAlreadyExists):
+		return refuse(schema.EnrollNameTaken, err.Error()+"; pick another name (--device or --name-from), or add the device with `fleet device add`", req.Device)
+	case errors.Is(err, store.ErrRequestReused):
+		return refuse(schema.EnrollRequestReused, err.Error()+"; start a new request", req.Device)
+	case errors.Is(err, schema.ErrInvalid):
+		return refuse(schema.EnrollInvalid, err.Error(), req.Device)
+	default:
+		log.Error("enrollment failed", "device", req.Device, "err", err)
+		return schema.EnrollResponse{Device: req.Device, Reason: schema.EnrollInternalError, Message: "the hub could not enroll the device; try again"}
+	}
+}
