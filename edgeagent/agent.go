@@ -136,9 +136,18 @@ func New(o Options) (*Agent, error) {
 
 	var pub status.Publisher = offlinePublisher{}
 	if o.Broker != "" {
+		dir, err := state.Open(o.StateDir)
+		if err != nil {
+			return nil, fmt.Errorf("edgeagent: %w", err)
+		}
+		clientID, err := dir.ClientID(o.Device)
+		if err != nil {
+			return nil, fmt.Errorf("edgeagent: %w", err)
+		}
 		s, err := session.New(session.Options{
 			Broker:    o.Broker,
 			Device:    o.Device,
+			ClientID:  clientID,
 			Token:     o.Token,
 			TLSConfig: o.TLSConfig,
 			Topics:    o.Topics,

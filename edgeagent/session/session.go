@@ -66,7 +66,7 @@ type Options struct {
 	// half of each delay randomised).
 	Backoff backoff.Policy
 	// StableAfter: a connection that lasted this long resets the backoff
-	// (default 1 min), so a broker that accepts and immediately drops the
+	// (default 10 s), so a broker that accepts and immediately drops the
 	// agent is not hammered every second.
 	StableAfter    time.Duration
 	KeepAlive      time.Duration // default 30 s
@@ -121,7 +121,7 @@ func New(o Options) (*Session, error) {
 		o.Backoff = backoff.Policy{Initial: time.Second, Max: time.Minute, Jitter: 0.5}
 	}
 	if o.StableAfter <= 0 {
-		o.StableAfter = time.Minute
+		o.StableAfter = 10 * time.Second
 	}
 	if o.KeepAlive <= 0 {
 		o.KeepAlive = 30 * time.Second

@@ -12,6 +12,8 @@
 package state
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -259,4 +261,31 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// ClientID returns the agent's MQTT client ID: the device name and a random
+// suffix, made once and kept in the state directory. An unguessable client
+// ID stops another device that knows this one's name from taking over its
+// session on brokers that hand a client ID to whoever presents it
+// (Mosquitto), while a stable one keeps the broker's view of the device
+// steady across restarts.
+func (d *Dir) ClientID(device string) (string, error) {
+	p := filepath.Join(d.versioned(), "client-id")
+	if b, err := os.ReadFile(p); err == nil {
+		id := strings.TrimSpace(string(b))
+		if strings.HasPrefix(id, device+"-") && len(id) == len(device)+1+16 {
+			return id, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("read client id: %w", err)
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("make client id: %w", err)
+	}
+	id := device + "-" + hex.EncodeToString(b[:])
+	if err := WriteFileAtomic(p, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("save client id: %w", err)
+	}
+	return id, nil
 }

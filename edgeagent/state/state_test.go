@@ -168,3 +168,29 @@ func TestKeyText(t *testing.T) {
 		t.Fatal("bad key accepted")
 	}
 }
+
+func TestClientIDStableAndUnguessable(t *testing.T) {
+	root := t.TempDir()
+	d, err := Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := d.ClientID("pi-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(id, "pi-1-") || len(id) != len("pi-1-")+16 {
+		t.Fatalf("client id %q: want pi-1- and 16 hex digits", id)
+	}
+	d2, _ := Open(root)
+	if again, err := d2.ClientID("pi-1"); err != nil || again != id {
+		t.Errorf("after reopening: %q, %v; want the same %q", again, err, id)
+	}
+	other, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id2, _ := other.ClientID("pi-1"); id2 == id {
+		t.Error("two state dirs made the same client id")
+	}
+}

@@ -294,6 +294,15 @@ func (in *Ingest) handleStatus(device, uid string, labels map[string]string, pay
 	now := in.opts.Now()
 	in.mu.Lock()
 	e := in.entryLocked(device, uid)
+	if older(&st, e.status) {
+		// A late or re-delivered report (QoS 1 duplicates, reordering
+		// across reconnects) must not take the hub's view backwards.
+		in.mu.Unlock()
+		if in.m != nil {
+			in.m.Ignored.WithLabelValues(schema.TopicStatus, metrics.ReasonStale).Inc()
+		}
+		return
+	}
 	e.status, e.raw, e.lastSeen = &st, payload, now
 	e.version++
 	in.dirty[device] = pendingStatus{uid: uid, raw: payload}
@@ -664,4 +673,15 @@ func (in *Ingest) writeArch(ctx context.Context, arch map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// older reports whether st is an older report than cur from the same hub
+// store: a lower observedGeneration AND an earlier time. Both must hold, so
+// a device whose clock jumped backwards, or that was reset to a new store,
+// is still heard.
+func older(st, cur *schema.DeviceStatus) bool {
+	if cur == nil || st.Store != cur.Store {
+		return false
+	}
+	return st.ObservedGeneration < cur.ObservedGeneration && st.Time.Before(cur.Time)
 }

@@ -279,3 +279,26 @@ func TestStatusOfDeletedDeviceNotWritten(t *testing.T) {
 		t.Errorf("new device sees the old one's report: %+v", st)
 	}
 }
+
+func TestOlderStatus(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	cur := &schema.DeviceStatus{Store: "s", ObservedGeneration: 5, Time: t0}
+	tests := []struct {
+		name string
+		st   schema.DeviceStatus
+		want bool
+	}{
+		{"older generation and time", schema.DeviceStatus{Store: "s", ObservedGeneration: 4, Time: t0.Add(-time.Second)}, true},
+		{"same generation, heartbeat", schema.DeviceStatus{Store: "s", ObservedGeneration: 5, Time: t0.Add(time.Second)}, false},
+		{"lower generation, clock jumped forward", schema.DeviceStatus{Store: "s", ObservedGeneration: 4, Time: t0.Add(time.Second)}, false},
+		{"new store", schema.DeviceStatus{Store: "t", ObservedGeneration: 1, Time: t0.Add(-time.Second)}, false},
+	}
+	for _, tt := range tests {
+		if got := older(&tt.st, cur); got != tt.want {
+			t.Errorf("%s: older = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if older(cur, nil) {
+		t.Error("a first report is never older")
+	}
+}

@@ -25,6 +25,8 @@ const (
 // of fleet_mqtt_ignored_payloads_total.
 const (
 	ReasonUnknownDevice = "unknown_device"
+	// ReasonStale: a status older than the one the hub has.
+	ReasonStale = "stale"
 )
 
 // Metrics are the hub's metrics. The zero value is not usable: use New.
