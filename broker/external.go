@@ -111,7 +111,9 @@ func DialExternal(ctx context.Context, opts ExternalOptions) (Conn, error) {
 		SetPassword(opts.Password).
 		SetProtocolVersion(4).
 		SetCleanSession(false).
-		SetOrderMatters(false).
+		// In order: route only queues, so it never stalls paho's router,
+		// and a device's newer status is never handled before its older one.
+		SetOrderMatters(true).
 		SetAutoReconnect(false). // reconnects are ours: paho's backoff has no jitter
 		SetConnectRetry(false).
 		SetResumeSubs(false). // subscriptions are remade in the OnConnect handler
@@ -366,9 +368,9 @@ func (c *externalConn) supervise() {
 	}
 }
 
-// route is paho's default publish handler: with OrderMatters(false) paho
-// calls it on a fresh goroutine per message; it only queues the message for
-// the matching handlers.
+// route is paho's default publish handler: with OrderMatters(true) paho
+// calls it on its router goroutine, in arrival order; it only queues the
+// message for the matching handlers, so it never blocks the router.
 func (c *externalConn) route(_ paho.Client, m paho.Message) {
 	topic, payload := m.Topic(), m.Payload()
 	c.mu.Lock()

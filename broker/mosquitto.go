@@ -241,6 +241,13 @@ func MosquittoConfFile(c MosquittoConf) ([]byte, error) {
 	fmt.Fprintf(&b, "password_file %s\n", c.PasswordFile)
 	fmt.Fprintf(&b, "acl_file %s\n", c.ACLFile)
 	fmt.Fprintf(&b, "max_packet_size %d\n", c.MaxPacketSize)
+	// Mosquitto's default of 1,000 queued QoS 1 messages per client drops
+	// status messages to the hub's single subscriber in a burst from a
+	// large fleet (0, "no limit" in the documentation, breaks delivery on
+	// Mosquitto 2.0.11); Nagle's algorithm adds tens of ms to every small
+	// publish.
+	b.WriteString("max_queued_messages 100000\n")
+	b.WriteString("set_tcp_nodelay true\n")
 	if c.PersistenceDir != "" {
 		b.WriteString("persistence true\n")
 		fmt.Fprintf(&b, "persistence_location %s/\n", strings.TrimSuffix(c.PersistenceDir, "/"))
