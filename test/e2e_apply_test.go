@@ -1,0 +1,119 @@
+package test
+
+import (
+	"strings"
+	"testing"
+)
+
+// e2eApplyConverges: one apply of two deployments reaches every targeted
+// device and only those; applying the same manifest again changes nothing
+// anywhere.
+func e2eApplyConverges(t *testing.T, f *Fleet) {
+	devs := f.Devices() // dev-1, dev-3: sensors; dev-2: display
+	f.deleteOnCleanup(t, "e2e-hello", "e2e-everywhere")
+	hello := e2eDep{Name: "e2e-hello", Selector: map[string]string{"role": "sensor"}, Args: []string{"echo", "hello", "sleep", "forever"}}
+	everywhere := e2eDep{Name: "e2e-everywhere", Env: map[string]string{"GREETING": "hi"}}
+	f.applyDeps(t, hello, everywhere)
+
+	f.AwaitRollout(t, "e2e-hello", 2, e2eConverge)
+	f.AwaitRollout(t, "e2e-everywhere", 3, e2eConverge)
+	converged := f.AwaitConverged(t, e2eConverge, devs...)
+	hHello, hEvery := f.PodHash(t, "e2e-hello"), f.PodHash(t, "e2e-everywhere")
+	for _, d := range devs {
+		c := f.AwaitContainerRunning(t, d, "e2e-everywhere", hEvery)
+		if c.ID != containerID("e2e-everywhere", hEvery) {
+			t.Errorf("%s: container %s, want ID %s", d, c.ID, containerID("e2e-everywhere", hEvery))
+		}
+		if d == devs[1] {
+			f.AwaitNoContainer(t, d, "e2e-hello")
+		} else {
+			f.AwaitContainerRunning(t, d, "e2e-hello", hHello)
+		}
+		// The hub's view agrees with containerd.
+		var pods []string
+		for _, p := range converged[d].Status.Pods {
+			pods = append(pods, p.Name+":"+string(p.Phase))
+			if !p.Ready || p.Restarts != 0 {
+				t.Errorf("%s: pod %+v", d, p)
+			}
+		}
+		want := "e2e-everywhere:Running"
+		if d != devs[1] {
+			want = "e2e-everywhere:Running,e2e-hello:Running"
+		}
+		if got := strings.Join(pods, ","); got != want {
+			t.Errorf("%s: hub reports pods %s, want %s", d, got, want)
+		}
+	}
+
+	// Idempotent apply: nothing is configured, no generation moves, no
+	// container is touched.
+	pids := f.TaskPIDs(t)
+	marks := f.eventMarks()
+	gens := map[string]int64{}
+	for _, d := range devs {
+		gens[d] = f.Device(t, d).Status.DesiredGeneration
+	}
+	out, errOut, err := f.RunCLI(t, hello.manifest(f.Image)+"---\n"+everywhere.manifest(f.Image), "apply", "-f", "-")
+	if err != nil || out != "deployment/e2e-hello unchanged\ndeployment/e2e-everywhere unchanged\n" {
+		t.Fatalf("second apply: %v\n%s%s", err, out, errOut)
+	}
+	for _, d := range devs {
+		if g := f.Device(t, d).Status.DesiredGeneration; g != gens[d] {
+			t.Errorf("%s: desired generation %d -> %d after an unchanged apply", d, gens[d], g)
+		}
+	}
+	f.AwaitConverged(t, e2eConverge, devs...)
+	samePIDs(t, "after an unchanged apply", pids, f.TaskPIDs(t))
+	for _, d := range devs {
+		if evs := f.eventsSince(d, marks[d]); len(evs) > 0 {
+			t.Errorf("%s: containerd saw %s after an unchanged apply", d, fmtEvents(evs))
+		}
+	}
+}
+
+// e2eMovePods: a device-label change and then a selector change move a
+// pod between devices; the device it leaves removes its container.
+func e2eMovePods(t *testing.T, f *Fleet) {
+	devs := f.Devices()
+	d1, d2, d3 := devs[0], devs[1], devs[2]
+	f.deleteOnCleanup(t, "e2e-mover")
+	t.Cleanup(func() {
+		for _, d := range devs {
+			if _, errOut, err := f.RunCLI(t, "", "device", "label", d, "tier-"); err != nil && !strings.Contains(errOut, "not found") {
+				t.Errorf("remove label tier from %s: %v %s", d, err, errOut)
+			}
+		}
+	})
+	f.CLI(t, "device", "label", d1, "tier=edge")
+	f.applyDeps(t, e2eDep{Name: "e2e-mover", Selector: map[string]string{"tier": "edge"}})
+	f.AwaitRollout(t, "e2e-mover", 1, e2eConverge)
+	first := f.AwaitContainerRunning(t, d1, "e2e-mover")
+	f.AwaitConverged(t, e2eConverge, devs...)
+	for _, d := range []string{d2, d3} {
+		f.AwaitNoContainer(t, d, "e2e-mover")
+	}
+
+	// The label moves from dev-1 to dev-2: so does the pod.
+	f.CLI(t, "device", "label", d1, "tier-")
+	f.CLI(t, "device", "label", d2, "tier=edge")
+	f.AwaitRollout(t, "e2e-mover", 1, e2eConverge)
+	moved := f.AwaitContainerRunning(t, d2, "e2e-mover", first.Hash)
+	f.AwaitNoContainer(t, d1, "e2e-mover")
+	f.AwaitConverged(t, e2eConverge, devs...)
+	if moved.ID != first.ID {
+		t.Errorf("the same pod version has ID %s on %s and %s on %s", first.ID, d1, moved.ID, d2)
+	}
+
+	// The selector changes to the sensors: dev-1 and dev-3 run it, dev-2
+	// no longer does.
+	f.applyDeps(t, e2eDep{Name: "e2e-mover", Selector: map[string]string{"role": "sensor"}})
+	f.AwaitRollout(t, "e2e-mover", 2, e2eConverge)
+	f.AwaitContainerRunning(t, d1, "e2e-mover")
+	f.AwaitContainerRunning(t, d3, "e2e-mover")
+	f.AwaitNoContainer(t, d2, "e2e-mover")
+	f.AwaitConverged(t, e2eConverge, devs...)
+	if dep := f.Deployment(t, "e2e-mover"); dep.Metadata.Generation != 2 {
+		t.Errorf("selector change: generation %d, want 2", dep.Metadata.Generation)
+	}
+}
