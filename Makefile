@@ -29,8 +29,16 @@ test: lint ## run every test with -race (containerd tests need root and containe
 test-short: ## unit tests only
 	$(GO) test -race -short -count=1 ./...
 
-bench: ## run the Go benchmarks
+SCALE ?= $(GO) run ./test/scale
+
+bench-quick: ## scale suite, 1,000 hollow agents, embedded broker (< 3 min); table into BENCHMARKS.md
+	$(SCALE) -agents 1000 -broker embedded -runtime-latency 65ms -markdown BENCHMARKS.md
+
+bench: ## Go benchmarks, then the scale suite at 1,000 and 10,000 agents, embedded and Mosquitto; tables into BENCHMARKS.md
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./schema/ ./hub/...
+	@status=0; for n in 1000 10000; do for b in embedded mosquitto; do \
+	  $(SCALE) -agents $$n -broker $$b -runtime-latency 65ms -markdown BENCHMARKS.md || status=1; \
+	done; done; exit $$status
 
 demo: ## start a local fleet (root): containerd, a hub, three agents; see README
 	@bash test/demo/demo.sh up

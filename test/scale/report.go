@@ -1,0 +1,232 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Result is one phase's figures: one JSON object per line with -json.
+// Fields that do not apply to a phase are zero.
+type Result struct {
+	Name           string `json:"name"`
+	Agents         int    `json:"agents"`
+	Broker         string `json:"broker"`
+	RuntimeLatency string `json:"runtime_latency"`
+	StatusInterval string `json:"status_interval"`
+	// Samples is how many latencies the percentiles are over.
+	Samples int     `json:"samples"`
+	WallMS  float64 `json:"wall_ms"`
+	P50MS   float64 `json:"p50_ms"`
+	P99MS   float64 `json:"p99_ms"`
+	MaxMS   float64 `json:"max_ms"`
+	// Ratio: converge wall / floor wall.
+	Ratio float64 `json:"ratio"`
+	// Lost: devices that never reported what the phase waits for.
+	Lost int `json:"lost"`
+	// RedundantRestarts: container starts beyond those the phase needs
+	// (converge: N, single-change: one per change, storm: none).
+	RedundantRestarts int `json:"redundant_restarts"`
+	// HubBytesPerDevice (hub-memory): (RSS with N converged − RSS of the
+	// empty hub) / N.
+	HubBytesPerDevice float64 `json:"hub_bytes_per_device"`
+	HubRSSBytes       int64   `json:"hub_rss_bytes,omitempty"`
+	HubRSSEmptyBytes  int64   `json:"hub_rss_empty_bytes,omitempty"`
+	// AgentBytesPerDevice (hub-memory): the simulator's RSS / N, what one
+	// hollow agent costs when N share a process.
+	AgentBytesPerDevice float64 `json:"agent_bytes_per_device,omitempty"`
+	// HubConfirmMS: when the hub's API (GET /v1/devices) first reported
+	// all devices converged, from the same origin as WallMS (polled once
+	// the monitor saw them all; single-change: the p99 over the changes).
+	HubConfirmMS float64 `json:"hub_confirm_ms,omitempty"`
+	// StartedP50MS, StartedP99MS (converge): from the same origin to the
+	// agent's container start — the hub-to-agent half of the latency.
+	StartedP50MS float64 `json:"started_p50_ms,omitempty"`
+	StartedP99MS float64 `json:"started_p99_ms,omitempty"`
+	// RestartMS (storm): from the stop until the new hub answered its API
+	// (its broker then accepts devices).
+	RestartMS float64 `json:"restart_ms,omitempty"`
+	// HubCPUMS and AgentsCPUMS: CPU time the hub and the simulator used
+	// during the phase (storm: the restarted hub's since its start).
+	HubCPUMS    float64 `json:"hub_cpu_ms,omitempty"`
+	AgentsCPUMS float64 `json:"agents_cpu_ms,omitempty"`
+	// HubCounters: what the hub's /metrics counted during the phase
+	// (messages received by kind, desired publishes, controller passes
+	// and their time, status flushes).
+	HubCounters map[string]float64 `json:"hub_counters,omitempty"`
+	// ApplyMS: how long the apply request took (converge, single-change:
+	// mean).
+	ApplyMS float64 `json:"apply_ms,omitempty"`
+	// Target is the suite's objective for this phase at this size, and OK
+	// whether it was met ("" and false when there is none).
+	Target string `json:"target,omitempty"`
+	OK     bool   `json:"ok"`
+	Error  string `json:"error,omitempty"`
+}
+
+// ms converts a duration to fractional milliseconds.
+func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
+
+// fill sets Samples, P50, P99 and Max from latencies (negative = missing,
+// counted as lost).
+func (r *Result) fill(lat []time.Duration) {
+	var ok []time.Duration
+	for _, l := range lat {
+		if l >= 0 {
+			ok = append(ok, l)
+		}
+	}
+	r.Lost = len(lat) - len(ok)
+	r.Samples = len(ok)
+	if len(ok) == 0 {
+		return
+	}
+	slices.Sort(ok)
+	r.P50MS = ms(percentile(ok, 50))
+	r.P99MS = ms(percentile(ok, 99))
+	r.MaxMS = ms(ok[len(ok)-1])
+}
+
+// percentile is the nearest-rank percentile of sorted values.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	return sorted[min(max(rank, 1), len(sorted))-1]
+}
+
+// writeJSON writes one result per line.
+func writeJSON(w io.Writer, rs []Result) error {
+	enc := json.NewEncoder(w)
+	for _, r := range rs {
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeTable writes the results for a human.
+func writeTable(w io.Writer, rs []Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "phase\tagents\tbroker\twall\tp50\tp99\tmax\thub says\tratio\tlost\tredundant\thub/device\thub cpu\tagents cpu\ttarget\tresult")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n",
+			r.Name, r.Agents, r.Broker, msCell(r.WallMS), msCell(r.P50MS), msCell(r.P99MS), msCell(r.MaxMS), msCell(r.HubConfirmMS),
+			ratioCell(r.Ratio), r.Lost, r.RedundantRestarts, bytesCell(r.HubBytesPerDevice),
+			msCell(r.HubCPUMS), msCell(r.AgentsCPUMS), dash(r.Target), verdict(r))
+	}
+	return tw.Flush()
+}
+
+func msCell(v float64) string {
+	switch {
+	case v == 0:
+		return "-"
+	case v >= 10000:
+		return fmt.Sprintf("%.1f s", v/1000)
+	case v >= 100:
+		return fmt.Sprintf("%.0f ms", v)
+	}
+	return fmt.Sprintf("%.1f ms", v)
+}
+
+func ratioCell(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func bytesCell(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f KiB", v/1024)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func verdict(r Result) string {
+	switch {
+	case r.Error != "":
+		return "FAIL: " + r.Error
+	case r.Target == "":
+		return "-"
+	case r.OK:
+		return "met"
+	}
+	return "MISSED"
+}
+
+// machine describes the host for BENCHMARKS.md.
+type machine struct {
+	CPUs      int
+	Model     string
+	RAM       string
+	Kernel    string
+	GoVersion string
+	Mosquitto string
+	// Load is /proc/loadavg's 1-minute figure when the run started: other
+	// work on the machine skews every figure.
+	Load string
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+func describeMachine() machine {
+	m := machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Model: "?", RAM: "?", Kernel: "?"}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.Model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				var kb float64
+				if _, err := fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), &kb); err == nil {
+					m.RAM = fmt.Sprintf("%.1f GiB", kb/(1<<20))
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if bin, err := mosquittoBinary(); err == nil {
+		if out, err := exec.Command(bin, "-h").CombinedOutput(); err == nil || len(out) > 0 {
+			if line, _, _ := strings.Cut(string(out), "\n"); strings.HasPrefix(line, "mosquitto version") {
+				m.Mosquitto = strings.TrimPrefix(line, "mosquitto version ")
+			}
+		}
+	}
+	return m
+}

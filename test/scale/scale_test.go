@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary play the suite's roles: the suite
+// re-executes its own binary (here, this test binary) for the simulator
+// and the floor.
+func TestMain(m *testing.M) {
+	if os.Getenv(roleEnv) != "" {
+		if err := run(os.Args[1:]); err != nil {
+			os.Stderr.WriteString("scale role: " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	code := m.Run()
+	if hubBuilt.Load() {
+		if bin, err := hubBin(); err == nil {
+			os.RemoveAll(filepath.Dir(bin))
+		}
+	}
+	os.Exit(code)
+}
+
+// hubBuilt tells TestMain whether hubBin ran (so it never builds just to
+// clean up).
+var hubBuilt atomic.Bool
+
+// hubBin builds fleet-hub once for every test of the process.
+var hubBin = sync.OnceValues(func() (string, error) {
+	hubBuilt.Store(true)
+	dir, err := os.MkdirTemp("", "fleet-scale-test-")
+	if err != nil {
+		return "", err
+	}
+	return buildHub(context.Background(), dir)
+})
+
+// smokeOptions runs every phase at a size CI affords.
+func smokeOptions(t *testing.T, brokerKind string) options {
+	bin, err := hubBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return options{
+		HubBin: bin,
+		Agents: 20, Broker: brokerKind, RuntimeLatency: 5 * time.Millisecond, LatencySigma: 0.3,
+		StatusInterval: time.Millisecond, Changes: 20, Phases: allPhases,
+		WorkDir: t.TempDir(), StateRoot: t.TempDir(), ConnectRate: 0, FloorInflight: 1000,
+		DeadlineScale: 1, StormSignal: syscall.SIGTERM, HubLogLevel: "warn", AgentLogLevel: "off",
+	}
+}
+
+// TestSmoke runs the whole pipeline with 20 hollow agents against a real
+// fleet-hub, on its embedded broker and on Mosquitto (when installed;
+// FLEET_SCALE_SMOKE_BROKERS=embedded limits it): every phase must complete
+// with every device converged (as the hub's API reports it), none lost,
+// and no container started that did not have to be.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts fleet-hub, Mosquitto and two simulator processes")
+	}
+	kinds := []string{"embedded", "mosquitto"}
+	if v := os.Getenv("FLEET_SCALE_SMOKE_BROKERS"); v != "" {
+		kinds = strings.Split(v, ",") // e.g. "embedded" where Mosquitto misbehaves
+	}
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			if kind == "mosquitto" {
+				if _, err := mosquittoBinary(); err != nil {
+					t.Skip(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			var logs bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			o := smokeOptions(t, kind)
+			start := time.Now()
+			results, err := runOnce(ctx, o, log)
+			t.Logf("%s in %v", kind, time.Since(start).Round(time.Millisecond))
+			var table strings.Builder
+			_ = writeTable(&table, results)
+			t.Logf("results:\n%s", table.String())
+			if err != nil {
+				t.Fatalf("run: %v\nprogress:\n%s", err, logs.String())
+			}
+			var names []string
+			for _, r := range results {
+				names = append(names, r.Name)
+				if r.Error != "" || r.Lost != 0 || r.RedundantRestarts != 0 {
+					t.Errorf("%s: error %q, lost %d, redundant restarts %d", r.Name, r.Error, r.Lost, r.RedundantRestarts)
+				}
+				switch r.Name {
+				case phaseFloor, phaseConverge, phaseStorm:
+					if r.Samples != o.Agents || r.WallMS <= 0 {
+						t.Errorf("%s: %d samples of %d devices, wall %v ms", r.Name, r.Samples, o.Agents, r.WallMS)
+					}
+				case phaseSingle:
+					if r.Samples != o.Changes {
+						t.Errorf("%s: %d samples of %d changes", r.Name, r.Samples, o.Changes)
+					}
+				case phaseMemory:
+					if r.HubRSSBytes <= 0 || r.HubRSSEmptyBytes <= 0 {
+						t.Errorf("%s: hub RSS %d, empty %d", r.Name, r.HubRSSBytes, r.HubRSSEmptyBytes)
+					}
+				}
+			}
+			if !slices.Equal(names, allPhases) {
+				t.Errorf("phases %v, want %v", names, allPhases)
+			}
+		})
+	}
+}
+
+func TestParseOptions(t *testing.T) {
+	o, err := parseOptions([]string{"-agents", "10", "-broker", "mosquitto", "-runtime-latency", "65ms", "-phases", "floor,storm", "-storm-signal", "KILL"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Agents != 10 || o.Broker != "mosquitto" || o.RuntimeLatency != 65*time.Millisecond ||
+		!slices.Equal(o.Phases, []string{phaseFloor, phaseStorm}) || o.StormSignal != syscall.SIGKILL {
+		t.Errorf("options %+v", o)
+	}
+	for _, bad := range [][]string{
+		{"-agents", "0"}, {"-broker", "emqx"}, {"-phases", "floor,nope"}, {"-storm-signal", "HUP"}, {"extra"},
+	} {
+		var sink bytes.Buffer
+		if _, err := parseOptions(bad, &sink); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var lat []time.Duration
+	for i := 1; i <= 100; i++ {
+		lat = append(lat, time.Duration(i)*time.Millisecond)
+	}
+	lat = append(lat, -1) // a device that never reported
+	var r Result
+	r.fill(lat)
+	if r.Samples != 100 || r.Lost != 1 || r.P50MS != 50 || r.P99MS != 99 || r.MaxMS != 100 {
+		t.Errorf("got %+v", r)
+	}
+	r = Result{}
+	r.fill([]time.Duration{-1})
+	if r.Lost != 1 || r.Samples != 0 || r.P99MS != 0 {
+		t.Errorf("all lost: got %+v", r)
+	}
+}
+
+func TestUpdateMarkdown(t *testing.T) {
+	path := t.TempDir() + "/BENCHMARKS.md"
+	other := "# Benchmarks\n\n## Schema\n\nsomeone else's\n"
+	if err := os.WriteFile(path, []byte(other), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := machine{CPUs: 2, Model: "Test CPU", RAM: "1.0 GiB", Kernel: "6.0", GoVersion: "go1.26"}
+	o1 := options{Agents: 1000, Broker: "embedded", StatusInterval: time.Millisecond}
+	o2 := options{Agents: 10000, Broker: "mosquitto", RuntimeLatency: 65 * time.Millisecond, LatencySigma: 0.3, StatusInterval: time.Millisecond}
+	r := []Result{{Name: phaseConverge, WallMS: 100, P50MS: 50, P99MS: 90, Ratio: 1.2, Target: "p99 ≤ 250ms", OK: true}}
+	now := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
+	for _, o := range []options{o1, o2, o1} { // o1 twice: replaced, not duplicated
+		if err := updateMarkdown(path, o, m, r, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	if !strings.HasPrefix(doc, other) {
+		t.Errorf("the other section changed:\n%s", doc)
+	}
+	for _, want := range []string{sectionHeading, "Test CPU", "#### 1000 agents, embedded broker", "#### 10000 agents, mosquitto broker", "KubeEdge"} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("missing %q in:\n%s", want, doc)
+		}
+	}
+	if strings.Index(doc, "#### 1000 agents") > strings.Index(doc, "#### 10000 agents") {
+		t.Errorf("runs not in size order:\n%s", doc)
+	}
+	if n := strings.Count(doc, "#### 1000 agents"); n != 1 {
+		t.Errorf("run block written %d times:\n%s", n, doc)
+	}
+	if n := strings.Count(doc, sectionHeading); n != 1 {
+		t.Errorf("section written %d times", n)
+	}
+	// A section after ours survives.
+	if err := os.WriteFile(path, []byte(doc+"\n## Later\n\nkept\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := updateMarkdown(path, o2, m, r, now); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(path)
+	if !strings.HasSuffix(string(b), "## Later\n\nkept\n") || strings.Count(string(b), "#### 10000 agents") != 1 {
+		t.Errorf("after a second section:\n%s", b)
+	}
+}
+
+func TestCPUTimeAndRSS(t *testing.T) {
+	if c := cpuTime(os.Getpid()); c < 0 {
+		t.Errorf("cpuTime of self: %v", c)
+	}
+	if r := rss(os.Getpid()); r <= 0 {
+		t.Errorf("rss of self: %d", r)
+	}
+	if c := cpuTime(1 << 30); c != -1 {
+		t.Errorf("cpuTime of no process: %v", c)
+	}
+}

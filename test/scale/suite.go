@@ -1,0 +1,788 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/schema"
+	"github.com/fleetmq/fleet/test/scale/hollow"
+)
+
+// Phase names (Result.Name).
+const (
+	phaseFloor    = "floor"
+	phaseConverge = "converge"
+	phaseMemory   = "hub-memory"
+	phaseSingle   = "single-change"
+	phaseStorm    = "storm"
+)
+
+var allPhases = []string{phaseFloor, phaseConverge, phaseMemory, phaseSingle, phaseStorm}
+
+// options are the suite's flags.
+type options struct {
+	Agents         int
+	Broker         string
+	RuntimeLatency time.Duration
+	LatencySigma   float64
+	StatusInterval time.Duration
+	Changes        int
+	Phases         []string
+	JSON           bool
+	Markdown       string
+	WorkDir        string
+	StateRoot      string
+	HubBin         string
+	Profile        string
+	ConnectRate    int
+	FloorInflight  int
+	DeadlineScale  float64
+	StormSignal    syscall.Signal
+	HubLogLevel    string
+	HubEnv         []string
+	MosquittoExtra []string
+	AgentLogLevel  string
+	DumpDir        string
+	FromJSON       string
+	Keep           bool
+	Verbose        bool
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("scale", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.Agents, "agents", 1000, "number of hollow agents (devices)")
+	fs.StringVar(&o.Broker, "broker", "embedded", "embedded (the hub's broker) or mosquitto (fleet-hub --broker)")
+	fs.DurationVar(&o.RuntimeLatency, "runtime-latency", 0, "median container start latency of the fake runtime (log-normal; 0: instant)")
+	fs.Float64Var(&o.LatencySigma, "latency-sigma", 0.3, "shape of the log-normal start latency")
+	fs.DurationVar(&o.StatusInterval, "status-interval", time.Millisecond,
+		"the agents' StatusInterval (least time between two status publishes); the agent's default, 1s, holds every converged status back up to 1s")
+	fs.IntVar(&o.Changes, "changes", 1000, "single-change phase: how many changes")
+	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to report, comma-separated (converge always runs: the others need it)")
+	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per phase")
+	fs.StringVar(&o.Markdown, "markdown", "", "also write the results into this file's \"## Scale suite\" section (BENCHMARKS.md)")
+	fs.StringVar(&o.WorkDir, "workdir", os.TempDir(), "where the run's directory (hub data, logs) is created")
+	fs.StringVar(&o.StateRoot, "state-root", defaultStateRoot(), "where the agents' state directories go (tmpfs keeps their fsyncs cheap)")
+	fs.StringVar(&o.HubBin, "hub-bin", "", "fleet-hub binary (default: go build ./cmd/fleet-hub)")
+	fs.StringVar(&o.Profile, "profile", "", "run the hub in-process with pprof and write CPU profiles of each phase and a heap profile into this directory")
+	fs.IntVar(&o.ConnectRate, "connect-rate", 2500, "agents started per second when they first connect (0: all at once)")
+	fs.IntVar(&o.FloorInflight, "floor-inflight", 1000, "floor: most desired states awaiting the broker at once")
+	fs.Float64Var(&o.DeadlineScale, "deadline-scale", 1, "multiply every phase deadline")
+	fs.Func("hub-env", "KEY=VALUE for the hub's environment only (repeatable), e.g. GOGC=50", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("%q: want KEY=VALUE", v)
+		}
+		o.HubEnv = append(o.HubEnv, v)
+		return nil
+	})
+	fs.Func("mosquitto-option", "a line to add to mosquitto.conf (repeatable), e.g. \"set_tcp_nodelay true\"", func(v string) error {
+		o.MosquittoExtra = append(o.MosquittoExtra, v)
+		return nil
+	})
+	sig := fs.String("storm-signal", "TERM", "how the storm stops the hub: TERM or KILL")
+	fs.StringVar(&o.HubLogLevel, "hub-log-level", "warn", "fleet-hub --log-level")
+	fs.StringVar(&o.AgentLogLevel, "agent-log-level", "off", "log level of the hollow agents (their log is agents.log in the run's directory)")
+	fs.StringVar(&o.FromJSON, "from-json", "", "run nothing: print (and with -markdown, record) the results saved by an earlier -json run; give the same -agents, -broker, -runtime-latency and -mosquitto-option flags as that run")
+	fs.StringVar(&o.DumpDir, "dump", "", "write each phase's per-device latencies (ms, -1 = never) into this directory")
+	fs.BoolVar(&o.Keep, "keep", false, "keep the run's directory")
+	fs.BoolVar(&o.Verbose, "v", false, "log progress to stderr")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch {
+	case o.Agents < 1:
+		return o, errors.New("-agents must be at least 1")
+	case o.Broker != "embedded" && o.Broker != "mosquitto":
+		return o, fmt.Errorf("-broker %q: want embedded or mosquitto", o.Broker)
+	case o.RuntimeLatency < 0 || o.StatusInterval < 0 || o.Changes < 0 || o.DeadlineScale <= 0:
+		return o, errors.New("-runtime-latency, -status-interval, -changes and -deadline-scale must not be negative")
+	}
+	switch strings.ToUpper(*sig) {
+	case "TERM", "SIGTERM":
+		o.StormSignal = syscall.SIGTERM
+	case "KILL", "SIGKILL":
+		o.StormSignal = syscall.SIGKILL
+	default:
+		return o, fmt.Errorf("-storm-signal %q: want TERM or KILL", *sig)
+	}
+	for p := range strings.SplitSeq(*phases, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if !slices.Contains(allPhases, p) {
+			return o, fmt.Errorf("-phases: unknown phase %q (have %s)", p, strings.Join(allPhases, ", "))
+		}
+		o.Phases = append(o.Phases, p)
+	}
+	return o, nil
+}
+
+func defaultStateRoot() string {
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		return "/dev/shm"
+	}
+	return os.TempDir()
+}
+
+// runSuite runs the suite for one size and broker and prints the results.
+func runSuite(ctx context.Context, args []string, stdout io.Writer) error {
+	o, err := parseOptions(args, os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	level := slog.LevelWarn
+	if o.Verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	load := loadAverage()
+	var results []Result
+	var runErr error
+	if o.FromJSON != "" {
+		load = ""
+		if results, err = readResults(o); err != nil {
+			return err
+		}
+	} else {
+		results, runErr = runOnce(ctx, o, log)
+	}
+	if o.JSON {
+		err = writeJSON(stdout, results)
+	} else {
+		err = writeTable(stdout, results)
+	}
+	if err == nil && o.Markdown != "" && len(results) > 0 {
+		m := describeMachine()
+		m.Load = load
+		err = updateMarkdown(o.Markdown, o, m, results, time.Now())
+	}
+	return errors.Join(runErr, err)
+}
+
+// readResults reads a -json run's output and checks it is the run the
+// flags describe.
+func readResults(o options) ([]Result, error) {
+	b, err := os.ReadFile(o.FromJSON)
+	if err != nil {
+		return nil, err
+	}
+	var rs []Result
+	for line := range strings.Lines(string(b)) {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		var r Result
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", o.FromJSON, err)
+		}
+		want := Result{Agents: o.Agents, Broker: o.Broker, StatusInterval: o.StatusInterval.String()}
+		if r.Agents != want.Agents || r.Broker != want.Broker || r.StatusInterval != want.StatusInterval {
+			return nil, fmt.Errorf("%s: %s ran with %d agents, %s broker, status interval %s: give the same flags",
+				o.FromJSON, r.Name, r.Agents, r.Broker, r.StatusInterval)
+		}
+		rs = append(rs, r)
+	}
+	return rs, nil
+}
+
+// suite is one run.
+type suite struct {
+	o      options
+	log    *slog.Logger
+	dir    string // the run's directory
+	state  string // the agents' state root
+	topics schema.Topics
+	names  []string
+
+	hubPassword string
+	hubPwFile   string
+	hubSpec     hubSpec
+	hub         *hubProc
+	rssEmpty    int64
+	mosq        *mosquittoProc
+	devices     []hollow.Device
+	monitorTok  string
+	agents      *child
+	mon         *monitor
+
+	convergeDep  *schema.Deployment
+	floorWall    time.Duration
+	floorUnclean bool // the floor could not clear what it left retained
+	results      []Result
+}
+
+// runOnce sets up, runs the phases and tears down. It returns the results
+// of the phases that ran, and the first failure.
+func runOnce(ctx context.Context, o options, log *slog.Logger) (results []Result, err error) {
+	s := &suite{o: o, log: log, topics: schema.Topics{}, names: deviceNames(o.Agents)}
+	if s.dir, err = os.MkdirTemp(o.WorkDir, "fleet-scale-"); err != nil {
+		return nil, err
+	}
+	if s.state, err = os.MkdirTemp(o.StateRoot, "fleet-scale-agents-"); err != nil {
+		return nil, err
+	}
+	defer func() {
+		s.teardown()
+		if err == nil && !o.Keep {
+			os.RemoveAll(s.dir)
+		} else {
+			fmt.Fprintf(os.Stderr, "scale: logs and data kept in %s\n", s.dir)
+		}
+		os.RemoveAll(s.state)
+	}()
+	checkFDLimit(o.Agents, log)
+	s.convergeDep = deployment(convergeDeployment, map[string]string{scaleLabel: scaleLabelValue},
+		schema.EnvVar{Name: "RUN", Value: filepath.Base(s.dir)})
+	if err := s.setupHubSpec(ctx); err != nil {
+		return nil, err
+	}
+	var failed []error
+	if s.want(phaseFloor) {
+		r := s.floor(ctx)
+		s.results = append(s.results, r)
+		if r.Error != "" {
+			// The hub's phases still say something (without a ratio),
+			// unless the floor left its broker unusable.
+			failed = append(failed, fmt.Errorf("floor: %s", r.Error))
+			if s.floorUnclean || ctx.Err() != nil {
+				return s.results, errors.Join(failed...)
+			}
+		}
+	}
+	steps := []struct {
+		name string
+		f    func(context.Context) error
+	}{
+		{"start the hub", s.startServer},
+		{"register devices", s.register},
+		{"start the agents", s.startAgents},
+	}
+	for _, st := range steps {
+		s.log.Info(st.name)
+		if err := st.f(ctx); err != nil {
+			return s.results, errors.Join(append(failed, fmt.Errorf("%s: %w", st.name, err))...)
+		}
+	}
+	phases := []struct {
+		name string
+		f    func(context.Context) Result
+	}{
+		{phaseConverge, s.converge},
+		{phaseMemory, s.memory},
+		{phaseSingle, s.singleChange},
+		{phaseStorm, s.storm},
+	}
+	for _, p := range phases {
+		if p.name != phaseConverge && !s.want(p.name) {
+			continue
+		}
+		if ctx.Err() != nil {
+			return s.results, errors.Join(append(failed, ctx.Err())...)
+		}
+		s.log.Info("phase", "name", p.name)
+		r := p.f(ctx)
+		if p.name != phaseConverge || s.want(p.name) {
+			s.results = append(s.results, r)
+		}
+		if r.Error == "" {
+			continue
+		}
+		failed = append(failed, fmt.Errorf("%s: %s", p.name, r.Error))
+		if p.name == phaseConverge && (r.Lost > 0 || r.Samples == 0) || p.name == phaseStorm {
+			// The agents are not all converged: later phases would
+			// measure nothing meaningful.
+			break
+		}
+	}
+	return s.results, errors.Join(failed...)
+}
+
+func (s *suite) want(phase string) bool { return slices.Contains(s.o.Phases, phase) }
+
+// deadline scales a phase's time budget: base plus per device.
+func (s *suite) deadline(base, perDevice time.Duration) time.Duration {
+	return time.Duration(float64(base+perDevice*time.Duration(s.o.Agents)) * s.o.DeadlineScale)
+}
+
+func (s *suite) result(name string) Result {
+	lat := "0"
+	if s.o.RuntimeLatency > 0 {
+		lat = s.o.RuntimeLatency.String()
+	}
+	return Result{Name: name, Agents: s.o.Agents, Broker: s.o.Broker, RuntimeLatency: lat, StatusInterval: s.o.StatusInterval.String()}
+}
+
+func (s *suite) teardown() {
+	if s.mon != nil {
+		s.mon.close()
+	}
+	if s.agents != nil {
+		if err := s.agents.stop(30 * time.Second); err != nil {
+			s.log.Warn("stop hollow agents", "err", err)
+		}
+	}
+	if s.hub != nil {
+		if err := s.hub.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+			s.log.Warn("stop hub", "err", err)
+		}
+	}
+	if s.mosq != nil {
+		s.mosq.stop(syscall.SIGTERM)
+	}
+}
+
+func checkFDLimit(n int, log *slog.Logger) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < uint64(n)+1024 {
+		log.Warn("the open-file limit is low for this many agents: the hub and the simulator each hold one socket per agent",
+			"limit", lim.Cur, "agents", n)
+	}
+}
+
+// ---- setup ----------------------------------------------------------------------
+
+// setupHubSpec builds fleet-hub (unless given or profiling) and picks the
+// hub's ports, kept across restarts.
+func (s *suite) setupHubSpec(ctx context.Context) error {
+	spec := hubSpec{
+		Bin: s.o.HubBin, DataDir: filepath.Join(s.dir, "hub"), LogLevel: s.o.HubLogLevel, Env: s.o.HubEnv,
+		LogPath: filepath.Join(s.dir, "hub.log"),
+	}
+	var err error
+	if spec.HTTPAddr, err = freeAddr(); err != nil {
+		return err
+	}
+	if s.o.Profile != "" {
+		spec.Bin = ""
+		if err := os.MkdirAll(s.o.Profile, 0o755); err != nil {
+			return err
+		}
+		if spec.PprofAddr, err = freeAddr(); err != nil {
+			return err
+		}
+	} else if spec.Bin == "" {
+		if spec.Bin, err = buildHub(ctx, s.dir); err != nil {
+			return err
+		}
+	}
+	if s.o.Broker == "mosquitto" {
+		if s.hubPassword, err = newSecret(); err != nil {
+			return err
+		}
+		s.hubPwFile = filepath.Join(s.dir, "hub-mqtt-password")
+		if err := os.WriteFile(s.hubPwFile, []byte(s.hubPassword+"\n"), 0o600); err != nil {
+			return err
+		}
+		spec.PasswordFile = s.hubPwFile
+	} else if spec.MQTTAddr, err = freeAddr(); err != nil {
+		return err
+	}
+	s.hubSpec = spec
+	return nil
+}
+
+// buildHub builds ./cmd/fleet-hub of the module this runs in.
+func buildHub(ctx context.Context, dir string) (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "fleet-hub")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/fleet-hub")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/fleet-hub: %w\n%s", err, b)
+	}
+	return out, nil
+}
+
+// repoRoot is the directory of go.mod above the working directory.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory: run from the repository or give -hub-bin")
+		}
+		dir = parent
+	}
+}
+
+// mosquittoAccounts are the Mosquitto accounts: the hub's, the monitor's
+// (once issued) and every device's.
+func (s *suite) mosquittoAccounts(devices []hollow.Device, extra ...broker.MosquittoAccount) []broker.MosquittoAccount {
+	accts := []broker.MosquittoAccount{{Identity: broker.Identity{Name: hubUsername, Role: broker.RoleHub}, Password: s.hubPassword}}
+	if s.monitorTok != "" {
+		accts = append(accts, broker.MosquittoAccount{Identity: broker.Identity{Name: monitorName, Role: broker.RoleMonitor}, Password: s.monitorTok})
+	}
+	for _, d := range devices {
+		accts = append(accts, broker.MosquittoAccount{Identity: broker.Identity{Name: d.Name, Role: broker.RoleDevice}, Password: d.Token})
+	}
+	return append(accts, extra...)
+}
+
+// startServer starts Mosquitto (if not yet running) and the hub, and
+// measures the empty hub's memory.
+func (s *suite) startServer(ctx context.Context) error {
+	if s.o.Broker == "mosquitto" {
+		if s.mosq == nil {
+			m, err := startMosquitto(ctx, filepath.Join(s.dir, "mosquitto"), s.topics, s.o.MosquittoExtra, s.mosquittoAccounts(nil))
+			if err != nil {
+				return err
+			}
+			s.mosq = m
+		}
+		s.hubSpec.Broker = s.mosq.URL
+	}
+	h, err := startHub(ctx, s.hubSpec, s.deadline(30*time.Second, 0))
+	if err != nil {
+		return err
+	}
+	s.hub = h
+	s.rssEmpty = rss(h.pid())
+	return nil
+}
+
+// brokerURL is where devices connect.
+func (s *suite) brokerURL() string {
+	if s.mosq != nil {
+		return s.mosq.URL
+	}
+	return "tcp://" + s.hubSpec.MQTTAddr
+}
+
+// register creates the devices, issues their tokens and the monitor's
+// credential (and gives Mosquitto the accounts).
+func (s *suite) register(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.deadline(60*time.Second, 20*time.Millisecond))
+	defer cancel()
+	api := s.hub.Client
+	streams, err := deviceManifests(s.names, 500)
+	if err != nil {
+		return err
+	}
+	for _, m := range streams {
+		if _, err := api.Apply(ctx, m, false); err != nil {
+			return fmt.Errorf("apply devices: %w", err)
+		}
+	}
+	s.devices = make([]hollow.Device, len(s.names))
+	if err := parallel(ctx, 16, len(s.names), func(ctx context.Context, i int) error {
+		c, err := api.IssueToken(ctx, s.names[i])
+		if err != nil {
+			return fmt.Errorf("issue token for %s: %w", s.names[i], err)
+		}
+		s.devices[i] = hollow.Device{Name: s.names[i], Token: c.Token}
+		return nil
+	}); err != nil {
+		return err
+	}
+	cred, err := api.CreateCredential(ctx, monitorName, schema.RoleMonitor)
+	if err != nil {
+		return fmt.Errorf("create monitor credential: %w", err)
+	}
+	s.monitorTok = cred.Token
+	if s.mosq != nil {
+		if err := s.mosq.setAccounts(ctx, s.mosquittoAccounts(s.devices)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startAgents starts the hollow agents, waits until every device is
+// connected and converged on its empty first desired state, and connects
+// the status monitor.
+func (s *suite) startAgents(ctx context.Context) error {
+	cfg := hollow.Config{
+		Mode: hollow.ModeAgents, Broker: s.brokerURL(), Devices: s.devices, StateRoot: s.state,
+		StartLatency: s.o.RuntimeLatency, StartSigma: s.o.LatencySigma, StatusInterval: s.o.StatusInterval,
+		ConnectRate: s.o.ConnectRate, NoLatency: []string{s.names[0]}, Seed: 1, LogLevel: s.o.AgentLogLevel,
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.deadline(60*time.Second, 5*time.Millisecond))
+	defer cancel()
+	c, err := s.startHollow(ctx, "agents", cfg)
+	if err != nil {
+		return err
+	}
+	s.agents = c
+	if err := s.awaitConnected(ctx, c); err != nil {
+		return err
+	}
+	if _, _, err := s.awaitHub(ctx, func(d *schema.Device) bool {
+		return d.Status != nil && d.Status.Online && d.Status.Converged
+	}); err != nil {
+		return fmt.Errorf("devices online and idle: %w", err)
+	}
+	m, err := dialMonitor(ctx, s.brokerURL(), monitorName, s.monitorTok, s.topics, s.names)
+	if err != nil {
+		return err
+	}
+	s.mon = m
+	return nil
+}
+
+// startHollow starts a simulator and waits until it has started every
+// device.
+func (s *suite) startHollow(ctx context.Context, name string, cfg hollow.Config) (*child, error) {
+	path := filepath.Join(s.dir, name+".json")
+	if err := hollow.WriteConfig(path, cfg); err != nil {
+		return nil, err
+	}
+	c, err := startChild(name, filepath.Join(s.dir, name+".log"), "hollow", "-config", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.await(ctx, "ready", nil); err != nil {
+		_ = c.stop(5 * time.Second)
+		return nil, err
+	}
+	return c, nil
+}
+
+func hollowStats(ctx context.Context, c *child) (hollow.Stats, error) {
+	var r hollow.Reply
+	if err := c.call(ctx, hollow.Command{Op: "stats"}, "stats", &r); err != nil {
+		return hollow.Stats{}, err
+	}
+	if r.Stats == nil {
+		return hollow.Stats{}, errors.New("stats reply without stats")
+	}
+	return *r.Stats, nil
+}
+
+// awaitConnected polls the simulator until every device is connected.
+func (s *suite) awaitConnected(ctx context.Context, c *child) error {
+	var last hollow.Stats
+	err := poll(ctx, 50*time.Millisecond, func() (bool, error) {
+		st, err := hollowStats(ctx, c)
+		last = st
+		return err == nil && st.Connected == st.Devices, err
+	})
+	if err != nil {
+		return fmt.Errorf("%d of %d devices connected: %w", last.Connected, last.Devices, err)
+	}
+	return nil
+}
+
+// awaitHub lists the devices until ok holds for all of them, and returns
+// when it first did. On failure it says how many did not and names one.
+func (s *suite) awaitHub(ctx context.Context, ok func(*schema.Device) bool) (time.Time, int, error) {
+	every := s.pollEvery()
+	var bad int
+	var example string
+	var at time.Time
+	err := poll(ctx, every, func() (bool, error) {
+		list, err := s.hub.Client.ListDevices(ctx, scaleLabel+"="+scaleLabelValue)
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, nil
+			}
+			return false, fmt.Errorf("list devices: %w", err)
+		}
+		at = time.Now()
+		bad, example = len(s.names)-len(list.Items), ""
+		for i := range list.Items {
+			d := &list.Items[i]
+			if !ok(d) {
+				bad++
+				if example == "" {
+					example = describeDevice(d)
+				}
+			}
+		}
+		return bad == 0, nil
+	})
+	if err != nil {
+		return at, bad, fmt.Errorf("%d of %d devices not there (e.g. %s): %w", bad, len(s.names), example, err)
+	}
+	return at, 0, nil
+}
+
+// pollEvery is how often the device list is polled: lists cost the hub
+// in proportion to N.
+func (s *suite) pollEvery() time.Duration {
+	return min(20*time.Millisecond+time.Duration(s.o.Agents)*20*time.Microsecond, time.Second)
+}
+
+func describeDevice(d *schema.Device) string {
+	if d.Status == nil {
+		return d.Metadata.Name + " without status"
+	}
+	st := d.Status
+	return fmt.Sprintf("%s online=%v converged=%v desired=%d observed=%d stale=%v",
+		d.Metadata.Name, st.Online, st.Converged, st.DesiredGeneration, st.ObservedGeneration, st.Stale)
+}
+
+// parallel runs f(i) for i < n on workers goroutines, stopping at the
+// first error.
+func parallel(ctx context.Context, workers, n int, f func(context.Context, int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(workers, n) {
+		wg.Go(func() {
+			for i := range next {
+				if err := f(ctx, i); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return ctx.Err()
+}
+
+// dump writes one phase's latencies, one line per device ("name ms").
+func (s *suite) dump(phase string, lat []time.Duration) {
+	if s.o.DumpDir == "" {
+		return
+	}
+	var b strings.Builder
+	for i, l := range lat {
+		name := s.names[0]
+		if len(lat) == len(s.names) {
+			name = s.names[i]
+		}
+		v := -1.0
+		if l >= 0 {
+			v = ms(l)
+		}
+		fmt.Fprintf(&b, "%s %.3f\n", name, v)
+	}
+	if err := os.MkdirAll(s.o.DumpDir, 0o755); err == nil {
+		err = os.WriteFile(filepath.Join(s.o.DumpDir, phase+".txt"), []byte(b.String()), 0o644)
+	}
+}
+
+// ---- profiling --------------------------------------------------------------------
+
+// profileStart begins a CPU profile of the hub (with -profile).
+func (s *suite) profileStart(ctx context.Context, name string) {
+	if s.o.Profile == "" {
+		return
+	}
+	path, _ := filepath.Abs(filepath.Join(s.o.Profile, name+".cpu.pprof"))
+	if err := s.pprofPost(ctx, "/scale/cpu/start?file="+path); err != nil {
+		s.log.Warn("start cpu profile", "err", err)
+	}
+	s.agentsProfile(ctx, name)
+}
+
+// agentsProfile starts (name != "") or stops a CPU profile of the hollow
+// agents.
+func (s *suite) agentsProfile(ctx context.Context, name string) {
+	if s.agents == nil || s.o.Profile == "" {
+		return
+	}
+	cmd := hollow.Command{Op: "cpu-stop"}
+	if name != "" {
+		path, _ := filepath.Abs(filepath.Join(s.o.Profile, name+".agents.cpu.pprof"))
+		cmd = hollow.Command{Op: "cpu-start", File: path}
+	}
+	if err := s.agents.call(ctx, cmd, cmd.Op, nil); err != nil {
+		s.log.Warn("hollow agents' cpu profile", "err", err)
+	}
+}
+
+func (s *suite) profileStop(ctx context.Context) {
+	if s.o.Profile == "" {
+		return
+	}
+	if err := s.pprofPost(ctx, "/scale/cpu/stop"); err != nil {
+		s.log.Warn("stop cpu profile", "err", err)
+	}
+	s.agentsProfile(ctx, "")
+}
+
+// profileHeap saves the hub's heap profile, and its runtime.MemStats
+// (debug=1 text) beside it.
+func (s *suite) profileHeap(ctx context.Context, name string) {
+	if s.o.Profile == "" {
+		return
+	}
+	for _, f := range []struct{ query, file string }{
+		{"gc=1", name + ".heap.pprof"},
+		{"debug=1", name + ".heap.txt"},
+	} {
+		if err := s.pprofGet(ctx, "/debug/pprof/heap?"+f.query, filepath.Join(s.o.Profile, f.file)); err != nil {
+			s.log.Warn("heap profile", "err", err)
+		}
+	}
+}
+
+func (s *suite) pprofGet(ctx context.Context, path, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.hubSpec.PprofAddr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	return errors.Join(err, f.Close())
+}
+
+func (s *suite) pprofPost(ctx context.Context, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.hubSpec.PprofAddr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s: %s %s", path, resp.Status, b)
+	}
+	return nil
+}
