@@ -23,7 +23,7 @@ import (
 )
 
 // Scale benchmarks of the hub's MQTT side against a real fleet-hub
-// process. Run them one at a time; numbers go to hub/BENCH_NOTES.md:
+// process. Run them one at a time; numbers go to BENCHMARKS.md:
 //
 //	go test -run XXX -bench MQTTIdleDevices -benchtime 1x ./test/
 //	go test -run XXX -bench MQTTApplyPublish -benchtime 5x ./test/

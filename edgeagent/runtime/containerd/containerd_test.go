@@ -635,7 +635,7 @@ func TestLogFile(t *testing.T) {
 }
 
 // TestCreateStartLatency measures Create+Start of a container from a
-// present image, as the agent does it (see BENCH_NOTES.md).
+// present image, as the agent does it (see BENCHMARKS.md).
 func TestCreateStartLatency(t *testing.T) {
 	e := newEnv(t)
 	rt := e.newRuntime(t)
