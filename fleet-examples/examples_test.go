@@ -15,11 +15,15 @@ func TestExamplesAreValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	demo, err := filepath.Glob("demo/*.yaml")
+	if err != nil || len(demo) == 0 {
+		t.Fatalf("demo manifests: %v %v", demo, err)
+	}
 	if len(files) < 4 {
 		t.Fatalf("found %d example manifests, want at least 4", len(files))
 	}
 	kinds := map[string]int{}
-	for _, f := range files {
+	for _, f := range append(files, demo...) {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -33,7 +37,7 @@ func TestExamplesAreValid(t *testing.T) {
 			kinds[o.GetTypeMeta().Kind]++
 		}
 	}
-	if kinds[schema.KindDeployment] < 4 {
+	if kinds[schema.KindDeployment] < 4+len(demo) {
 		t.Errorf("got %d example deployments, want at least 4", kinds[schema.KindDeployment])
 	}
 }

@@ -22,7 +22,7 @@ import (
 // TestDemoManifests: the demo's manifests are valid, use only the locally
 // built image, and target the demo's devices.
 func TestDemoManifests(t *testing.T) {
-	files, err := filepath.Glob("demo/manifests/*.yaml")
+	files, err := filepath.Glob("../fleet-examples/demo/*.yaml")
 	if err != nil || len(files) < 3 {
 		t.Fatalf("demo manifests: %v %v", files, err)
 	}

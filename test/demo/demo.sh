@@ -247,9 +247,9 @@ up() {
 	say "Starting three fleet-agents, one per device, each in its own containerd namespace"
 	for d in "${DEVICES[@]}"; do start_agent "$d"; done
 
-	say "Applying test/demo/manifests: sensor-collector (role=sensor), shop-display (role=display), heartbeat (all)"
+	say "Applying fleet-examples/demo: sensor-collector (role=sensor), shop-display (role=display), heartbeat (all)"
 	local f
-	for f in "$REPO"/test/demo/manifests/*.yaml; do
+	for f in "$REPO"/fleet-examples/demo/*.yaml; do
 		echo "---"
 		sed "s/127\.0\.0\.1:18090/$DISPLAY_ADDR/" "$f"
 	done | fleet apply -f - | sed 's/^/    /'
@@ -305,7 +305,7 @@ offline_resync() {
 	say "Offline resync: stopping $d's agent (its containers keep running), then changing heartbeat"
 	stop_proc "agent-$d"
 	wait_until "$d to show offline" 30 offline "$d"
-	sed 's/"heartbeat"/"heartbeat v2"/' "$REPO/test/demo/manifests/30-heartbeat.yaml" | fleet apply -f - | sed 's/^/    /'
+	sed 's/"heartbeat"/"heartbeat v2"/' "$REPO/fleet-examples/demo/30-heartbeat.yaml" | fleet apply -f - | sed 's/^/    /'
 	wait_until "the online devices to converge" 60 converged_online
 	# The deployment's counts follow the devices' reports within a second.
 	wait_until "heartbeat to count the two updated devices" 30 updated_count heartbeat 2
