@@ -66,8 +66,8 @@ type Options struct {
 	// RetryBackoff follows failures to pull, create or start (default
 	// 5 s doubling to 5 min, jittered).
 	RetryBackoff backoff.Policy
-	// ReconnectBackoff is the MQTT reconnect backoff (default 1 s doubling
-	// to 60 s, jittered).
+	// ReconnectBackoff is the MQTT reconnect backoff (default
+	// session.DefaultBackoff: 250 ms doubling to 60 s, full jitter).
 	ReconnectBackoff backoff.Policy
 	// StopTimeout is the grace period of a container being removed
 	// (default 10 s).

@@ -22,9 +22,9 @@ import (
 //	go test ./test -run 'TestE2E/embedded/partition'
 
 // e2eConverge bounds every wait for the fleet to converge. Agents
-// reconnect with jittered exponential backoff (1 s doubling, reset only
-// after a minute connected), so a wait that follows several disconnects
-// can take tens of seconds.
+// reconnect with jittered exponential backoff (250 ms doubling to 60 s,
+// full jitter, reset only after a minute connected), so a wait that
+// follows several disconnects can take tens of seconds.
 const e2eConverge = 2 * time.Minute
 
 // e2eScenario is one end-to-end scenario on a shared fleet.

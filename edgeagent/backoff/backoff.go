@@ -8,10 +8,15 @@ import (
 	"time"
 )
 
+// FullJitter as Policy.Jitter draws each wait uniformly from [0, d]
+// ("full jitter"): the widest spread of a fleet's retries.
+const FullJitter = 1.0
+
 // Policy is a capped exponential backoff: the n-th consecutive failure
 // (n from 0) waits about Initial·2ⁿ, at most Max. Jitter in [0,1] is the
 // fraction of each delay that is randomised: the wait is drawn uniformly
-// from [d·(1-Jitter), d]. Zero Jitter means none.
+// from [d·(1-Jitter), d]. Zero Jitter means none; FullJitter (1) means
+// [0, d].
 type Policy struct {
 	Initial time.Duration
 	Max     time.Duration

@@ -78,3 +78,27 @@ func TestSeedsDiffer(t *testing.T) {
 		t.Fatal("two devices with different seeds back off in lockstep")
 	}
 }
+
+func TestFullJitterIsUniformOverTheWindow(t *testing.T) {
+	p := Policy{Initial: 250 * time.Millisecond, Max: time.Minute, Jitter: FullJitter}
+	r := rand.New(rand.NewPCG(7, 11))
+	const n = 4000
+	var below, above int // first retry in [0, 125 ms) and [125, 250 ms]
+	for range n {
+		d := p.Jittered(0, r)
+		if d < 0 || d > 250*time.Millisecond {
+			t.Fatalf("first retry %s outside [0, 250ms]", d)
+		}
+		if d < 125*time.Millisecond {
+			below++
+		} else {
+			above++
+		}
+		if d := p.Jittered(20, r); d < 0 || d > time.Minute {
+			t.Fatalf("capped retry %s outside [0, 60s]", d)
+		}
+	}
+	if below < n*45/100 || above < n*45/100 {
+		t.Errorf("first retries not spread over [0, 250ms]: %d below 125 ms, %d above", below, above)
+	}
+}

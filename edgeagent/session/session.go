@@ -62,8 +62,7 @@ type Options struct {
 	Topics    schema.Topics
 	Logger    *slog.Logger
 	Clock     clock.Clock
-	// Backoff between connection attempts (default 1 s doubling to 60 s,
-	// half of each delay randomised).
+	// Backoff between connection attempts (default DefaultBackoff).
 	Backoff backoff.Policy
 	// StableAfter: a connection that lasted this long resets the backoff
 	// (default 10 s), so a broker that accepts and immediately drops the
@@ -100,6 +99,13 @@ type Session struct {
 	connects atomic.Int64
 }
 
+// DefaultBackoff is the default reconnect backoff: jittered exponential,
+// retry n waiting uniformly in [0, 250 ms·2ⁿ] (full jitter), capped at
+// 60 s; so the first retry comes within 250 ms, the first three within
+// 1.75 s. Full jitter from a short start spreads a fleet that lost the same
+// broker over each window instead of bunching it at the top half of it.
+var DefaultBackoff = backoff.Policy{Initial: 250 * time.Millisecond, Max: time.Minute, Jitter: backoff.FullJitter}
+
 // New checks the options and returns a Session.
 func New(o Options) (*Session, error) {
 	if err := schema.ValidateName(o.Device); err != nil {
@@ -118,7 +124,7 @@ func New(o Options) (*Session, error) {
 		o.Clock = clock.Real{}
 	}
 	if o.Backoff == (backoff.Policy{}) {
-		o.Backoff = backoff.Policy{Initial: time.Second, Max: time.Minute, Jitter: 0.5}
+		o.Backoff = DefaultBackoff
 	}
 	if o.StableAfter <= 0 {
 		o.StableAfter = 10 * time.Second

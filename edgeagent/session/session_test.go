@@ -95,12 +95,27 @@ func TestReconnectBackoffIsJitteredAndCapped(t *testing.T) {
 			stopped = true
 		}
 	}
-	base := time.Second
+	// DefaultBackoff: full jitter, retry i within [0, 250 ms·2ⁱ], capped
+	// at 60 s.
+	base := 250 * time.Millisecond
 	for i, d := range waits {
 		want := min(base<<i, time.Minute)
-		if d < want/2 || d > want {
-			t.Errorf("wait %d = %s, want in [%s, %s]", i, d, want/2, want)
+		if d < 0 || d > want {
+			t.Errorf("wait %d = %s, want in [0, %s]", i, d, want)
 		}
+	}
+	if waits[0] > 250*time.Millisecond || waits[2] > time.Second {
+		t.Errorf("first retries too late: %v", waits[:3])
+	}
+	// Full jitter reaches below the old half-jitter floor at least once.
+	low := false
+	for i, d := range waits {
+		if d < min(base<<i, time.Minute)/2 {
+			low = true
+		}
+	}
+	if !low {
+		t.Errorf("waits %v never below half the window: not full jitter", waits)
 	}
 	distinct := map[time.Duration]bool{}
 	for _, d := range waits {

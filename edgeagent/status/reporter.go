@@ -1,6 +1,6 @@
 // Package status publishes what the agent observes: the retained
-// DeviceStatus (coalesced, at most one per interval, plus a heartbeat) and
-// rate-limited events.
+// DeviceStatus (intermediate states coalesced, at most one per interval;
+// settled states at once; plus a heartbeat) and rate-limited events.
 package status
 
 import (
@@ -35,7 +35,9 @@ type ReporterOptions struct {
 	Clock    clock.Clock
 	Logger   *slog.Logger
 	// MinInterval is the least time between two publishes (default 1 s):
-	// changes within it are coalesced into one status.
+	// changes within it are coalesced into one status. A settled status
+	// (see Settled) that ends work in progress or reports a new
+	// observedGeneration is published at once instead.
 	MinInterval time.Duration
 	// Heartbeat republishes an unchanged status this often (default 30 s).
 	Heartbeat time.Duration
@@ -112,10 +114,31 @@ func signal(c chan struct{}) {
 	}
 }
 
+// Settled reports whether a status shows no work in progress: every pod
+// is ready or has reached a terminal phase (Succeeded, Failed). Pending,
+// Unknown and running-but-not-ready (restarting) pods are intermediate.
+func Settled(st *schema.DeviceStatus) bool {
+	for i := range st.Pods {
+		p := &st.Pods[i]
+		switch {
+		case p.Phase == schema.PhaseRunning && p.Ready:
+		case p.Phase == schema.PhaseSucceeded, p.Phase == schema.PhaseFailed:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // Run publishes until ctx is done.
 func (r *Reporter) Run(ctx context.Context) error {
 	var sent []byte // the last published status without time and node facts
 	var lastAttempt time.Time
+	// What the last attempted publish said: a settled status is urgent
+	// (skips MinInterval) only if it ends an intermediate state or moves
+	// observedGeneration, so the rate stays bounded by the intermediate
+	// publishes (one per interval) and the hub's desired-state changes.
+	attempted, attemptedSettled, attemptedGen := false, false, int64(0)
 	heartbeat := r.o.Clock.NewTimer(r.o.Heartbeat)
 	defer heartbeat.Stop()
 	hold := r.o.Clock.NewTimer(time.Hour)
@@ -127,9 +150,6 @@ func (r *Reporter) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-r.kick:
-			if holding {
-				continue // the hold timer publishes the latest
-			}
 		case <-heartbeat.C():
 			r.mu.Lock()
 			r.force = true
@@ -137,14 +157,25 @@ func (r *Reporter) Run(ctx context.Context) error {
 		case <-hold.C():
 			holding = false
 		}
-		if wait := r.o.MinInterval - r.o.Clock.Now().Sub(lastAttempt); !lastAttempt.IsZero() && wait > 0 {
-			hold.Reset(wait)
-			holding = true
-			continue
+
+		r.mu.Lock()
+		st, have := r.latest, r.have
+		r.mu.Unlock()
+		settled := have && Settled(&st)
+		urgent := settled && attempted && (!attemptedSettled || st.ObservedGeneration != attemptedGen)
+		if !urgent {
+			if holding {
+				continue // the hold timer publishes the latest
+			}
+			if wait := r.o.MinInterval - r.o.Clock.Now().Sub(lastAttempt); !lastAttempt.IsZero() && wait > 0 {
+				hold.Reset(wait)
+				holding = true
+				continue
+			}
 		}
 
 		r.mu.Lock()
-		st, have, force := r.latest, r.have, r.force
+		force := r.force
 		r.force = false
 		r.mu.Unlock()
 		if !have {
@@ -170,7 +201,14 @@ func (r *Reporter) Run(ctx context.Context) error {
 			r.o.Logger.Error("encode status failed", "err", err)
 			continue
 		}
+		if holding {
+			// This publish carries the latest state; a later change
+			// starts a new interval from it.
+			hold.Stop()
+			holding = false
+		}
 		lastAttempt = r.o.Clock.Now()
+		attempted, attemptedSettled, attemptedGen = true, settled, st.ObservedGeneration
 		pctx, cancel := context.WithTimeout(ctx, r.o.PublishTimeout)
 		err = r.o.Publisher.Publish(pctx, r.o.Topic, true, payload)
 		cancel()

@@ -87,8 +87,9 @@ func TestReporterCoalescesAndHeartbeats(t *testing.T) {
 		if n := len(pub.all()); n != 1 {
 			t.Fatalf("first status: %d publishes", n)
 		}
+		// Intermediate states (work in progress) are coalesced.
 		for gen := int64(2); gen <= 10; gen++ {
-			r.Update(schema.DeviceStatus{ObservedGeneration: gen, Pods: []schema.PodStatus{}})
+			r.Update(schema.DeviceStatus{ObservedGeneration: gen, Pods: pendingPods()})
 			synctest.Wait()
 		}
 		if n := len(pub.all()); n != 1 {
@@ -100,7 +101,7 @@ func TestReporterCoalescesAndHeartbeats(t *testing.T) {
 			t.Fatalf("after the interval: %d publishes, last %+v", len(sts), sts[len(sts)-1])
 		}
 		// Unchanged content is not republished...
-		r.Update(schema.DeviceStatus{ObservedGeneration: 10, Pods: []schema.PodStatus{}})
+		r.Update(schema.DeviceStatus{ObservedGeneration: 10, Pods: pendingPods()})
 		advance(5 * time.Second)
 		if n := len(pub.all()); n != 2 {
 			t.Fatalf("unchanged status republished (%d)", n)
@@ -148,6 +149,122 @@ func TestReporterCoalescesAndHeartbeats(t *testing.T) {
 		if n := len(pub.all()); n != 5 {
 			t.Fatalf("forced republish skipped: %d", n)
 		}
+	})
+}
+
+func pendingPods() []schema.PodStatus {
+	return []schema.PodStatus{{Name: "web", Hash: "h1", Phase: schema.PhasePending, Containers: []schema.ContainerStatus{
+		{Name: "c", Image: "nginx", State: schema.ContainerWaiting, Reason: "Creating"},
+	}}}
+}
+
+func restartingPods(restarts int32) []schema.PodStatus {
+	return []schema.PodStatus{{Name: "web", Hash: "h1", Phase: schema.PhaseRunning, Restarts: restarts, Containers: []schema.ContainerStatus{
+		{Name: "c", Image: "nginx", State: schema.ContainerWaiting, Reason: "Restarting", Restarts: restarts},
+	}}}
+}
+
+func readyPods(hash string, restarts int32) []schema.PodStatus {
+	return []schema.PodStatus{{Name: "web", Hash: hash, Phase: schema.PhaseRunning, Ready: true, Restarts: restarts, Containers: []schema.ContainerStatus{
+		{Name: "c", Image: "nginx", State: schema.ContainerRunning, Restarts: restarts},
+	}}}
+}
+
+func TestSettled(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pods []schema.PodStatus
+		want bool
+	}{
+		{"no pods", []schema.PodStatus{}, true},
+		{"ready", readyPods("h1", 0), true},
+		{"succeeded", []schema.PodStatus{{Name: "job", Phase: schema.PhaseSucceeded}}, true},
+		{"failed", []schema.PodStatus{{Name: "job", Phase: schema.PhaseFailed}}, true},
+		{"pending", pendingPods(), false},
+		{"restarting", restartingPods(1), false},
+		{"unknown", []schema.PodStatus{{Name: "web", Phase: schema.PhaseUnknown}}, false},
+		{"one of two pending", append(readyPods("h1", 0), schema.PodStatus{Name: "db", Phase: schema.PhasePending}), false},
+	} {
+		if got := Settled(&schema.DeviceStatus{Pods: tc.pods}); got != tc.want {
+			t.Errorf("%s: Settled = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestReporterPublishesSettledAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewFake(t0)
+		pub := &fakePub{}
+		r := NewReporter(ReporterOptions{
+			Device: "dev1", Topic: "fleet/v1/devices/dev1/status", Publisher: pub,
+			NodeInfo: func() *schema.NodeInfo { return nil }, Clock: clk,
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = r.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		advance := func(d time.Duration) { clk.Advance(d); synctest.Wait() }
+		update := func(gen int64, pods []schema.PodStatus) {
+			r.Update(schema.DeviceStatus{ObservedGeneration: gen, Pods: pods})
+			synctest.Wait()
+		}
+		last := func(n int) schema.DeviceStatus {
+			t.Helper()
+			sts := pub.statuses(t)
+			if len(sts) != n {
+				t.Fatalf("%d publishes, want %d", len(sts), n)
+			}
+			return sts[n-1]
+		}
+
+		// The "Pending" status goes out; the converged one follows at
+		// once, not an interval later.
+		update(2, pendingPods())
+		last(1)
+		advance(100 * time.Millisecond)
+		update(2, readyPods("h1", 0))
+		if st := last(2); !st.Pods[0].Ready || !st.Time.Equal(t0.Add(100*time.Millisecond)) {
+			t.Fatalf("converged status %+v", st)
+		}
+
+		// A flapping intermediate state is still coalesced: at most one
+		// publish per interval (from the last publish), carrying the latest.
+		for i := int32(1); i <= 9; i++ {
+			if i%2 == 1 {
+				update(2, restartingPods(i))
+			} else {
+				update(2, pendingPods())
+			}
+			advance(100 * time.Millisecond)
+		}
+		// 900 ms since the converged publish: still held.
+		last(2)
+		advance(100 * time.Millisecond)
+		if st := last(3); st.Pods[0].Ready || st.Pods[0].Restarts != 9 {
+			t.Fatalf("coalesced intermediate status %+v", st.Pods[0])
+		}
+		for i := int32(10); i <= 15; i++ {
+			update(2, restartingPods(i))
+			advance(100 * time.Millisecond)
+		}
+		last(3)
+
+		// Back to ready: at once, although the interval is not over.
+		update(2, readyPods("h1", 15))
+		last(4)
+		// A settled status that only changes details (restart count) at
+		// the same observedGeneration is coalesced like any change.
+		advance(100 * time.Millisecond)
+		update(2, readyPods("h1", 16))
+		last(4)
+		// A new observedGeneration that is already settled goes at once.
+		update(3, readyPods("h1", 16))
+		if st := last(5); st.ObservedGeneration != 3 {
+			t.Fatalf("generation 3 not published: %+v", st)
+		}
+		// Nothing left held: no extra publish when the interval ends.
+		advance(2 * time.Second)
+		last(5)
 	})
 }
 

@@ -569,24 +569,6 @@ func (in *Ingest) requeue(dirty map[string]pendingStatus, arch map[string]string
 	}
 }
 
-// objectUID reads the uid of a stored device in the transaction ("" and
-// false when it does not exist).
-func objectUID(t *store.Txn, name string) (string, bool) {
-	raw, err := t.Get(store.ObjectKey(schema.KindDevice, name))
-	if err != nil {
-		return "", false
-	}
-	var m struct {
-		Metadata struct {
-			UID string `json:"uid"`
-		} `json:"metadata"`
-	}
-	if json.Unmarshal(raw, &m) != nil {
-		return "", false
-	}
-	return m.Metadata.UID, true
-}
-
 // writeStatuses stores reports in transactions of at most maxChunkBytes,
 // skipping devices deleted (or re-created) since the report came.
 func (in *Ingest) writeStatuses(ctx context.Context, dirty map[string]pendingStatus) error {
@@ -605,7 +587,10 @@ func (in *Ingest) writeStatuses(ctx context.Context, dirty map[string]pendingSta
 		_, err := in.opts.Store.Write(ctx, func(t *store.Txn) error {
 			for _, name := range chunk {
 				p := dirty[name]
-				if uid, ok := objectUID(t, name); !ok || p.uid != "" && uid != p.uid {
+				// DeviceUID answers from the store's in-memory index,
+				// exact for this transaction: no read and decode of the
+				// device object per report.
+				if uid, ok := t.DeviceUID(name); !ok || p.uid != "" && uid != p.uid {
 					continue
 				}
 				if err := t.Set(store.StatusKey(name), p.raw); err != nil {

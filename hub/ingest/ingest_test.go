@@ -280,6 +280,30 @@ func TestStatusOfDeletedDeviceNotWritten(t *testing.T) {
 	}
 }
 
+// A device deleted after its report came and before the flush gets no
+// status written, although the ingest (and here the registry snapshot it
+// was handed) still knows its uid: the flush checks the store's own uid
+// index in the write transaction.
+func TestStatusOfDeviceDeletedBeforeFlushNotWritten(t *testing.T) {
+	f := newFixture(t, "pi", "pi2")
+	f.in.Handle(topicPrefix+"pi/status", []byte(statusJSON("pi", 1, "")))
+	f.in.Handle(topicPrefix+"pi2/status", []byte(statusJSON("pi2", 1, "")))
+	if _, err := f.st.Delete(t.Context(), schema.KindDevice, "pi", "", false); err != nil {
+		t.Fatal(err)
+	}
+	// No Forget: the controller has not seen the deletion yet.
+	f.in.Flush(t.Context())
+	_ = f.st.View(t.Context(), func(tx *store.Txn) error {
+		if _, err := tx.Get(store.StatusKey("pi")); err == nil {
+			t.Error("a report was stored for a deleted device")
+		}
+		if _, err := tx.Get(store.StatusKey("pi2")); err != nil {
+			t.Errorf("the other device's report was not stored: %v", err)
+		}
+		return nil
+	})
+}
+
 func TestOlderStatus(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	cur := &schema.DeviceStatus{Store: "s", ObservedGeneration: 5, Time: t0}

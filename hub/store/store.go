@@ -76,6 +76,9 @@ type Store struct {
 
 	feed *feed
 	auth *authCache
+	// devUIDs: the uid of every Device, for Txn.DeviceUID; guarded by
+	// writeMu.
+	devUIDs deviceUIDs
 	// passwordHash is Options.PasswordHash.
 	passwordHash func(string) (string, error)
 
@@ -136,6 +139,9 @@ func Open(opts Options) (*Store, error) {
 	s.maxRev.Store(rev)
 	s.feed = newFeed(rev, opts.WatchRing, opts.WatchQueue)
 	if err := s.auth.load(s); err != nil {
+		return nil, errors.Join(err, db.Close())
+	}
+	if err := s.loadDeviceUIDs(); err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
 	if opts.GCInterval > 0 {

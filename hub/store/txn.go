@@ -18,6 +18,9 @@ type Txn struct {
 	s        *Store
 	b        *badger.Txn
 	writable bool
+	// serial: a write transaction that holds writeMu and may commit, so
+	// its snapshot is the latest commit (see deviceUIDs).
+	serial bool
 	// rev is the store revision of the snapshot.
 	rev uint64
 	// dirty: something was written; the transaction commits as rev+1.
@@ -189,6 +192,7 @@ func (s *Store) write(ctx context.Context, dryRun bool, fn func(t *Txn) error) (
 		if err != nil || t == nil {
 			return 0, err
 		}
+		s.applyDeviceEvents(t.events)
 		s.feed.publish(t.rev+1, t.events)
 		s.auth.apply(t.authWrites)
 		return t.rev + 1, nil
@@ -205,7 +209,7 @@ func (s *Store) attempt(dryRun bool, fn func(t *Txn) error) (*Txn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read revision: %w", err)
 	}
-	t := &Txn{s: s, b: b, rev: rev, writable: true}
+	t := &Txn{s: s, b: b, rev: rev, writable: true, serial: !dryRun}
 	if err := fn(t); err != nil {
 		return nil, err
 	}
@@ -223,6 +227,9 @@ func (s *Store) attempt(dryRun bool, fn func(t *Txn) error) (*Txn, error) {
 	if err := b.Commit(); err != nil {
 		if errors.Is(err, badger.ErrConflict) {
 			return nil, err
+		}
+		if t.touchesDevices() {
+			s.devUIDs.bad = true // it may have applied
 		}
 		return nil, fmt.Errorf("commit: %w", badgerErr(err))
 	}
