@@ -123,23 +123,30 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, kind string, sel m
 	}
 }
 
+// writeRequest parses what create and update share: the kind, the dry-run
+// flag and the one object in the body. On error it has answered the request.
+func (s *Server) writeRequest(w http.ResponseWriter, r *http.Request) (dry bool, obj schema.Object, ok bool) {
+	kind, err := kindOf(r)
+	if err == nil {
+		dry, err = dryRun(r)
+	}
+	if err == nil {
+		obj, err = decodeOne(w, r, kind)
+	}
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return false, nil, false
+	}
+	return dry, obj, true
+}
+
 // create handles POST /v1/{kind}.
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
-	kind, err := kindOf(r)
-	if err != nil {
-		WriteError(w, r, s.log, err)
+	dry, obj, ok := s.writeRequest(w, r)
+	if !ok {
 		return
 	}
-	dry, err := dryRun(r)
-	if err != nil {
-		WriteError(w, r, s.log, err)
-		return
-	}
-	obj, err := decodeOne(w, r, kind)
-	if err != nil {
-		WriteError(w, r, s.log, err)
-		return
-	}
+	kind := obj.GetTypeMeta().Kind
 	out, err := s.store.Create(r.Context(), obj, dry)
 	if err != nil {
 		WriteError(w, r, s.log, err)
@@ -213,21 +220,11 @@ func writeWithStatus(b *bytes.Buffer, raw, status []byte) {
 
 // update handles PUT /v1/{kind}/{name}.
 func (s *Server) update(w http.ResponseWriter, r *http.Request) {
-	kind, err := kindOf(r)
-	if err != nil {
-		WriteError(w, r, s.log, err)
+	dry, obj, ok := s.writeRequest(w, r)
+	if !ok {
 		return
 	}
-	dry, err := dryRun(r)
-	if err != nil {
-		WriteError(w, r, s.log, err)
-		return
-	}
-	obj, err := decodeOne(w, r, kind)
-	if err != nil {
-		WriteError(w, r, s.log, err)
-		return
-	}
+	kind := obj.GetTypeMeta().Kind
 	name := r.PathValue("name")
 	if got := obj.GetMetadata().Name; got != name {
 		WriteError(w, r, s.log, &schema.ValidationError{Kind: kind, Name: got, Errors: []schema.FieldError{
