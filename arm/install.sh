@@ -28,6 +28,7 @@ BIN_PATH=/usr/local/bin/fleet-agent
 ETC_DIR=/etc/fleet
 CONF_PATH=/etc/fleet/agent.yaml
 TOKEN_PATH=/etc/fleet/token
+BOOTSTRAP_PATH=/etc/fleet/bootstrap-token
 CA_PATH=/etc/fleet/ca.pem
 MANIFEST=/etc/fleet/.installed-files
 UNIT_NAME=fleet-agent.service
@@ -38,6 +39,8 @@ usage() {
 	cat <<'EOF'
 Usage:
   install.sh --broker URL --device NAME (--token TOKEN | --token-file FILE)
+  install.sh --broker URL --bootstrap-token-file FILE [--name-from SOURCE]
+             [--device NAME]
              [--ca FILE] [--binary PATH | --url-base URL] [--arch ARCH]
              [--state-dir DIR] [--containerd-socket PATH] [--namespace NS]
              [--root DIR] [--dry-run]
@@ -48,6 +51,13 @@ Install options:
   --device NAME         this device's name (a DNS label: a-z, 0-9, '-')
   --token TOKEN         device token (visible in `ps`; prefer --token-file)
   --token-file FILE     file holding the device token
+  --bootstrap-token-file FILE
+                        enroll on first start with this bootstrap token
+                        (fleet token create) instead of a device token; the
+                        agent saves its own token and never uses it again
+  --name-from SOURCE    with a bootstrap token and no --device: name the
+                        device after its hostname (default), serial (the
+                        board's serial number) or machine-id
   --ca FILE             CA certificate (PEM) of a TLS broker
   --binary PATH         fleet-agent binary to install (default: the one for
                         this CPU in dist/ next to this script, or ../dist/)
@@ -83,6 +93,7 @@ usage_error() {
 }
 
 BROKER='' DEVICE='' TOKEN='' TOKEN_FILE='' CA='' BINARY='' URL_BASE='' ARCH=''
+BOOTSTRAP_FILE='' NAME_FROM=''
 STATE_DIR=/var/lib/fleet-agent
 SOCKET=/run/containerd/containerd.sock
 NAMESPACE=fleet
@@ -107,6 +118,8 @@ while [ $# -gt 0 ]; do
 	--device) need_value "$1" $# && DEVICE=$2 && shift ;;
 	--token) need_value "$1" $# && TOKEN=$2 && TOKEN_SET=1 && shift ;;
 	--token-file) need_value "$1" $# && TOKEN_FILE=$2 && shift ;;
+	--bootstrap-token-file) need_value "$1" $# && BOOTSTRAP_FILE=$2 && shift ;;
+	--name-from) need_value "$1" $# && NAME_FROM=$2 && shift ;;
 	--ca) need_value "$1" $# && CA=$2 && shift ;;
 	--binary) need_value "$1" $# && BINARY=$2 && shift ;;
 	--url-base) need_value "$1" $# && URL_BASE=${2%/} && shift ;;
@@ -415,8 +428,13 @@ write_config() {
 		say "# Written by fleet's install.sh; run it again to change this file."
 		say "# Keys are fleet-agent's flags (fleet-agent --help)."
 		say "broker: $(yq "$BROKER")"
-		say "device: $(yq "$DEVICE")"
-		say "token-file: $(yq "$TOKEN_PATH")"
+		if [ -n "$DEVICE" ]; then say "device: $(yq "$DEVICE")"; fi
+		if [ -n "$BOOTSTRAP_FILE" ]; then
+			say "bootstrap-token-file: $(yq "$BOOTSTRAP_PATH")"
+			if [ -n "$NAME_FROM" ]; then say "name-from: $(yq "$NAME_FROM")"; fi
+		else
+			say "token-file: $(yq "$TOKEN_PATH")"
+		fi
 		if [ -n "$CA" ]; then say "ca: $(yq "$CA_PATH")"; fi
 		say "state-dir: $(yq "$STATE_DIR")"
 		say "containerd-socket: $(yq "$SOCKET")"
@@ -478,19 +496,31 @@ write_manifest() {
 
 do_install() {
 	[ -n "$BROKER" ] || usage_error "--broker is required"
-	[ -n "$DEVICE" ] || usage_error "--device is required"
+	[ -n "$DEVICE" ] || [ -n "$BOOTSTRAP_FILE" ] || usage_error "--device is required (or --bootstrap-token-file)"
 	check_value --broker "$BROKER"
 	case $BROKER in
 	tcp://?* | mqtt://?* | ssl://?* | tls://?* | mqtts://?*) ;;
 	*) usage_error "--broker $BROKER: want tcp://, mqtt://, ssl://, tls:// or mqtts:// and a host" ;;
 	esac
-	if ! printf '%s' "$DEVICE" | grep -Eq '^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'; then
+	if [ -n "$DEVICE" ] && ! printf '%s' "$DEVICE" | grep -Eq '^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'; then
 		usage_error "--device $DEVICE: want a DNS label (a-z, 0-9 and '-', at most 63)"
 	fi
 	if [ "$TOKEN_SET" = 1 ] && [ -n "$TOKEN_FILE" ]; then
 		usage_error "--token and --token-file are mutually exclusive"
 	fi
-	if [ -n "$TOKEN_FILE" ]; then
+	if [ -n "$BOOTSTRAP_FILE" ]; then
+		if [ "$TOKEN_SET" = 1 ] || [ -n "$TOKEN_FILE" ]; then
+			usage_error "--bootstrap-token-file enrolls a device that has no token yet: drop --token/--token-file"
+		fi
+		case $NAME_FROM in
+		'' | hostname | serial | machine-id) ;;
+		*) usage_error "--name-from $NAME_FROM: want hostname, serial or machine-id" ;;
+		esac
+		[ -r "$BOOTSTRAP_FILE" ] || die "--bootstrap-token-file $BOOTSTRAP_FILE: not readable"
+		TOKEN=$(cat "$BOOTSTRAP_FILE")
+	elif [ -n "$NAME_FROM" ]; then
+		usage_error "--name-from goes with --bootstrap-token-file"
+	elif [ -n "$TOKEN_FILE" ]; then
 		[ -r "$TOKEN_FILE" ] || die "--token-file $TOKEN_FILE: not readable"
 		TOKEN=$(cat "$TOKEN_FILE")
 	elif [ "$TOKEN_SET" = 0 ]; then
@@ -533,7 +563,11 @@ do_install() {
 	ensure_dir "$ETC_DIR" 0700
 	put_file "$_bin" "$BIN_PATH" 0755
 	printf '%s\n' "$TOKEN" >"$TMPD/token"
-	put_file "$TMPD/token" "$TOKEN_PATH" 0600
+	if [ -n "$BOOTSTRAP_FILE" ]; then
+		put_file "$TMPD/token" "$BOOTSTRAP_PATH" 0600
+	else
+		put_file "$TMPD/token" "$TOKEN_PATH" 0600
+	fi
 	if [ -n "$CA" ]; then put_file "$CA" "$CA_PATH" 0644; fi
 	write_config
 	put_file "$_unit" "$UNIT_PATH" 0644
@@ -571,7 +605,7 @@ do_uninstall() {
 		cp "$_manifest" "$TMPD/uninstall"
 	else
 		warn "no $MANIFEST: removing the files install.sh writes, where present"
-		for _p in "$BIN_PATH" "$UNIT_PATH" "$CONF_PATH" "$TOKEN_PATH" "$CA_PATH"; do
+		for _p in "$BIN_PATH" "$UNIT_PATH" "$CONF_PATH" "$TOKEN_PATH" "$BOOTSTRAP_PATH" "$CA_PATH"; do
 			printf 'f %s\n' "$_p"
 		done >"$TMPD/uninstall"
 		printf 'l %s\n' "$WANTS_PATH" >>"$TMPD/uninstall"
@@ -616,7 +650,7 @@ do_uninstall() {
 }
 
 if [ "$UNINSTALL" = 1 ]; then
-	if [ -n "$BROKER$DEVICE$TOKEN$TOKEN_FILE$CA$BINARY$URL_BASE$ARCH" ]; then
+	if [ -n "$BROKER$DEVICE$TOKEN$TOKEN_FILE$BOOTSTRAP_FILE$NAME_FROM$CA$BINARY$URL_BASE$ARCH" ]; then
 		usage_error "--uninstall takes only --purge, --root and --dry-run"
 	fi
 	do_uninstall
