@@ -275,7 +275,7 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	h.ingest, err = ingest.New(ingest.Options{
 		Conn: h.conn, Store: st, Registry: h.ctrl, Topics: opts.Topics,
 		Logger: log.With("component", "ingest"), Metrics: h.metrics,
-		OnChange: h.ctrl.StatusChanged, FlushInterval: opts.StatusFlushInterval, StaleAfter: opts.StaleAfter,
+		OnChange: h.ctrl.DeviceStatusChanged, FlushInterval: opts.StatusFlushInterval, StaleAfter: opts.StaleAfter,
 	})
 	if err != nil {
 		return nil, err

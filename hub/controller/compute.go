@@ -6,7 +6,7 @@ package controller
 
 import (
 	"slices"
-	"sort"
+	"strings"
 	"time"
 
 	"github.com/fleetmq/fleet/schema"
@@ -35,45 +35,71 @@ func DesiredPods(devices []DeviceView, deployments []schema.Deployment) map[stri
 	for _, d := range devices {
 		out[d.Name] = []schema.Pod{}
 	}
+	var targeted []*DeviceView
 	for i := range deployments {
 		dep := &deployments[i]
-		spec := dep.Spec.Template.Spec
-		hash := schema.PodSpecHash(spec)
-		var targeted []*DeviceView
+		targeted = targeted[:0]
 		for j := range devices {
 			if dep.Spec.Selector.Matches(devices[j].Labels) {
 				targeted = append(targeted, &devices[j])
 			}
 		}
-		budget := len(targeted)
-		if dep.Spec.Strategy.Type == schema.StrategyRollingUpdate {
-			budget = dep.Spec.Strategy.MaxUnavailable(len(targeted))
-			// Devices already moved to this template but not yet there use up
-			// the budget.
-			for _, d := range targeted {
-				if p := findPod(d.Prev, dep.Metadata.Name); p != nil && p.Hash == hash && !podSettled(d, dep.Metadata.Name, hash) {
-					budget--
-				}
-			}
-		}
-		for _, d := range targeted {
-			prev := findPod(d.Prev, dep.Metadata.Name)
-			switch {
-			case prev == nil || prev.Hash == hash:
-				// New on this device, or already current.
-			case budget > 0:
-				budget--
-			default:
-				out[d.Name] = append(out[d.Name], *prev)
-				continue
-			}
-			out[d.Name] = append(out[d.Name], schema.Pod{Name: dep.Metadata.Name, Spec: spec, Hash: hash})
+		pods, _ := PlaceDeployment(dep, targeted)
+		for j, d := range targeted {
+			out[d.Name] = append(out[d.Name], pods[j])
 		}
 	}
 	for name := range out {
-		sort.Slice(out[name], func(i, j int) bool { return out[name][i].Name < out[name][j].Name })
+		sortPods(out[name])
 	}
 	return out
+}
+
+// PlaceDeployment decides the pod one deployment puts on each device it
+// targets (pods[i] for targeted[i]) and how many of them it holds back on
+// an older template: a RollingUpdate moves at most maxUnavailable devices
+// at a time, and a device that already runs an older template keeps it
+// until the devices moved before it have converged. Devices that never ran
+// the deployment get the current template at once. held > 0 means a
+// rollout is in progress, so a report can change the placement.
+func PlaceDeployment(dep *schema.Deployment, targeted []*DeviceView) (pods []schema.Pod, held int) {
+	spec := dep.Spec.Template.Spec
+	hash := schema.PodSpecHash(spec)
+	name := dep.Metadata.Name
+	budget := len(targeted)
+	if dep.Spec.Strategy.Type == schema.StrategyRollingUpdate {
+		budget = dep.Spec.Strategy.MaxUnavailable(len(targeted))
+		// Devices already moved to this template but not yet there use up
+		// the budget.
+		for _, d := range targeted {
+			if p := findPod(d.Prev, name); p != nil && p.Hash == hash && !podSettled(d, name, hash) {
+				budget--
+			}
+		}
+	}
+	pods = make([]schema.Pod, len(targeted))
+	for i, d := range targeted {
+		prev := findPod(d.Prev, name)
+		switch {
+		case prev == nil || prev.Hash == hash:
+			// New on this device, or already current.
+		case podSettled(d, name, hash):
+			// Its report shows the new template running already: moving
+			// it makes nothing unavailable.
+		case budget > 0:
+			budget--
+		default:
+			pods[i] = *prev
+			held++
+			continue
+		}
+		pods[i] = schema.Pod{Name: name, Spec: spec, Hash: hash}
+	}
+	return pods, held
+}
+
+func sortPods(pods []schema.Pod) {
+	slices.SortFunc(pods, func(a, b schema.Pod) int { return strings.Compare(a.Name, b.Name) })
 }
 
 func findPod(ds *schema.DesiredState, name string) *schema.Pod {

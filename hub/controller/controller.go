@@ -21,7 +21,7 @@ import (
 // Defaults of Options.
 const (
 	DefaultResyncInterval = 30 * time.Second
-	DefaultStatusDebounce = time.Second
+	DefaultStatusDebounce = 250 * time.Millisecond
 	DefaultPublishWorkers = 16
 	DefaultPublishTimeout = 30 * time.Second
 	// maxChunkBytes bounds the values written in one store transaction,
@@ -58,7 +58,7 @@ type Options struct {
 	// and recomputed, whatever happened; default 30 s.
 	ResyncInterval time.Duration
 	// StatusDebounce is how long after a status change the next pass runs
-	// (status changes are coalesced); default 1 s.
+	// (status changes are coalesced); default 250 ms.
 	StatusDebounce time.Duration
 	// PublishWorkers publish in parallel (an external broker acknowledges
 	// each QoS 1 message); default 16.
@@ -127,8 +127,22 @@ type Controller struct {
 	sortedNames []string            // device names, sorted; nil when the set changed
 	sortedDeps  []schema.Deployment // deployments sorted by name; nil when changed
 	retryAt     time.Time           // a failed write or publish: pass again then
-	counts      struct{ dev, on, conv atomic.Int64 }
 	passes      atomic.Uint64
+	fullPasses  atomic.Uint64
+
+	// What changed since the last pass (Run goroutine only). A pass
+	// recomputes only the devices and deployments these name; full makes
+	// it recompute everything (the first pass, every resync, a reload, a
+	// republish, after a failure).
+	full      bool
+	dirtyDevs map[string]bool // device events
+	dirtyDeps map[string]bool // deployment events, deletions included
+	rolling   map[string]bool // deployments holding devices on an older template
+
+	// Devices whose report changed, from the status ingest.
+	statusMu    sync.Mutex
+	statusDirty map[string]bool
+	statusAll   bool
 
 	wake       chan struct{}
 	statusWake chan struct{}
@@ -158,6 +172,11 @@ func New(opts Options) (*Controller, error) {
 		clears:      map[string]string{},
 		depRaw:      map[string][]byte{},
 		depClears:   map[string]bool{},
+		full:        true,
+		dirtyDevs:   map[string]bool{},
+		dirtyDeps:   map[string]bool{},
+		rolling:     map[string]bool{},
+		statusDirty: map[string]bool{},
 		wake:        make(chan struct{}, 1),
 		statusWake:  make(chan struct{}, 1),
 		ready:       make(chan struct{}),
@@ -192,10 +211,34 @@ func (c *Controller) DeploymentStatus(name string) (schema.DeploymentStatus, boo
 	return s, ok
 }
 
-// Counts returns, as of the last pass, how many devices there are, how
-// many are online and how many have converged.
+// Counts returns how many devices there are, how many are online and how
+// many have converged. It looks at every device: call it for a metrics
+// scrape, not in a loop.
 func (c *Controller) Counts() (devices, online, converged int64) {
-	return c.counts.dev.Load(), c.counts.on.Load(), c.counts.conv.Load()
+	type item struct {
+		name, uid string
+		desired   *schema.DesiredState
+	}
+	c.mu.RLock()
+	items := make([]item, 0, len(c.devices))
+	for name, d := range c.devices {
+		items = append(items, item{name, d.UID, c.desired[name]})
+	}
+	c.mu.RUnlock()
+	for _, it := range items {
+		var st *schema.DeviceStatus
+		var on bool
+		if c.opts.Status != nil {
+			st, on = c.opts.Status.DeviceState(it.name, it.uid)
+		}
+		if on {
+			online++
+		}
+		if it.desired != nil && Converged(it.desired, st) {
+			converged++
+		}
+	}
+	return int64(len(items)), online, converged
 }
 
 // SetStatusSource sets Options.Status; call it before Run (the status
@@ -206,13 +249,43 @@ func (c *Controller) SetStatusSource(s StatusSource) { c.opts.Status = s }
 // desired state.
 func (c *Controller) Ready() <-chan struct{} { return c.ready }
 
-// StatusChanged tells the controller that some agent's report changed; a
-// pass follows within StatusDebounce (reports coalesce).
+// StatusChanged tells the controller that reports changed without saying
+// whose: the next pass, within StatusDebounce, looks at every device.
 func (c *Controller) StatusChanged() {
+	c.statusMu.Lock()
+	c.statusAll = true
+	c.statusMu.Unlock()
+	c.statusWoke()
+}
+
+// DeviceStatusChanged tells the controller that the report or online
+// state of one device changed; a pass follows within StatusDebounce
+// (reports coalesce) and looks at the deployments that device is part of.
+// It never blocks.
+func (c *Controller) DeviceStatusChanged(name string) {
+	c.statusMu.Lock()
+	c.statusDirty[name] = true
+	c.statusMu.Unlock()
+	c.statusWoke()
+}
+
+func (c *Controller) statusWoke() {
 	select {
 	case c.statusWake <- struct{}{}:
 	default:
 	}
+}
+
+// takeStatus returns and clears the devices whose reports changed.
+func (c *Controller) takeStatus() (map[string]bool, bool) {
+	c.statusMu.Lock()
+	defer c.statusMu.Unlock()
+	devs, all := c.statusDirty, c.statusAll
+	if len(devs) > 0 {
+		c.statusDirty = map[string]bool{}
+	}
+	c.statusAll = false
+	return devs, all
 }
 
 // RepublishAll makes the next pass publish every desired state and
@@ -321,6 +394,7 @@ func (c *Controller) load(ctx context.Context, withDesired bool) error {
 	c.listRev = rev
 	c.sortedNames, c.sortedDeps = nil, nil
 	c.loaded = true
+	c.full = true
 	return nil
 }
 
@@ -452,11 +526,12 @@ func (c *Controller) apply(ev store.Event) {
 	}
 	switch ev.Kind {
 	case schema.KindDevice:
-		c.sortedNames = nil
+		c.dirtyDevs[ev.Name] = true
 		if ev.Type == store.EventDeleted {
 			c.mu.Lock()
 			delete(c.devices, ev.Name)
 			c.mu.Unlock()
+			c.sortedNames = nil
 			return
 		}
 		var m deviceMeta
@@ -465,10 +540,15 @@ func (c *Controller) apply(ev store.Event) {
 			return
 		}
 		c.mu.Lock()
+		_, known := c.devices[ev.Name]
 		c.devices[ev.Name] = deviceEntry{UID: m.Metadata.UID, Labels: m.Metadata.Labels}
 		c.mu.Unlock()
+		if !known {
+			c.sortedNames = nil
+		}
 	case schema.KindDeployment:
 		c.sortedDeps = nil
+		c.dirtyDeps[ev.Name] = true
 		if ev.Type == store.EventDeleted {
 			c.mu.Lock()
 			delete(c.deployments, ev.Name)
@@ -496,48 +576,75 @@ type desiredChange struct {
 	tomb    bool  // a tombstone existed and is now superseded
 }
 
-// pass recomputes every device's desired state, stores and publishes what
-// changed, and aggregates deployment status. Failures are logged and
-// retried by a later pass (c.retryAt).
+// pass brings the stored and published desired states and the deployment
+// statuses up to date with what changed since the last pass (or with
+// everything, when c.full). Failures are logged and retried by a later,
+// full pass (c.retryAt).
 func (c *Controller) pass(ctx context.Context) {
 	start := time.Now()
 	c.retryAt = time.Time{}
+	statusDevs, statusAll := c.takeStatus()
 	if c.republish.Swap(false) {
 		clear(c.published)
 		clear(c.depRaw)
+		c.full = true
 	}
+	if c.full || statusAll {
+		c.full = false
+		clear(c.dirtyDevs)
+		clear(c.dirtyDeps)
+		c.fullPass(ctx)
+		c.fullPasses.Add(1)
+	} else {
+		c.incrementalPass(ctx, statusDevs)
+	}
+	if !c.retryAt.IsZero() {
+		// What failed is found again by recomputing everything.
+		c.full = true
+	}
+	if c.opts.Metrics != nil {
+		c.opts.Metrics.ReconcileDuration.Observe(time.Since(start).Seconds())
+	}
+	c.passes.Add(1)
+}
+
+// Passes returns how many passes have completed.
+func (c *Controller) Passes() uint64 { return c.passes.Load() }
+
+// fullPass recomputes every device's desired state and every deployment's
+// status.
+func (c *Controller) fullPass(ctx context.Context) {
 	views := c.views()
 	deps := c.deploymentsSorted()
-	pods := DesiredPods(views, deps)
-
+	pods := make(map[string][]schema.Pod, len(views))
+	for i := range views {
+		pods[views[i].Name] = []schema.Pod{}
+	}
+	clear(c.rolling)
+	var targeted []*DeviceView
+	for i := range deps {
+		dep := &deps[i]
+		targeted = targeted[:0]
+		for j := range views {
+			if dep.Spec.Selector.Matches(views[j].Labels) {
+				targeted = append(targeted, &views[j])
+			}
+		}
+		placed, held := PlaceDeployment(dep, targeted)
+		if held > 0 {
+			c.rolling[dep.Metadata.Name] = true
+		}
+		for j, v := range targeted {
+			pods[v.Name] = append(pods[v.Name], placed[j])
+		}
+	}
 	var changes []desiredChange
 	for i := range views {
-		v := &views[i]
-		want := pods[v.Name]
-		prev := v.Prev
-		if prev != nil && prev.Store == c.storeID && SamePods(prev.Pods, want) {
-			continue
+		want := pods[views[i].Name]
+		sortPods(want)
+		if ch, ok := c.change(views[i].Name, want); ok {
+			changes = append(changes, ch)
 		}
-		gen := int64(1)
-		_, tomb := c.tombstones[v.Name]
-		if prev != nil {
-			gen = prev.Generation + 1
-		} else if tomb {
-			gen = c.tombstones[v.Name] + 1
-		}
-		ds := &schema.DesiredState{
-			TypeMeta:   schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDesiredState},
-			Device:     v.Name,
-			Generation: gen,
-			Store:      c.storeID,
-			Pods:       want,
-		}
-		raw, err := json.Marshal(ds)
-		if err != nil {
-			c.log.Error("encode desired state", "device", v.Name, "err", err)
-			continue
-		}
-		changes = append(changes, desiredChange{name: v.Name, ds: ds, raw: raw, tomb: tomb})
 	}
 	for name, prev := range c.desired {
 		if _, ok := c.devices[name]; !ok {
@@ -548,40 +655,245 @@ func (c *Controller) pass(ctx context.Context) {
 		c.commit(ctx, changes)
 	}
 	c.publishDesired(ctx)
-	c.aggregate(ctx, views, deps)
-	if c.opts.Metrics != nil {
-		c.opts.Metrics.ReconcileDuration.Observe(time.Since(start).Seconds())
-	}
-	c.passes.Add(1)
+	c.aggregate(ctx, views, deps, true)
 }
 
-// Passes returns how many passes have completed.
-func (c *Controller) Passes() uint64 { return c.passes.Load() }
+// incrementalPass recomputes what the events and reports since the last
+// pass can have changed: the devices whose object changed, the
+// deployments that changed (on every device), the placement of rollouts
+// in progress on the devices that reported, and the status of the
+// deployments those devices are part of. Its cost follows the size of the
+// change, not of the fleet.
+func (c *Controller) incrementalPass(ctx context.Context, statusDevs map[string]bool) {
+	deps := c.deploymentsSorted()
+	hashes := make(map[string]string, len(deps))
+	for i := range deps {
+		hashes[deps[i].Metadata.Name] = schema.PodSpecHash(deps[i].Spec.Template.Spec)
+	}
+	place := map[string]bool{} // deployments placed over every device
+	aggDirty := map[string]bool{}
+	aggAll := false
+	for name := range c.dirtyDeps {
+		place[name] = true
+		aggDirty[name] = true
+	}
+	work := map[string][]schema.Pod{} // devices whose pods are recomputed
+	var removed []desiredChange
+	for name := range c.dirtyDevs {
+		aggAll = true // labels moved the device in or out of deployments
+		d, ok := c.devices[name]
+		prev := c.desired[name]
+		for i := range deps {
+			// A device joining or leaving a rollout in progress changes
+			// its budget.
+			depName := deps[i].Metadata.Name
+			if c.rolling[depName] && (findPod(prev, depName) != nil || ok && deps[i].Spec.Selector.Matches(d.Labels)) {
+				place[depName] = true
+			}
+		}
+		if !ok {
+			if prev != nil {
+				removed = append(removed, desiredChange{name: name, lastGen: prev.Generation})
+			}
+			continue
+		}
+		pods := []schema.Pod{}
+		for i := range deps {
+			dep := &deps[i]
+			depName := dep.Metadata.Name
+			p := findPod(prev, depName)
+			switch {
+			case place[depName]:
+				// Placed below; keep the slot meanwhile.
+				if p != nil {
+					pods = append(pods, *p)
+				}
+			case !dep.Spec.Selector.Matches(d.Labels):
+			case p != nil && p.Hash != hashes[depName] && dep.Spec.Strategy.Type == schema.StrategyRollingUpdate:
+				// Part of a rollout: its budget decides.
+				place[depName] = true
+				pods = append(pods, *p)
+			default:
+				pods = append(pods, schema.Pod{Name: depName, Spec: dep.Spec.Template.Spec, Hash: hashes[depName]})
+			}
+		}
+		work[name] = pods
+	}
+	clear(c.dirtyDevs)
+	clear(c.dirtyDeps)
+	for name := range statusDevs {
+		d, ok := c.devices[name]
+		if !ok {
+			continue
+		}
+		prev := c.desired[name]
+		for i := range deps {
+			depName := deps[i].Metadata.Name
+			if deps[i].Spec.Selector.Matches(d.Labels) || findPod(prev, depName) != nil {
+				aggDirty[depName] = true
+				if c.rolling[depName] {
+					place[depName] = true
+				}
+			}
+		}
+	}
+	for _, depName := range slices.Sorted(maps.Keys(place)) {
+		c.placeEverywhere(depName, work)
+	}
 
-// views builds the computation's input, in name order.
-func (c *Controller) views() []DeviceView {
+	changes := removed
+	for _, name := range slices.Sorted(maps.Keys(work)) {
+		if ch, ok := c.change(name, work[name]); ok {
+			changes = append(changes, ch)
+		}
+	}
+	if len(changes) > 0 {
+		c.commit(ctx, changes)
+	}
+	c.publishDesired(ctx)
+	if aggAll {
+		c.aggregate(ctx, c.views(), deps, true)
+		return
+	}
+	if len(aggDirty) == 0 && len(c.depClears) == 0 {
+		return
+	}
+	var some []schema.Deployment
+	for i := range deps {
+		if aggDirty[deps[i].Metadata.Name] {
+			some = append(some, deps[i])
+		}
+	}
+	for name := range aggDirty {
+		if _, ok := c.deployments[name]; !ok && c.depRaw[name] != nil {
+			c.depClears[name] = true
+		}
+	}
+	c.aggregate(ctx, c.targetedViews(some), some, false)
+}
+
+// placeEverywhere recomputes the pod of one deployment (or, deleted, its
+// absence) on every device, into work: the pods of the devices it touches.
+func (c *Controller) placeEverywhere(depName string, work map[string][]schema.Pod) {
+	pods := func(name string) []schema.Pod {
+		if p, ok := work[name]; ok {
+			return p
+		}
+		if ds := c.desired[name]; ds != nil {
+			return slices.Clone(ds.Pods)
+		}
+		return []schema.Pod{}
+	}
+	without := func(name string) {
+		if p := pods(name); slices.ContainsFunc(p, func(p schema.Pod) bool { return p.Name == depName }) {
+			work[name] = slices.DeleteFunc(p, func(p schema.Pod) bool { return p.Name == depName })
+		}
+	}
+	dep, ok := c.deployments[depName]
+	if !ok {
+		delete(c.rolling, depName)
+		for _, name := range c.names() {
+			without(name)
+		}
+		return
+	}
+	rolling := dep.Spec.Strategy.Type == schema.StrategyRollingUpdate
+	var targeted []*DeviceView
+	for _, name := range c.names() {
+		d := c.devices[name]
+		if !dep.Spec.Selector.Matches(d.Labels) {
+			without(name)
+			continue
+		}
+		v := &DeviceView{Name: name, Labels: d.Labels, Prev: c.desired[name]}
+		if rolling && c.opts.Status != nil {
+			v.Status, v.Online = c.opts.Status.DeviceState(name, d.UID)
+		}
+		targeted = append(targeted, v)
+	}
+	placed, held := PlaceDeployment(dep, targeted)
+	if held > 0 {
+		c.rolling[depName] = true
+	} else {
+		delete(c.rolling, depName)
+	}
+	for i, v := range targeted {
+		p := pods(v.Name)
+		if j := slices.IndexFunc(p, func(p schema.Pod) bool { return p.Name == depName }); j >= 0 {
+			p[j] = placed[i]
+		} else {
+			p = append(p, placed[i])
+			sortPods(p)
+		}
+		work[v.Name] = p
+	}
+}
+
+// change returns the desired state a device gets if want differs from
+// what it has (or it has none, or one from another store).
+func (c *Controller) change(name string, want []schema.Pod) (desiredChange, bool) {
+	prev := c.desired[name]
+	if prev != nil && prev.Store == c.storeID && SamePods(prev.Pods, want) {
+		return desiredChange{}, false
+	}
+	gen := int64(1)
+	_, tomb := c.tombstones[name]
+	if prev != nil {
+		gen = prev.Generation + 1
+	} else if tomb {
+		gen = c.tombstones[name] + 1
+	}
+	ds := &schema.DesiredState{
+		TypeMeta:   schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDesiredState},
+		Device:     name,
+		Generation: gen,
+		Store:      c.storeID,
+		Pods:       want,
+	}
+	raw, err := json.Marshal(ds)
+	if err != nil {
+		c.log.Error("encode desired state", "device", name, "err", err)
+		return desiredChange{}, false
+	}
+	return desiredChange{name: name, ds: ds, raw: raw, tomb: tomb}, true
+}
+
+// names returns the device names, sorted.
+func (c *Controller) names() []string {
 	if c.sortedNames == nil {
 		c.sortedNames = slices.Sorted(maps.Keys(c.devices))
 	}
-	views := make([]DeviceView, len(c.sortedNames))
-	var online, converged int64
-	for i, name := range c.sortedNames {
-		d := c.devices[name]
-		v := DeviceView{Name: name, Labels: d.Labels, Prev: c.desired[name]}
-		if c.opts.Status != nil {
-			v.Status, v.Online = c.opts.Status.DeviceState(name, d.UID)
-		}
-		if v.Online {
-			online++
-		}
-		if v.Prev != nil && Converged(v.Prev, v.Status) {
-			converged++
-		}
-		views[i] = v
+	return c.sortedNames
+}
+
+// views builds the computation's input for every device, in name order.
+func (c *Controller) views() []DeviceView {
+	names := c.names()
+	views := make([]DeviceView, len(names))
+	for i, name := range names {
+		views[i] = c.view(name)
 	}
-	c.counts.dev.Store(int64(len(views)))
-	c.counts.on.Store(online)
-	c.counts.conv.Store(converged)
+	return views
+}
+
+func (c *Controller) view(name string) DeviceView {
+	d := c.devices[name]
+	v := DeviceView{Name: name, Labels: d.Labels, Prev: c.desired[name]}
+	if c.opts.Status != nil {
+		v.Status, v.Online = c.opts.Status.DeviceState(name, d.UID)
+	}
+	return v
+}
+
+// targetedViews returns the views of the devices any of deps targets.
+func (c *Controller) targetedViews(deps []schema.Deployment) []DeviceView {
+	var views []DeviceView
+	for _, name := range c.names() {
+		labels := c.devices[name].Labels
+		if slices.ContainsFunc(deps, func(d schema.Deployment) bool { return d.Spec.Selector.Matches(labels) }) {
+			views = append(views, c.view(name))
+		}
+	}
 	return views
 }
 
@@ -769,9 +1081,10 @@ type deploymentStatusMessage struct {
 	schema.DeploymentStatus
 }
 
-// aggregate computes every deployment's status and publishes the ones that
-// changed.
-func (c *Controller) aggregate(ctx context.Context, views []DeviceView, deps []schema.Deployment) {
+// aggregate computes the status of deps over views (which hold at least
+// every device they target) and publishes what changed; all means deps
+// are every deployment, so the status of any other one is cleared.
+func (c *Controller) aggregate(ctx context.Context, views []DeviceView, deps []schema.Deployment, all bool) {
 	statuses := make(map[string]schema.DeploymentStatus, len(deps))
 	var msgs []message
 	for i := range deps {
@@ -793,9 +1106,11 @@ func (c *Controller) aggregate(ctx context.Context, views []DeviceView, deps []s
 		}
 		msgs = append(msgs, message{topic: c.opts.Topics.DeploymentStatus(name), payload: raw, done: func() { c.depRaw[name] = raw }})
 	}
-	for name := range c.depRaw {
-		if _, ok := statuses[name]; !ok {
-			c.depClears[name] = true
+	if all {
+		for name := range c.depRaw {
+			if _, ok := statuses[name]; !ok {
+				c.depClears[name] = true
+			}
 		}
 	}
 	for name := range c.depClears {
@@ -805,7 +1120,18 @@ func (c *Controller) aggregate(ctx context.Context, views []DeviceView, deps []s
 		}})
 	}
 	c.mu.Lock()
-	c.depStatus = statuses
+	if all {
+		c.depStatus = statuses
+	} else {
+		for name, s := range statuses {
+			c.depStatus[name] = s
+		}
+		for name := range c.depStatus {
+			if _, ok := c.deployments[name]; !ok {
+				delete(c.depStatus, name)
+			}
+		}
+	}
 	c.mu.Unlock()
 	n := c.publish(ctx, msgs)
 	if c.opts.Metrics != nil {

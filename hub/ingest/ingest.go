@@ -59,9 +59,10 @@ type Options struct {
 	Topics   schema.Topics
 	Logger   *slog.Logger
 	Metrics  *metrics.Metrics
-	// OnChange is called after a device's report or online state changed
-	// (the controller's StatusChanged). It must not block.
-	OnChange func()
+	// OnChange is called with the device's name after its report or
+	// online state changed (the controller's DeviceStatusChanged). It must
+	// not block.
+	OnChange func(device string)
 	// FlushInterval and FlushBatch: reports are written to the store in one
 	// transaction every FlushInterval, or as soon as FlushBatch are
 	// waiting. Defaults 200 ms and 256.
@@ -84,7 +85,7 @@ func (o *Options) setDefaults() {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.OnChange == nil {
-		o.OnChange = func() {}
+		o.OnChange = func(string) {}
 	}
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = DefaultFlushInterval
@@ -319,7 +320,7 @@ func (in *Ingest) handleStatus(device, uid string, labels map[string]string, pay
 	if full {
 		in.wakeFlush()
 	}
-	in.opts.OnChange()
+	in.opts.OnChange(device)
 }
 
 func (in *Ingest) handleOnline(device, uid string, payload []byte) {
@@ -344,7 +345,7 @@ func (in *Ingest) handleOnline(device, uid string, payload []byte) {
 	if changed {
 		in.log.Debug("device online state", "device", device, "online", online)
 	}
-	in.opts.OnChange()
+	in.opts.OnChange(device)
 }
 
 func (in *Ingest) handleEvent(device, uid string, payload []byte) {

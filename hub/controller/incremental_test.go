@@ -1,0 +1,207 @@
+package controller
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleet/schema"
+)
+
+// TestIncrementalPassMatchesFullPass drives a controller pass by pass
+// through random device, deployment and report changes. After every
+// incremental pass, recomputing everything from scratch must agree with
+// it: the same pods on every device (a full pass would change nothing)
+// and the same deployment statuses.
+func TestIncrementalPassMatchesFullPass(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { incrementalVsFull(t, seed) })
+	}
+}
+
+func incrementalVsFull(t *testing.T, seed uint64) {
+	ctx := t.Context()
+	st := openStore(t, t.TempDir())
+	status := &fakeStatus{st: map[string]*schema.DeviceStatus{}}
+	pub := newRecorder()
+	c, err := New(Options{Store: st, Conn: pub, Status: status})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	events, err := st.Watch(ctx, "", c.listRev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.pass(ctx)
+
+	rng := rand.New(rand.NewPCG(seed, 42))
+	sites := []string{"north", "south", "east"}
+	devName := func() string { return fmt.Sprintf("d%02d", rng.IntN(24)) }
+	depName := func() string { return fmt.Sprintf("app%d", rng.IntN(5)) }
+	// await applies the store's events to the controller, as Run does,
+	// up to the one for this object.
+	await := func(kind, name string) {
+		t.Helper()
+		for {
+			select {
+			case ev := <-events:
+				c.apply(ev)
+				if ev.Kind == kind && ev.Name == name {
+					return
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("no store event for %s %s", kind, name)
+			}
+		}
+	}
+	write := func(o schema.Object) {
+		t.Helper()
+		res, err := st.ApplyAll(ctx, []schema.Object{o}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[0].Action != schema.ActionUnchanged {
+			await(o.GetTypeMeta().Kind, o.GetMetadata().Name)
+		}
+	}
+	del := func(kind, name string) {
+		t.Helper()
+		if _, err := st.Delete(ctx, kind, name, "", false); err != nil {
+			if _, gerr := st.Get(ctx, kind, name); gerr == nil {
+				t.Fatalf("delete %s %s: %v", kind, name, err)
+			}
+			return // already gone
+		}
+		await(kind, name)
+	}
+	report := func(name string, ready bool) {
+		ds := c.Desired(name)
+		if ds == nil {
+			return
+		}
+		s := &schema.DeviceStatus{Device: name, ObservedGeneration: ds.Generation, Store: ds.Store}
+		for _, p := range ds.Pods {
+			s.Pods = append(s.Pods, schema.PodStatus{Name: p.Name, Hash: p.Hash, Phase: schema.PhaseRunning, Ready: ready})
+		}
+		status.set(name, s)
+		c.DeviceStatusChanged(name)
+	}
+
+	for step := range 400 {
+		var what string
+		switch op := rng.IntN(10); {
+		case op < 3:
+			name := devName()
+			what = "device " + name
+			write(dev(name, "site", sites[rng.IntN(len(sites))], "tier", fmt.Sprint(rng.IntN(2))))
+		case op < 4:
+			name := devName()
+			what = "delete device " + name
+			del(schema.KindDevice, name)
+		case op < 6:
+			name := depName()
+			what = "deployment " + name
+			var d *schema.Deployment
+			switch rng.IntN(3) {
+			case 0:
+				d = depl(name, fmt.Sprintf("img:%d", rng.IntN(3)))
+			case 1:
+				d = depl(name, fmt.Sprintf("img:%d", rng.IntN(3)), "site", sites[rng.IntN(len(sites))])
+			default:
+				d = depl(name, fmt.Sprintf("img:%d", rng.IntN(3)), "tier", fmt.Sprint(rng.IntN(2)))
+			}
+			if rng.IntN(2) == 0 {
+				d.Spec.Strategy = schema.Strategy{Type: schema.StrategyRollingUpdate,
+					RollingUpdate: &schema.RollingUpdate{MaxUnavailable: fmt.Sprint(1 + rng.IntN(2))}}
+			}
+			write(d)
+		case op < 7:
+			name := depName()
+			what = "delete deployment " + name
+			del(schema.KindDeployment, name)
+		default:
+			n := 1 + rng.IntN(6)
+			what = fmt.Sprintf("%d reports", n)
+			for range n {
+				report(devName(), rng.IntN(4) != 0)
+			}
+		}
+		if c.full {
+			t.Fatalf("step %d (%s): the next pass would be a full one", step, what)
+		}
+		full := c.fullPasses.Load()
+		c.pass(ctx)
+		if c.fullPasses.Load() != full {
+			t.Fatalf("step %d (%s): ran a full pass", step, what)
+		}
+		checkFixpoint(t, c, fmt.Sprintf("step %d (%s)", step, what))
+	}
+	if len(pub.retained) == 0 {
+		t.Fatal("nothing published")
+	}
+}
+
+// checkFixpoint fails unless a full recomputation agrees with the
+// controller's desired states and deployment statuses.
+func checkFixpoint(t *testing.T, c *Controller, when string) {
+	t.Helper()
+	views := c.views()
+	deps := c.deploymentsSorted()
+	want := DesiredPods(views, deps)
+	for _, v := range views {
+		got := c.desired[v.Name]
+		if got == nil {
+			t.Fatalf("%s: device %s has no desired state", when, v.Name)
+		}
+		if !SamePods(got.Pods, want[v.Name]) {
+			for i := range deps {
+				d := &deps[i]
+				t.Logf("dep %s strategy %+v hash %s sel %v", d.Metadata.Name, d.Spec.Strategy, schema.PodSpecHash(d.Spec.Template.Spec)[:6], d.Spec.Selector.MatchLabels)
+			}
+			for _, v := range views {
+				st := ""
+				if v.Status != nil {
+					for _, p := range v.Status.Pods {
+						st += fmt.Sprintf("%s@%s/%v ", p.Name, p.Hash[:6], p.Ready)
+					}
+				}
+				t.Logf("%s labels %v pods %s status %s", v.Name, v.Labels, podList(v.Prev.Pods), st)
+			}
+			t.Fatalf("%s: device %s has pods %s, a full pass gives %s", when, v.Name, podList(got.Pods), podList(want[v.Name]))
+		}
+	}
+	for name := range c.desired {
+		if _, ok := c.devices[name]; !ok {
+			t.Fatalf("%s: deleted device %s still has a desired state", when, name)
+		}
+	}
+	for i := range deps {
+		d := &deps[i]
+		got, ok := c.DeploymentStatus(d.Metadata.Name)
+		if w := AggregateDeployment(d, views); !ok || got != w {
+			t.Fatalf("%s: deployment %s status %+v (known %v), want %+v", when, d.Metadata.Name, got, ok, w)
+		}
+	}
+	c.mu.RLock()
+	n := len(c.depStatus)
+	c.mu.RUnlock()
+	if n != len(deps) {
+		t.Fatalf("%s: %d deployment statuses for %d deployments", when, n, len(deps))
+	}
+}
+
+func podList(pods []schema.Pod) string {
+	s := "["
+	for i, p := range pods {
+		if i > 0 {
+			s += " "
+		}
+		s += p.Name + "@" + p.Hash[:6]
+	}
+	return s + "]"
+}
+
