@@ -185,6 +185,9 @@ func New(opts Options) (*Broker, error) {
 		SysTopicResendInterval:   30,
 		InlineClient:             true,
 	})
+	if !slowHousekeeping(b.server) {
+		b.log.Warn("mqtt broker: could not slow mochi's retained-message sweep; it runs every second")
+	}
 	if err := b.server.AddHook(&hook{b: b}, nil); err != nil {
 		b.cancel()
 		return nil, fmt.Errorf("mqtt broker: add auth hook: %w", err)
