@@ -60,6 +60,10 @@ type Options struct {
 	// (default 30 s).
 	StatusInterval    time.Duration
 	HeartbeatInterval time.Duration
+	// StatusSettleGrace is how long a status showing work in progress is
+	// held back in case the work finishes first (default 200 ms; negative:
+	// publish it at once). See status.ReporterOptions.SettleGrace.
+	StatusSettleGrace time.Duration
 	// CrashLoop is the restart backoff (default 10 s doubling to 5 min,
 	// reset after 10 min running).
 	CrashLoop reconcile.CrashLoop
@@ -110,6 +114,10 @@ type Agent struct {
 	have  bool
 }
 
+// DefaultStatusSettleGrace is Options.StatusSettleGrace's default: a
+// container that starts within it is reported once, running.
+const DefaultStatusSettleGrace = 200 * time.Millisecond
+
 // New checks the options and returns an Agent; Run starts it.
 func New(o Options) (*Agent, error) {
 	if err := schema.ValidateName(o.Device); err != nil {
@@ -129,6 +137,12 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.Version == "" {
 		o.Version = "dev"
+	}
+	switch {
+	case o.StatusSettleGrace == 0:
+		o.StatusSettleGrace = DefaultStatusSettleGrace
+	case o.StatusSettleGrace < 0:
+		o.StatusSettleGrace = 0
 	}
 	a := &Agent{o: o, log: o.Logger.With("device", o.Device)}
 	a.topics.status = o.Topics.Device(o.Device, schema.TopicStatus)
@@ -169,7 +183,7 @@ func New(o Options) (*Agent, error) {
 	a.reporter = status.NewReporter(status.ReporterOptions{
 		Device: o.Device, Topic: a.topics.status, Publisher: pub, Version: o.Version,
 		NodeInfo: o.NodeInfo, StateDir: o.StateDir, Clock: o.Clock, Logger: a.log,
-		MinInterval: o.StatusInterval, Heartbeat: o.HeartbeatInterval,
+		MinInterval: o.StatusInterval, Heartbeat: o.HeartbeatInterval, SettleGrace: o.StatusSettleGrace,
 	})
 	return a, nil
 }

@@ -159,7 +159,7 @@ func (d *Dir) LoadDesired() (*schema.DesiredState, error) {
 
 // SaveDesired persists ds atomically.
 func (d *Dir) SaveDesired(ds *schema.DesiredState) error {
-	b, err := json.MarshalIndent(ds, "", "  ")
+	b, err := json.Marshal(ds)
 	if err != nil {
 		return fmt.Errorf("save desired state: %w", err)
 	}
@@ -196,7 +196,7 @@ func (d *Dir) LoadAgent() (Agent, error) {
 // SaveAgent persists a atomically.
 func (d *Dir) SaveAgent(a Agent) error {
 	a.Version = LayoutVersion
-	b, err := json.MarshalIndent(a, "", "  ")
+	b, err := json.Marshal(a)
 	if err != nil {
 		return fmt.Errorf("save agent state: %w", err)
 	}

@@ -39,6 +39,12 @@ type ReporterOptions struct {
 	// (see Settled) that ends work in progress or reports a new
 	// observedGeneration is published at once instead.
 	MinInterval time.Duration
+	// SettleGrace holds back an intermediate status that follows a settled
+	// one for up to this long (0: not at all): work that settles within it
+	// (a container that starts in 70 ms) is reported by one status, the
+	// settled one, instead of a "Pending" status and then the settled one.
+	// Work that takes longer shows as intermediate after SettleGrace.
+	SettleGrace time.Duration
 	// Heartbeat republishes an unchanged status this often (default 30 s).
 	Heartbeat time.Duration
 	// PublishTimeout bounds one publish (default 10 s).
@@ -145,6 +151,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 	hold.Stop()
 	defer hold.Stop()
 	holding := false
+	graced := false // the intermediate status being held had its grace
 	for {
 		select {
 		case <-ctx.Done():
@@ -169,6 +176,14 @@ func (r *Reporter) Run(ctx context.Context) error {
 			}
 			if wait := r.o.MinInterval - r.o.Clock.Now().Sub(lastAttempt); !lastAttempt.IsZero() && wait > 0 {
 				hold.Reset(wait)
+				holding = true
+				continue
+			}
+			if r.o.SettleGrace > 0 && !graced && have && !settled && attempted && attemptedSettled {
+				// Work just started: it may settle before anyone needs
+				// to see it in progress.
+				graced = true
+				hold.Reset(r.o.SettleGrace)
 				holding = true
 				continue
 			}
@@ -208,6 +223,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 			holding = false
 		}
 		lastAttempt = r.o.Clock.Now()
+		graced = false
 		attempted, attemptedSettled, attemptedGen = true, settled, st.ObservedGeneration
 		pctx, cancel := context.WithTimeout(ctx, r.o.PublishTimeout)
 		err = r.o.Publisher.Publish(pctx, r.o.Topic, true, payload)

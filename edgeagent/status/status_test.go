@@ -357,3 +357,64 @@ func TestParseMeminfo(t *testing.T) {
 		t.Fatal("uptime")
 	}
 }
+
+func TestReporterSettleGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewFake(t0)
+		pub := &fakePub{}
+		r := NewReporter(ReporterOptions{
+			Device: "dev1", Topic: "fleet/v1/devices/dev1/status", Publisher: pub,
+			NodeInfo: func() *schema.NodeInfo { return nil }, Clock: clk,
+			MinInterval: time.Millisecond, SettleGrace: 200 * time.Millisecond,
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = r.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		advance := func(d time.Duration) { clk.Advance(d); synctest.Wait() }
+		update := func(gen int64, pods []schema.PodStatus) {
+			r.Update(schema.DeviceStatus{ObservedGeneration: gen, Pods: pods})
+			synctest.Wait()
+		}
+		count := func(n int) schema.DeviceStatus {
+			t.Helper()
+			sts := pub.statuses(t)
+			if len(sts) != n {
+				t.Fatalf("%d publishes, want %d", len(sts), n)
+			}
+			return sts[n-1]
+		}
+
+		// The first status goes out at once, whatever it says.
+		update(1, pendingPods())
+		count(1)
+		advance(time.Second)
+		update(1, readyPods("h1", 0))
+		count(2)
+		advance(time.Second)
+
+		// Work that settles within the grace: one publish, the settled one.
+		update(2, pendingPods())
+		advance(70 * time.Millisecond)
+		count(2)
+		update(2, readyPods("h2", 0))
+		if st := count(3); st.ObservedGeneration != 2 || !st.Pods[0].Ready {
+			t.Fatalf("settled status %+v", st)
+		}
+		advance(time.Second)
+		count(3)
+
+		// Work that takes longer shows as in progress once the grace ends.
+		update(3, pendingPods())
+		advance(199 * time.Millisecond)
+		count(3)
+		advance(time.Millisecond)
+		if st := count(4); st.ObservedGeneration != 3 || st.Pods[0].Ready {
+			t.Fatalf("in-progress status %+v", st)
+		}
+		update(3, readyPods("h3", 0))
+		if st := count(5); !st.Pods[0].Ready {
+			t.Fatalf("settled status %+v", st)
+		}
+	})
+}

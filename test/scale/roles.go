@@ -38,6 +38,21 @@ func runHollowRole(ctx context.Context, args []string) error {
 		}
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 	}
+	// For profiling the agents' side: the whole life of the simulator.
+	if path := os.Getenv("FLEET_SCALE_HOLLOW_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("hollow: %w", err)
+		}
+		if err := runtimepprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("hollow: %w", err)
+		}
+		defer func() {
+			runtimepprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
 	return hollow.Serve(ctx, cfg, os.Stdin, os.Stdout, log)
 }
 
