@@ -204,4 +204,3 @@ func podList(pods []schema.Pod) string {
 	}
 	return s + "]"
 }
-
