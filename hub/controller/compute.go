@@ -198,32 +198,60 @@ func AggregateDeployment(dep *schema.Deployment, devices []DeviceView) schema.De
 	s := schema.DeploymentStatus{ObservedGeneration: dep.Metadata.Generation}
 	for i := range devices {
 		d := &devices[i]
-		if !dep.Spec.Selector.Matches(d.Labels) {
-			continue
-		}
-		s.Targeted++
-		var got *schema.PodStatus
-		if d.Status != nil {
-			for j := range d.Status.Pods {
-				if d.Status.Pods[j].Name == dep.Metadata.Name {
-					got = &d.Status.Pods[j]
-				}
-			}
-		}
-		current := got != nil && got.Hash == hash
-		switch {
-		case current && (got.Ready || got.Phase == schema.PhaseSucceeded):
-			s.Updated++
-			s.Ready++
-		case current && got.Phase == schema.PhaseFailed && d.Online:
-			s.Updated++
-			s.Failed++
-		case current:
-			s.Updated++
-			s.Pending++
-		default:
-			s.Pending++
+		if dep.Spec.Selector.Matches(d.Labels) {
+			countDevice(&s, deviceCategory(dep.Metadata.Name, hash, d.Status, d.Online), 1)
 		}
 	}
 	return s
+}
+
+// category is where one targeted device counts in a DeploymentStatus.
+type category uint8
+
+const (
+	catPending        category = iota // not on the current template yet
+	catReady                          // current template, ready or done
+	catFailed                         // current template, failed, online
+	catUpdatedPending                 // current template, on its way
+)
+
+// deviceCategory says where a device the deployment targets counts, from
+// its report.
+func deviceCategory(depName, hash string, st *schema.DeviceStatus, online bool) category {
+	var got *schema.PodStatus
+	if st != nil {
+		for j := range st.Pods {
+			if st.Pods[j].Name == depName {
+				got = &st.Pods[j]
+			}
+		}
+	}
+	current := got != nil && got.Hash == hash
+	switch {
+	case current && (got.Ready || got.Phase == schema.PhaseSucceeded):
+		return catReady
+	case current && got.Phase == schema.PhaseFailed && online:
+		return catFailed
+	case current:
+		return catUpdatedPending
+	}
+	return catPending
+}
+
+// countDevice adds (delta 1) or removes (delta -1) one targeted device.
+func countDevice(s *schema.DeploymentStatus, c category, delta int) {
+	s.Targeted += delta
+	switch c {
+	case catReady:
+		s.Updated += delta
+		s.Ready += delta
+	case catFailed:
+		s.Updated += delta
+		s.Failed += delta
+	case catUpdatedPending:
+		s.Updated += delta
+		s.Pending += delta
+	default:
+		s.Pending += delta
+	}
 }

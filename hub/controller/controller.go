@@ -138,6 +138,12 @@ type Controller struct {
 	dirtyDevs map[string]bool // device events
 	dirtyDeps map[string]bool // deployment events, deletions included
 	rolling   map[string]bool // deployments holding devices on an older template
+	// oldSel holds, for the deployments changed since the last pass, the
+	// selector they had before (nil: they are new): the devices that may
+	// hold their pod.
+	oldSel map[string]*schema.LabelSelector
+	index  labelIndex         // devices by label
+	aggs   map[string]*depAgg // deployment statuses, counted device by device
 
 	// Devices whose report changed, from the status ingest.
 	statusMu    sync.Mutex
@@ -176,6 +182,9 @@ func New(opts Options) (*Controller, error) {
 		dirtyDevs:   map[string]bool{},
 		dirtyDeps:   map[string]bool{},
 		rolling:     map[string]bool{},
+		oldSel:      map[string]*schema.LabelSelector{},
+		index:       labelIndex{},
+		aggs:        map[string]*depAgg{},
 		statusDirty: map[string]bool{},
 		wake:        make(chan struct{}, 1),
 		statusWake:  make(chan struct{}, 1),
@@ -382,6 +391,11 @@ func (c *Controller) load(ctx context.Context, withDesired bool) error {
 	if err != nil {
 		return fmt.Errorf("controller: load: %w", err)
 	}
+	index := labelIndex{}
+	for name, d := range devices {
+		index.add(name, d.Labels)
+	}
+	c.index = index
 	c.mu.Lock()
 	c.devices, c.deployments = devices, deployments
 	if withDesired {
@@ -529,8 +543,12 @@ func (c *Controller) apply(ev store.Event) {
 		c.dirtyDevs[ev.Name] = true
 		if ev.Type == store.EventDeleted {
 			c.mu.Lock()
+			old, known := c.devices[ev.Name]
 			delete(c.devices, ev.Name)
 			c.mu.Unlock()
+			if known {
+				c.index.remove(ev.Name, old.Labels)
+			}
 			c.sortedNames = nil
 			return
 		}
@@ -540,15 +558,25 @@ func (c *Controller) apply(ev store.Event) {
 			return
 		}
 		c.mu.Lock()
-		_, known := c.devices[ev.Name]
+		old, known := c.devices[ev.Name]
 		c.devices[ev.Name] = deviceEntry{UID: m.Metadata.UID, Labels: m.Metadata.Labels}
 		c.mu.Unlock()
-		if !known {
+		if known {
+			c.index.remove(ev.Name, old.Labels)
+		} else {
 			c.sortedNames = nil
 		}
+		c.index.add(ev.Name, m.Metadata.Labels)
 	case schema.KindDeployment:
 		c.sortedDeps = nil
 		c.dirtyDeps[ev.Name] = true
+		if _, ok := c.oldSel[ev.Name]; !ok {
+			var sel *schema.LabelSelector
+			if old, ok := c.deployments[ev.Name]; ok {
+				sel = &old.Spec.Selector
+			}
+			c.oldSel[ev.Name] = sel
+		}
 		if ev.Type == store.EventDeleted {
 			c.mu.Lock()
 			delete(c.deployments, ev.Name)
@@ -593,6 +621,7 @@ func (c *Controller) pass(ctx context.Context) {
 		c.full = false
 		clear(c.dirtyDevs)
 		clear(c.dirtyDeps)
+		clear(c.oldSel)
 		c.fullPass(ctx)
 		c.fullPasses.Add(1)
 	} else {
@@ -655,32 +684,42 @@ func (c *Controller) fullPass(ctx context.Context) {
 		c.commit(ctx, changes)
 	}
 	c.publishDesired(ctx)
-	c.aggregate(ctx, views, deps, true)
+	clear(c.aggs)
+	names := make([]string, len(deps))
+	for i := range deps {
+		c.rebuildAgg(&deps[i])
+		names[i] = deps[i].Metadata.Name
+	}
+	for name := range c.depRaw {
+		if _, ok := c.deployments[name]; !ok {
+			names = append(names, name)
+		}
+	}
+	c.publishAggs(ctx, names)
 }
 
 // incrementalPass recomputes what the events and reports since the last
 // pass can have changed: the devices whose object changed, the
-// deployments that changed (on every device), the placement of rollouts
-// in progress on the devices that reported, and the status of the
-// deployments those devices are part of. Its cost follows the size of the
-// change, not of the fleet.
+// deployments that changed (on the devices their selectors name), the
+// placement of rollouts in progress that the reporting devices are part
+// of, and those devices' place in deployment statuses. Its cost follows
+// the size of the change, not of the fleet.
 func (c *Controller) incrementalPass(ctx context.Context, statusDevs map[string]bool) {
 	deps := c.deploymentsSorted()
 	hashes := make(map[string]string, len(deps))
 	for i := range deps {
 		hashes[deps[i].Metadata.Name] = schema.PodSpecHash(deps[i].Spec.Template.Spec)
 	}
-	place := map[string]bool{} // deployments placed over every device
-	aggDirty := map[string]bool{}
-	aggAll := false
+	place := map[string]bool{}   // deployments placed on every device they may concern
+	touched := map[string]bool{} // deployments whose status may have changed
 	for name := range c.dirtyDeps {
 		place[name] = true
-		aggDirty[name] = true
+		touched[name] = true
 	}
+	passDevs := maps.Clone(c.dirtyDevs)
 	work := map[string][]schema.Pod{} // devices whose pods are recomputed
 	var removed []desiredChange
-	for name := range c.dirtyDevs {
-		aggAll = true // labels moved the device in or out of deployments
+	for name := range passDevs {
 		d, ok := c.devices[name]
 		prev := c.desired[name]
 		for i := range deps {
@@ -719,8 +758,6 @@ func (c *Controller) incrementalPass(ctx context.Context, statusDevs map[string]
 		}
 		work[name] = pods
 	}
-	clear(c.dirtyDevs)
-	clear(c.dirtyDeps)
 	for name := range statusDevs {
 		d, ok := c.devices[name]
 		if !ok {
@@ -729,17 +766,17 @@ func (c *Controller) incrementalPass(ctx context.Context, statusDevs map[string]
 		prev := c.desired[name]
 		for i := range deps {
 			depName := deps[i].Metadata.Name
-			if deps[i].Spec.Selector.Matches(d.Labels) || findPod(prev, depName) != nil {
-				aggDirty[depName] = true
-				if c.rolling[depName] {
-					place[depName] = true
-				}
+			if c.rolling[depName] && (deps[i].Spec.Selector.Matches(d.Labels) || findPod(prev, depName) != nil) {
+				place[depName] = true
 			}
 		}
 	}
 	for _, depName := range slices.Sorted(maps.Keys(place)) {
-		c.placeEverywhere(depName, work)
+		c.placeEverywhere(depName, passDevs, work)
 	}
+	clear(c.dirtyDevs)
+	clear(c.dirtyDeps)
+	clear(c.oldSel)
 
 	changes := removed
 	for _, name := range slices.Sorted(maps.Keys(work)) {
@@ -751,30 +788,42 @@ func (c *Controller) incrementalPass(ctx context.Context, statusDevs map[string]
 		c.commit(ctx, changes)
 	}
 	c.publishDesired(ctx)
-	if aggAll {
-		c.aggregate(ctx, c.views(), deps, true)
-		return
-	}
-	if len(aggDirty) == 0 && len(c.depClears) == 0 {
-		return
-	}
-	var some []schema.Deployment
-	for i := range deps {
-		if aggDirty[deps[i].Metadata.Name] {
-			some = append(some, deps[i])
+
+	// Deployment statuses: recount the changed deployments, and the
+	// devices that changed or reported in the others.
+	rebuilt := maps.Clone(touched)
+	for depName := range rebuilt {
+		if dep, ok := c.deployments[depName]; ok {
+			c.rebuildAgg(dep)
+		} else {
+			delete(c.aggs, depName)
 		}
 	}
-	for name := range aggDirty {
-		if _, ok := c.deployments[name]; !ok && c.depRaw[name] != nil {
-			c.depClears[name] = true
+	for _, devs := range []map[string]bool{passDevs, statusDevs} {
+		for name := range devs {
+			for i := range deps {
+				depName := deps[i].Metadata.Name
+				if rebuilt[depName] {
+					continue
+				}
+				if _, counted := c.aggs[depName].cat[name]; counted || c.devices[name].Labels != nil && deps[i].Spec.Selector.Matches(c.devices[name].Labels) {
+					c.updateAgg(&deps[i], name)
+					touched[depName] = true
+				}
+			}
 		}
 	}
-	c.aggregate(ctx, c.targetedViews(some), some, false)
+	if len(touched) > 0 || len(c.depClears) > 0 {
+		c.publishAggs(ctx, slices.Sorted(maps.Keys(touched)))
+	}
 }
 
 // placeEverywhere recomputes the pod of one deployment (or, deleted, its
-// absence) on every device, into work: the pods of the devices it touches.
-func (c *Controller) placeEverywhere(depName string, work map[string][]schema.Pod) {
+// absence) on every device it may concern: those its selector matches,
+// those its previous selector matched (they hold its pod) and those that
+// changed in this pass (passDevs). Results go into work: the pods of the
+// devices it touches.
+func (c *Controller) placeEverywhere(depName string, passDevs map[string]bool, work map[string][]schema.Pod) {
 	pods := func(name string) []schema.Pod {
 		if p, ok := work[name]; ok {
 			return p
@@ -784,32 +833,47 @@ func (c *Controller) placeEverywhere(depName string, work map[string][]schema.Po
 		}
 		return []schema.Pod{}
 	}
-	without := func(name string) {
-		if p := pods(name); slices.ContainsFunc(p, func(p schema.Pod) bool { return p.Name == depName }) {
-			work[name] = slices.DeleteFunc(p, func(p schema.Pod) bool { return p.Name == depName })
+	hasPod := func(name string) bool {
+		var p []schema.Pod
+		if w, ok := work[name]; ok {
+			p = w
+		} else if ds := c.desired[name]; ds != nil {
+			p = ds.Pods
+		}
+		return slices.ContainsFunc(p, func(p schema.Pod) bool { return p.Name == depName })
+	}
+	// Devices that may hold the pod without being targeted now.
+	maybe := maps.Clone(passDevs)
+	if maybe == nil {
+		maybe = map[string]bool{}
+	}
+	if sel := c.oldSel[depName]; sel != nil {
+		for _, name := range c.selectNames(*sel) {
+			maybe[name] = true
 		}
 	}
 	dep, ok := c.deployments[depName]
+	var targeted []*DeviceView
+	if ok {
+		rolling := dep.Spec.Strategy.Type == schema.StrategyRollingUpdate
+		for _, name := range c.selectNames(dep.Spec.Selector) {
+			delete(maybe, name)
+			d := c.devices[name]
+			v := &DeviceView{Name: name, Labels: d.Labels, Prev: c.desired[name]}
+			if rolling && c.opts.Status != nil {
+				v.Status, v.Online = c.opts.Status.DeviceState(name, d.UID)
+			}
+			targeted = append(targeted, v)
+		}
+	}
+	for name := range maybe {
+		if _, exists := c.devices[name]; exists && hasPod(name) {
+			work[name] = slices.DeleteFunc(pods(name), func(p schema.Pod) bool { return p.Name == depName })
+		}
+	}
 	if !ok {
 		delete(c.rolling, depName)
-		for _, name := range c.names() {
-			without(name)
-		}
 		return
-	}
-	rolling := dep.Spec.Strategy.Type == schema.StrategyRollingUpdate
-	var targeted []*DeviceView
-	for _, name := range c.names() {
-		d := c.devices[name]
-		if !dep.Spec.Selector.Matches(d.Labels) {
-			without(name)
-			continue
-		}
-		v := &DeviceView{Name: name, Labels: d.Labels, Prev: c.desired[name]}
-		if rolling && c.opts.Status != nil {
-			v.Status, v.Online = c.opts.Status.DeviceState(name, d.UID)
-		}
-		targeted = append(targeted, v)
 	}
 	placed, held := PlaceDeployment(dep, targeted)
 	if held > 0 {
@@ -818,6 +882,11 @@ func (c *Controller) placeEverywhere(depName string, work map[string][]schema.Po
 		delete(c.rolling, depName)
 	}
 	for i, v := range targeted {
+		if p := findPod(v.Prev, depName); p != nil && p.Hash == placed[i].Hash {
+			if _, ok := work[v.Name]; !ok {
+				continue // unchanged, and nothing else changed it
+			}
+		}
 		p := pods(v.Name)
 		if j := slices.IndexFunc(p, func(p schema.Pod) bool { return p.Name == depName }); j >= 0 {
 			p[j] = placed[i]
@@ -885,17 +954,6 @@ func (c *Controller) view(name string) DeviceView {
 	return v
 }
 
-// targetedViews returns the views of the devices any of deps targets.
-func (c *Controller) targetedViews(deps []schema.Deployment) []DeviceView {
-	var views []DeviceView
-	for _, name := range c.names() {
-		labels := c.devices[name].Labels
-		if slices.ContainsFunc(deps, func(d schema.Deployment) bool { return d.Spec.Selector.Matches(labels) }) {
-			views = append(views, c.view(name))
-		}
-	}
-	return views
-}
 
 func (c *Controller) deploymentsSorted() []schema.Deployment {
 	if c.sortedDeps == nil {
@@ -1081,58 +1139,42 @@ type deploymentStatusMessage struct {
 	schema.DeploymentStatus
 }
 
-// aggregate computes the status of deps over views (which hold at least
-// every device they target) and publishes what changed; all means deps
-// are every deployment, so the status of any other one is cleared.
-func (c *Controller) aggregate(ctx context.Context, views []DeviceView, deps []schema.Deployment, all bool) {
-	statuses := make(map[string]schema.DeploymentStatus, len(deps))
+// publishAggs publishes the status of the named deployments that changed
+// since it was last published, and clears the status of the deleted ones.
+func (c *Controller) publishAggs(ctx context.Context, names []string) {
 	var msgs []message
-	for i := range deps {
-		d := &deps[i]
-		s := AggregateDeployment(d, views)
-		statuses[d.Metadata.Name] = s
-		raw, err := json.Marshal(deploymentStatusMessage{
-			TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "DeploymentStatus"},
-			Name:     d.Metadata.Name, DeploymentStatus: s,
-		})
-		if err != nil {
-			c.log.Error("encode deployment status", "deployment", d.Metadata.Name, "err", err)
+	c.mu.Lock()
+	for _, name := range names {
+		a := c.aggs[name]
+		if _, ok := c.deployments[name]; !ok || a == nil {
+			delete(c.depStatus, name)
+			if c.depRaw[name] != nil {
+				c.depClears[name] = true
+			}
 			continue
 		}
-		name := d.Metadata.Name
+		c.depStatus[name] = a.status
+		raw, err := json.Marshal(deploymentStatusMessage{
+			TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "DeploymentStatus"},
+			Name:     name, DeploymentStatus: a.status,
+		})
+		if err != nil {
+			c.log.Error("encode deployment status", "deployment", name, "err", err)
+			continue
+		}
 		delete(c.depClears, name)
 		if string(c.depRaw[name]) == string(raw) {
 			continue
 		}
 		msgs = append(msgs, message{topic: c.opts.Topics.DeploymentStatus(name), payload: raw, done: func() { c.depRaw[name] = raw }})
 	}
-	if all {
-		for name := range c.depRaw {
-			if _, ok := statuses[name]; !ok {
-				c.depClears[name] = true
-			}
-		}
-	}
+	c.mu.Unlock()
 	for name := range c.depClears {
 		msgs = append(msgs, message{topic: c.opts.Topics.DeploymentStatus(name), done: func() {
 			delete(c.depRaw, name)
 			delete(c.depClears, name)
 		}})
 	}
-	c.mu.Lock()
-	if all {
-		c.depStatus = statuses
-	} else {
-		for name, s := range statuses {
-			c.depStatus[name] = s
-		}
-		for name := range c.depStatus {
-			if _, ok := c.deployments[name]; !ok {
-				delete(c.depStatus, name)
-			}
-		}
-	}
-	c.mu.Unlock()
 	n := c.publish(ctx, msgs)
 	if c.opts.Metrics != nil {
 		c.opts.Metrics.DeploymentStatusPublishes.Add(float64(n))

@@ -106,13 +106,15 @@ func incrementalVsFull(t *testing.T, seed uint64) {
 			name := depName()
 			what = "deployment " + name
 			var d *schema.Deployment
-			switch rng.IntN(3) {
+			switch rng.IntN(4) {
 			case 0:
 				d = depl(name, fmt.Sprintf("img:%d", rng.IntN(3)))
 			case 1:
 				d = depl(name, fmt.Sprintf("img:%d", rng.IntN(3)), "site", sites[rng.IntN(len(sites))])
-			default:
+			case 2:
 				d = depl(name, fmt.Sprintf("img:%d", rng.IntN(3)), "tier", fmt.Sprint(rng.IntN(2)))
+			default:
+				d = depl(name, fmt.Sprintf("img:%d", rng.IntN(3)), "site", sites[rng.IntN(len(sites))], "tier", fmt.Sprint(rng.IntN(2)))
 			}
 			if rng.IntN(2) == 0 {
 				d.Spec.Strategy = schema.Strategy{Type: schema.StrategyRollingUpdate,
