@@ -954,7 +954,6 @@ func (c *Controller) view(name string) DeviceView {
 	return v
 }
 
-
 func (c *Controller) deploymentsSorted() []schema.Deployment {
 	if c.sortedDeps == nil {
 		names := slices.Sorted(maps.Keys(c.deployments))
