@@ -967,7 +967,21 @@ func (c *Controller) deploymentsSorted() []schema.Deployment {
 
 // commit stores the changes in as few transactions as the store's size
 // limit allows, and updates the caches for what committed.
+//
+// Each chunk is published as soon as it is stored, while the next one is
+// written: the first devices hear of a change that touches 10,000 after
+// one chunk's fsync, not after all of them.
 func (c *Controller) commit(ctx context.Context, changes []desiredChange) {
+	var inflight []*sending
+	defer func() {
+		n := 0
+		for _, s := range inflight {
+			n += c.finish(s)
+		}
+		if c.opts.Metrics != nil {
+			c.opts.Metrics.DesiredPublishes.Add(float64(n))
+		}
+	}()
 	for len(changes) > 0 {
 		n, size := 0, 0
 		for n < len(changes) && (n == 0 || size+len(changes[n].raw) < maxChunkBytes) {
@@ -1035,6 +1049,13 @@ func (c *Controller) commit(ctx context.Context, changes []desiredChange) {
 			}
 			c.log.Debug("desired state", "device", ch.name, "generation", ch.ds.Generation, "pods", len(ch.ds.Pods))
 		}
+		var msgs []message
+		for _, ch := range chunk {
+			if ch.ds != nil {
+				msgs = append(msgs, c.desiredMessage(ch.name, ch.ds.Generation))
+			}
+		}
+		inflight = append(inflight, c.send(ctx, msgs))
 	}
 }
 
@@ -1064,11 +1085,7 @@ func (c *Controller) publishDesired(ctx context.Context) {
 		if c.published[name] == ds.Generation {
 			continue
 		}
-		gen := ds.Generation
-		msgs = append(msgs, message{
-			topic: c.opts.Topics.Device(name, schema.TopicDesired), payload: c.desiredRaw[name],
-			done: func() { c.published[name] = gen },
-		})
+		msgs = append(msgs, c.desiredMessage(name, ds.Generation))
 	}
 	for topic := range c.clears {
 		msgs = append(msgs, message{topic: topic, done: func() { delete(c.clears, topic) }})
@@ -1079,52 +1096,81 @@ func (c *Controller) publishDesired(ctx context.Context) {
 	}
 }
 
+// desiredMessage is the retained publish of a device's desired state.
+func (c *Controller) desiredMessage(name string, gen int64) message {
+	return message{
+		topic: c.opts.Topics.Device(name, schema.TopicDesired), payload: c.desiredRaw[name],
+		done: func() { c.published[name] = gen },
+	}
+}
+
 // publish sends msgs with up to PublishWorkers in flight, calls done for
 // each one published, and returns how many were published. What failed
 // is left for a later pass.
 func (c *Controller) publish(ctx context.Context, msgs []message) int {
+	return c.finish(c.send(ctx, msgs))
+}
+
+// sending is a batch of publishes under way (see send).
+type sending struct {
+	msgs     []message
+	ok       []bool
+	firstErr atomic.Pointer[error]
+	wg       sync.WaitGroup
+	parent   context.Context
+	cancel   context.CancelFunc
+}
+
+// send starts publishing msgs with up to PublishWorkers in flight and
+// returns at once; finish waits and records the outcome. It touches no
+// controller state, so several batches may be under way.
+func (c *Controller) send(ctx context.Context, msgs []message) *sending {
+	s := &sending{msgs: msgs, ok: make([]bool, len(msgs)), parent: ctx}
 	if len(msgs) == 0 {
-		return 0
+		return s
 	}
-	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, c.opts.PublishTimeout)
-	defer cancel()
-	ok := make([]bool, len(msgs))
+	ctx, s.cancel = context.WithTimeout(ctx, c.opts.PublishTimeout)
 	var next atomic.Int64
-	var wg sync.WaitGroup
-	var firstErr atomic.Pointer[error]
 	for range min(c.opts.PublishWorkers, len(msgs)) {
-		wg.Go(func() {
+		s.wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= len(msgs) || ctx.Err() != nil {
 					return
 				}
-				err := c.opts.Conn.Publish(ctx, msgs[i].topic, msgs[i].payload, true)
-				if err != nil {
-					firstErr.CompareAndSwap(nil, &err)
+				if err := c.opts.Conn.Publish(ctx, msgs[i].topic, msgs[i].payload, true); err != nil {
+					s.firstErr.CompareAndSwap(nil, &err)
 					continue
 				}
-				ok[i] = true
+				s.ok[i] = true
 			}
 		})
 	}
-	wg.Wait()
+	return s
+}
+
+// finish waits for a batch, calls done for each message published (on the
+// loop goroutine) and returns how many were. A failure schedules a retry.
+func (c *Controller) finish(s *sending) int {
+	s.wg.Wait()
+	if s.cancel != nil {
+		s.cancel()
+	}
 	n := 0
-	for i, m := range msgs {
-		if ok[i] {
+	for i, m := range s.msgs {
+		if s.ok[i] {
 			n++
 			if m.done != nil {
 				m.done()
 			}
 		}
 	}
-	if n < len(msgs) && parent.Err() == nil {
+	if n < len(s.msgs) && s.parent.Err() == nil {
 		var err error
-		if p := firstErr.Load(); p != nil {
+		if p := s.firstErr.Load(); p != nil {
 			err = *p
 		}
-		c.log.Warn("mqtt publish failed; retrying", "published", n, "failed", len(msgs)-n, "err", err)
+		c.log.Warn("mqtt publish failed; retrying", "published", n, "failed", len(s.msgs)-n, "err", err)
 		c.retryAt = time.Now().Add(time.Second)
 	}
 	return n
