@@ -193,29 +193,8 @@ func TestSettled(t *testing.T) {
 
 func TestReporterPublishesSettledAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := clock.NewFake(t0)
-		pub := &fakePub{}
-		r := NewReporter(ReporterOptions{
-			Device: "dev1", Topic: "fleet/v1/devices/dev1/status", Publisher: pub,
-			NodeInfo: func() *schema.NodeInfo { return nil }, Clock: clk,
-		})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { _ = r.Run(ctx); close(done) }()
-		defer func() { cancel(); <-done }()
-		advance := func(d time.Duration) { clk.Advance(d); synctest.Wait() }
-		update := func(gen int64, pods []schema.PodStatus) {
-			r.Update(schema.DeviceStatus{ObservedGeneration: gen, Pods: pods})
-			synctest.Wait()
-		}
-		last := func(n int) schema.DeviceStatus {
-			t.Helper()
-			sts := pub.statuses(t)
-			if len(sts) != n {
-				t.Fatalf("%d publishes, want %d", len(sts), n)
-			}
-			return sts[n-1]
-		}
+		rig := startReporter(t, ReporterOptions{})
+		advance, update, last := rig.advance, rig.update, rig.last
 
 		// The "Pending" status goes out; the converged one follows at
 		// once, not an interval later.
@@ -360,30 +339,8 @@ func TestParseMeminfo(t *testing.T) {
 
 func TestReporterSettleGrace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := clock.NewFake(t0)
-		pub := &fakePub{}
-		r := NewReporter(ReporterOptions{
-			Device: "dev1", Topic: "fleet/v1/devices/dev1/status", Publisher: pub,
-			NodeInfo: func() *schema.NodeInfo { return nil }, Clock: clk,
-			MinInterval: time.Millisecond, SettleGrace: 200 * time.Millisecond,
-		})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { _ = r.Run(ctx); close(done) }()
-		defer func() { cancel(); <-done }()
-		advance := func(d time.Duration) { clk.Advance(d); synctest.Wait() }
-		update := func(gen int64, pods []schema.PodStatus) {
-			r.Update(schema.DeviceStatus{ObservedGeneration: gen, Pods: pods})
-			synctest.Wait()
-		}
-		count := func(n int) schema.DeviceStatus {
-			t.Helper()
-			sts := pub.statuses(t)
-			if len(sts) != n {
-				t.Fatalf("%d publishes, want %d", len(sts), n)
-			}
-			return sts[n-1]
-		}
+		rig := startReporter(t, ReporterOptions{MinInterval: time.Millisecond, SettleGrace: 200 * time.Millisecond})
+		advance, update, count := rig.advance, rig.update, rig.last
 
 		// The first status goes out at once, whatever it says.
 		update(1, pendingPods())
@@ -417,4 +374,41 @@ func TestReporterSettleGrace(t *testing.T) {
 			t.Fatalf("settled status %+v", st)
 		}
 	})
+}
+
+// reporterRig runs a Reporter on a fake clock inside a synctest bubble.
+type reporterRig struct {
+	t   *testing.T
+	clk *clock.Fake
+	pub *fakePub
+	r   *Reporter
+}
+
+func startReporter(t *testing.T, o ReporterOptions) *reporterRig {
+	rig := &reporterRig{t: t, clk: clock.NewFake(t0), pub: &fakePub{}}
+	o.Device, o.Topic, o.Publisher, o.Clock = "dev1", "fleet/v1/devices/dev1/status", rig.pub, rig.clk
+	o.NodeInfo = func() *schema.NodeInfo { return nil }
+	rig.r = NewReporter(o)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = rig.r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return rig
+}
+
+func (rig *reporterRig) advance(d time.Duration) { rig.clk.Advance(d); synctest.Wait() }
+
+func (rig *reporterRig) update(gen int64, pods []schema.PodStatus) {
+	rig.r.Update(schema.DeviceStatus{ObservedGeneration: gen, Pods: pods})
+	synctest.Wait()
+}
+
+// last fails unless n statuses were published and returns the last one.
+func (rig *reporterRig) last(n int) schema.DeviceStatus {
+	rig.t.Helper()
+	sts := rig.pub.statuses(rig.t)
+	if len(sts) != n {
+		rig.t.Fatalf("%d publishes, want %d", len(sts), n)
+	}
+	return sts[n-1]
 }
