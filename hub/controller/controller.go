@@ -290,7 +290,10 @@ func (c *Controller) takeStatus() (map[string]bool, bool) {
 	c.statusMu.Lock()
 	defer c.statusMu.Unlock()
 	devs, all := c.statusDirty, c.statusAll
-	if len(devs) > 0 {
+	if len(devs) == 0 {
+		// Not the map itself: reports keep arriving while the pass runs.
+		devs = nil
+	} else {
 		c.statusDirty = map[string]bool{}
 	}
 	c.statusAll = false

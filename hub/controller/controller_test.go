@@ -397,3 +397,27 @@ func TestControllerRetriesFailedPublishes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Reports keep arriving while a pass runs: the set a pass takes must not
+// be the one they are written into, even when it was empty (found by the
+// 10,000-agent scale run: "concurrent map iteration and map write").
+func TestTakeStatusIsNotWrittenLater(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	c, err := New(Options{Store: st, Conn: newRecorder()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, first := range []string{"", "a"} {
+		if first != "" {
+			c.DeviceStatusChanged(first)
+		}
+		devs, _ := c.takeStatus()
+		c.DeviceStatusChanged("late")
+		if devs["late"] {
+			t.Errorf("after %q: a report that came after takeStatus is in the set it returned", first)
+		}
+		if next, _ := c.takeStatus(); !next["late"] {
+			t.Errorf("after %q: the late report is lost: %v", first, next)
+		}
+	}
+}
