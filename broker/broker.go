@@ -271,9 +271,11 @@ func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
 		b.cancel()
+		start := time.Now()
 		if err := b.server.Close(); err != nil {
 			b.closeErr = fmt.Errorf("mqtt broker: close: %w", err)
 		}
+		b.log.Info("mqtt broker stopped", "took", time.Since(start).Round(time.Millisecond))
 		close(b.done)
 	})
 	return b.closeErr

@@ -320,9 +320,13 @@ func (h *Hub) Metrics() *metrics.Metrics { return h.metrics }
 // ingest (which writes the reports still waiting), the MQTT side, and the
 // store.
 func (h *Hub) Run(ctx context.Context) (err error) {
+	var stopping time.Time
 	defer func() {
 		if cerr := h.store.Close(); cerr != nil {
 			err = errors.Join(err, cerr)
+		}
+		if !stopping.IsZero() {
+			h.log.Info("hub stopped", "took", time.Since(stopping).Round(time.Millisecond))
 		}
 	}()
 	// Closed by srv.Shutdown once served; this covers an early return.
@@ -374,20 +378,27 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	}
 
 	if h.broker != nil {
-		// Rebuild every retained desired state before a device can
-		// connect (guarantee 4): the broker keeps nothing across restarts.
+		// The broker keeps nothing across restarts: the controller's first
+		// pass rebuilds every retained desired state from the store
+		// (guarantee 4). Devices may connect while it runs: the store is
+		// loaded and the hub subscribed, so reports are understood, and a
+		// device that subscribes before its state is republished gets it
+		// live moments later. Waiting for the pass would only keep a fleet
+		// that lost its hub in backoff for longer.
+		loadStart := time.Now()
 		if err := startParts(h.broker.InlineConn()); err != nil {
 			return err
 		}
-		select {
-		case <-h.ctrl.Ready():
-		case err := <-partErr:
-			return err
-		case <-ctx.Done():
-			return nil
-		}
+		h.log.Info("hub state loaded", "took", time.Since(loadStart).Round(time.Millisecond))
 		brokerDone = make(chan error, 1)
 		go func() { brokerDone <- h.broker.Run(context.WithoutCancel(ctx)) }()
+		go func() {
+			select {
+			case <-h.ctrl.Ready():
+				h.log.Info("retained desired states rebuilt", "took", time.Since(loadStart).Round(time.Millisecond))
+			case <-partsCtx.Done():
+			}
+		}()
 	} else {
 		parts.Go(func() {
 			conn, err := broker.DialExternal(partsCtx, broker.ExternalOptions{
@@ -443,6 +454,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	case <-ctx.Done():
 	}
 	h.log.Info("hub shutting down")
+	stopping = time.Now()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
