@@ -247,3 +247,23 @@ func TestCloseWithoutRun(t *testing.T) {
 	}
 	b2.Close()
 }
+
+// Close ends every client's connection (several at a time), the devices'
+// and the hub's inline client aside.
+func TestCloseDisconnectsEveryClient(t *testing.T) {
+	b, _ := startBroker(t)
+	url := brokerURL(b)
+	var clients []*client
+	for range 10 {
+		clients = append(clients, mustDial(t, url, dev1), mustDial(t, url, dev2))
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range clients {
+		c.awaitLost()
+	}
+	if _, err := dial(t, url, dev1.Name, passwordOf(dev1.Name), clientOpts{}); err == nil {
+		t.Fatal("connected to a closed broker")
+	}
+}

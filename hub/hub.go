@@ -87,8 +87,12 @@ type Options struct {
 	// (in one batch); default 200 ms.
 	StatusFlushInterval time.Duration
 	// StatusDebounce delays the controller pass that follows a report;
-	// default 1 s.
+	// default controller.DefaultStatusDebounce.
 	StatusDebounce time.Duration
+	// MemoryTrimInterval is how often the hub looks for free heap to give
+	// back to the OS after a burst; default DefaultMemoryTrimInterval,
+	// negative: never (the Go runtime's own pace).
+	MemoryTrimInterval time.Duration
 }
 
 func (o *Options) setDefaults() {
@@ -115,6 +119,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.BrokerUsername == "" {
 		o.BrokerUsername = DefaultBrokerUsername
+	}
+	if o.MemoryTrimInterval == 0 {
+		o.MemoryTrimInterval = DefaultMemoryTrimInterval
 	}
 }
 
@@ -228,7 +235,7 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	}
 	h := &Hub{
 		opts: opts, log: log, store: st, ln: ln,
-		conn:        &deferredConn{},
+		conn:        newDeferredConn(),
 		mqttAccount: MosquittoAccount{Username: opts.BrokerUsername, Password: mqttPassword},
 	}
 	h.metrics = metrics.New(metrics.Gauges{
@@ -350,23 +357,39 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 			}
 		}
 	}()
-	startParts := func(conn broker.Conn) error {
+	if h.opts.MemoryTrimInterval > 0 {
+		parts.Go(func() { trimMemory(partsCtx, h.opts.MemoryTrimInterval, h.log) })
+	}
+	// startParts subscribes, calls listening, loads the controller and the
+	// ingest, releases the messages that arrived meanwhile and runs them.
+	startParts := func(conn broker.Conn, listening func()) error {
 		h.conn.set(conn)
-		if err := h.ctrl.Load(partsCtx); err != nil {
-			return err
-		}
-		if err := h.ingest.Load(partsCtx); err != nil {
-			return err
-		}
 		if err := h.ingest.Subscribe(partsCtx); err != nil {
 			return err
 		}
 		if err := h.enroll.Subscribe(partsCtx); err != nil {
 			return err
 		}
+		listening()
+		loadStart := time.Now()
+		if err := h.ctrl.Load(partsCtx); err != nil {
+			return err
+		}
+		if err := h.ingest.Load(partsCtx); err != nil {
+			return err
+		}
+		h.conn.release()
+		h.log.Info("hub state loaded", "took", time.Since(loadStart).Round(time.Millisecond))
 		parts.Go(func() {
 			if err := h.ctrl.Run(partsCtx); err != nil {
 				partErr <- err
+			}
+		})
+		parts.Go(func() {
+			select {
+			case <-h.ctrl.Ready():
+				h.log.Info("retained desired states published", "took", time.Since(loadStart).Round(time.Millisecond))
+			case <-partsCtx.Done():
 			}
 		})
 		parts.Go(func() {
@@ -380,25 +403,18 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	if h.broker != nil {
 		// The broker keeps nothing across restarts: the controller's first
 		// pass rebuilds every retained desired state from the store
-		// (guarantee 4). Devices may connect while it runs: the store is
-		// loaded and the hub subscribed, so reports are understood, and a
-		// device that subscribes before its state is republished gets it
-		// live moments later. Waiting for the pass would only keep a fleet
-		// that lost its hub in backoff for longer.
-		loadStart := time.Now()
-		if err := startParts(h.broker.InlineConn()); err != nil {
+		// (guarantee 4). Devices may connect from the moment the hub has
+		// subscribed: their reports wait for the store to be loaded, and a
+		// device that subscribes before its state is republished receives
+		// it live moments later. Making a fleet that lost its hub wait for
+		// the load would only keep it in backoff for longer.
+		listening := func() {
+			brokerDone = make(chan error, 1)
+			go func() { brokerDone <- h.broker.Run(context.WithoutCancel(ctx)) }()
+		}
+		if err := startParts(h.broker.InlineConn(), listening); err != nil {
 			return err
 		}
-		h.log.Info("hub state loaded", "took", time.Since(loadStart).Round(time.Millisecond))
-		brokerDone = make(chan error, 1)
-		go func() { brokerDone <- h.broker.Run(context.WithoutCancel(ctx)) }()
-		go func() {
-			select {
-			case <-h.ctrl.Ready():
-				h.log.Info("retained desired states rebuilt", "took", time.Since(loadStart).Round(time.Millisecond))
-			case <-partsCtx.Done():
-			}
-		}()
 	} else {
 		parts.Go(func() {
 			conn, err := broker.DialExternal(partsCtx, broker.ExternalOptions{
@@ -412,7 +428,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 				}
 				return
 			}
-			if err := startParts(conn); err != nil {
+			if err := startParts(conn, func() {}); err != nil {
 				if partsCtx.Err() == nil {
 					partErr <- err
 				}

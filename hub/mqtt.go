@@ -147,11 +147,21 @@ func checkMQTTURL(s string) error {
 }
 
 // deferredConn is the hub's MQTT connection, set once it exists: with an
-// external broker the hub serves its API while it dials.
+// external broker the hub serves its API while it dials. Its
+// subscriptions hold every message until release: the hub subscribes, and
+// devices may connect, while the store is still being loaded.
 type deferredConn struct {
 	mu   sync.RWMutex
 	conn broker.Conn
+
+	released    chan struct{}
+	releaseOnce sync.Once
 }
+
+func newDeferredConn() *deferredConn { return &deferredConn{released: make(chan struct{})} }
+
+// release lets the handlers run: the parts they feed are loaded.
+func (d *deferredConn) release() { d.releaseOnce.Do(func() { close(d.released) }) }
 
 func (d *deferredConn) set(c broker.Conn) {
 	d.mu.Lock()
@@ -178,5 +188,12 @@ func (d *deferredConn) Subscribe(ctx context.Context, filter string, handler fun
 	if c == nil {
 		return broker.ErrNotConnected
 	}
-	return c.Subscribe(ctx, filter, handler)
+	return c.Subscribe(ctx, filter, func(topic string, payload []byte) {
+		select {
+		case <-d.released:
+		case <-ctx.Done():
+			return // shutting down before the hub was loaded
+		}
+		handler(topic, payload)
+	})
 }

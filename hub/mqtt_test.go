@@ -18,8 +18,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -390,4 +392,55 @@ func TestMosquittoFilesLeaveOutWhatTheyCannotRender(t *testing.T) {
 	if len(warnings) != 2 || !strings.Contains(strings.Join(warnings, "\n"), `"legacy"`) {
 		t.Errorf("warnings %q", warnings)
 	}
+}
+
+// handOverConn is a broker.Conn whose subscriptions the test feeds by hand.
+type handOverConn struct {
+	broker.Conn
+	handlers []func(string, []byte)
+}
+
+func (c *handOverConn) Subscribe(_ context.Context, _ string, h func(string, []byte)) error {
+	c.handlers = append(c.handlers, h)
+	return nil
+}
+
+// The hub subscribes, and devices connect, before the store is loaded:
+// what arrives meanwhile waits for release, and none of it is lost.
+func TestDeferredConnHoldsMessagesUntilReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDeferredConn()
+		inner := &handOverConn{}
+		d.set(inner)
+		var got []string
+		if err := d.Subscribe(t.Context(), "fleet/v1/devices/+/status", func(topic string, _ []byte) { got = append(got, topic) }); err != nil {
+			t.Fatal(err)
+		}
+		delivered := false
+		go func() {
+			inner.handlers[0]("early", nil)
+			delivered = true
+		}()
+		synctest.Wait() // the delivering goroutine is blocked
+		if len(got) > 0 || delivered {
+			t.Fatalf("before release: handled %q, delivery returned %v", got, delivered)
+		}
+		d.release()
+		synctest.Wait()
+		inner.handlers[0]("late", nil)
+		if !delivered || !slices.Equal(got, []string{"early", "late"}) {
+			t.Fatalf("after release: handled %q, delivery returned %v", got, delivered)
+		}
+
+		// A hub shutting down before it was loaded drops what is held.
+		d2 := newDeferredConn()
+		inner2 := &handOverConn{}
+		d2.set(inner2)
+		ctx, cancel := context.WithCancel(t.Context())
+		if err := d2.Subscribe(ctx, "x", func(string, []byte) { t.Error("handled after shutdown") }); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		inner2.handlers[0]("held", nil)
+	})
 }
