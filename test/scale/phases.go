@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/hub"
 	"github.com/fleetmq/fleet/schema"
 	"github.com/fleetmq/fleet/test/scale/hollow"
 )
@@ -25,6 +26,9 @@ const (
 	// hubConfirmTimeout bounds how long after a single change the hub may
 	// take to report the device converged.
 	hubConfirmTimeout = 2 * time.Second
+	// defaultMemorySettle: how long after convergence B6 reads the hub's
+	// RSS, a little over one memory check of the hub.
+	defaultMemorySettle = hub.DefaultMemoryTrimInterval + 3*time.Second
 )
 
 // floor is B1: see floor.go. With Mosquitto it starts the Mosquitto the
@@ -231,11 +235,24 @@ func convergeTarget(n int, r Result) (string, bool) {
 	return "", false
 }
 
-// memory is B6: the hub's RSS with every device converged, less the empty
-// hub's, per device.
+// memory is B6: the hub's RSS with every device converged and idle, less
+// the empty hub's, per device. The hub gives back the heap a burst left
+// free at its next memory check (hub.DefaultMemoryTrimInterval), so the
+// RSS is read once that has had time to happen (-memory-settle); the RSS
+// right after convergence and the peak are reported beside it.
 func (s *suite) memory(ctx context.Context) Result {
 	r := s.result(phaseMemory)
-	now := rss(s.hub.pid())
+	pid := s.hub.pid()
+	r.HubRSSConvergedBytes, r.HubRSSPeakBytes = rss(pid), hollow.PeakRSS(pid)
+	settle := time.NewTimer(s.o.MemorySettle)
+	select {
+	case <-ctx.Done():
+		settle.Stop()
+		r.Error = ctx.Err().Error()
+		return r
+	case <-settle.C:
+	}
+	now := rss(pid)
 	if now < 0 || s.rssEmpty < 0 {
 		r.Error = "cannot read the hub's /proc/PID/status"
 		return r

@@ -35,11 +35,15 @@ type Result struct {
 	// RedundantRestarts: container starts beyond those the phase needs
 	// (converge: N, single-change: one per change, storm: none).
 	RedundantRestarts int `json:"redundant_restarts"`
-	// HubBytesPerDevice (hub-memory): (RSS with N converged − RSS of the
-	// empty hub) / N.
-	HubBytesPerDevice float64 `json:"hub_bytes_per_device"`
-	HubRSSBytes       int64   `json:"hub_rss_bytes,omitempty"`
-	HubRSSEmptyBytes  int64   `json:"hub_rss_empty_bytes,omitempty"`
+	// HubBytesPerDevice (hub-memory): (RSS with N converged and idle −
+	// RSS of the empty hub) / N. HubRSSBytes is read -memory-settle after
+	// convergence; HubRSSConvergedBytes right after it; HubRSSPeakBytes
+	// is the hub's VmHWM by then.
+	HubBytesPerDevice    float64 `json:"hub_bytes_per_device"`
+	HubRSSBytes          int64   `json:"hub_rss_bytes,omitempty"`
+	HubRSSEmptyBytes     int64   `json:"hub_rss_empty_bytes,omitempty"`
+	HubRSSConvergedBytes int64   `json:"hub_rss_converged_bytes,omitempty"`
+	HubRSSPeakBytes      int64   `json:"hub_rss_peak_bytes,omitempty"`
 	// AgentBytesPerDevice (hub-memory): the simulator's RSS / N, what one
 	// hollow agent costs when N share a process.
 	AgentBytesPerDevice float64 `json:"agent_bytes_per_device,omitempty"`

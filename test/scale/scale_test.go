@@ -58,7 +58,7 @@ func smokeOptions(t *testing.T, brokerKind string) options {
 	return options{
 		HubBin: bin,
 		Agents: 20, Broker: brokerKind, RuntimeLatency: 5 * time.Millisecond, LatencySigma: 0.3,
-		StatusInterval: time.Millisecond, Changes: 20, Phases: allPhases,
+		StatusInterval: time.Millisecond, Changes: 20, Phases: allPhases, MemorySettle: 0,
 		WorkDir: t.TempDir(), StateRoot: t.TempDir(), ConnectRate: 0, FloorInflight: 1000,
 		DeadlineScale: 1, StormSignal: syscall.SIGTERM, HubLogLevel: "warn", AgentLogLevel: "off",
 	}
@@ -114,8 +114,8 @@ func TestSmoke(t *testing.T) {
 						t.Errorf("%s: %d samples of %d changes", r.Name, r.Samples, o.Changes)
 					}
 				case phaseMemory:
-					if r.HubRSSBytes <= 0 || r.HubRSSEmptyBytes <= 0 {
-						t.Errorf("%s: hub RSS %d, empty %d", r.Name, r.HubRSSBytes, r.HubRSSEmptyBytes)
+					if r.HubRSSBytes <= 0 || r.HubRSSEmptyBytes <= 0 || r.HubRSSConvergedBytes <= 0 || r.HubRSSPeakBytes < r.HubRSSBytes {
+						t.Errorf("%s: hub RSS %d, empty %d, converged %d, peak %d", r.Name, r.HubRSSBytes, r.HubRSSEmptyBytes, r.HubRSSConvergedBytes, r.HubRSSPeakBytes)
 					}
 				}
 			}

@@ -42,6 +42,7 @@ type options struct {
 	LatencySigma   float64
 	StatusInterval time.Duration
 	Changes        int
+	MemorySettle   time.Duration
 	Phases         []string
 	JSON           bool
 	Markdown       string
@@ -74,6 +75,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.StatusInterval, "status-interval", time.Millisecond,
 		"the agents' StatusInterval (least time between two status publishes); the agent's default, 1s, holds every converged status back up to 1s")
 	fs.IntVar(&o.Changes, "changes", 1000, "single-change phase: how many changes")
+	fs.DurationVar(&o.MemorySettle, "memory-settle", defaultMemorySettle, "hub-memory phase: how long after convergence the hub's RSS is read (the hub gives back a burst's free heap at its next memory check)")
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to report, comma-separated (converge always runs: the others need it)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per phase")
 	fs.StringVar(&o.Markdown, "markdown", "", "also write the results into this file's \"## Scale suite\" section (BENCHMARKS.md)")
@@ -113,8 +115,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-agents must be at least 1")
 	case o.Broker != "embedded" && o.Broker != "mosquitto":
 		return o, fmt.Errorf("-broker %q: want embedded or mosquitto", o.Broker)
-	case o.RuntimeLatency < 0 || o.StatusInterval < 0 || o.Changes < 0 || o.DeadlineScale <= 0:
-		return o, errors.New("-runtime-latency, -status-interval, -changes and -deadline-scale must not be negative")
+	case o.RuntimeLatency < 0 || o.StatusInterval < 0 || o.Changes < 0 || o.DeadlineScale <= 0 || o.MemorySettle < 0:
+		return o, errors.New("-runtime-latency, -status-interval, -changes, -memory-settle and -deadline-scale must not be negative")
 	}
 	switch strings.ToUpper(*sig) {
 	case "TERM", "SIGTERM":

@@ -623,15 +623,20 @@ func profile(c Command) error {
 	return nil
 }
 
-// RSS returns the resident set size of a process in bytes (VmRSS of
-// /proc/PID/status), or -1 if it cannot be read.
-func RSS(pid int) int64 {
+// RSS is a process's VmRSS in bytes, or -1.
+func RSS(pid int) int64 { return procStatusBytes(pid, "VmRSS:") }
+
+// PeakRSS is a process's VmHWM (the highest its RSS has been) in bytes,
+// or -1.
+func PeakRSS(pid int) int64 { return procStatusBytes(pid, "VmHWM:") }
+
+func procStatusBytes(pid int, field string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return -1
 	}
 	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			var kb int64
 			if _, err := fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), &kb); err != nil {
 				return -1
