@@ -61,6 +61,11 @@ type Inbox struct {
 	gen     int64
 	have    bool
 	pending *schema.DesiredState
+	// last is the payload of the latest state, lastDS its decoded form:
+	// the same bytes again (a retained message redelivered on every
+	// reconnect) are a duplicate without decoding them.
+	last   []byte
+	lastDS *schema.DesiredState
 }
 
 // New returns an Inbox for device. current is the state already applied
@@ -79,7 +84,9 @@ func (in *Inbox) Wake() <-chan struct{} { return in.wake }
 
 // Offer decodes and validates a payload and, if it is newer than what the
 // inbox has seen, makes it the pending state. The returned state is the
-// decoded payload (nil when it did not decode); err explains Invalid.
+// decoded payload (nil when it did not decode), not to be modified: a
+// payload identical to the latest one is not decoded again, and gets the
+// latest state; err explains Invalid.
 //
 // Decoding tolerates unknown fields so that a newer hub can add fields
 // without breaking older agents; validation is schema.ValidateDesiredState.
@@ -90,6 +97,13 @@ func (in *Inbox) Offer(payload []byte) (Outcome, *schema.DesiredState, error) {
 	if len(payload) > schema.MaxManifestBytes {
 		return Invalid, nil, fmt.Errorf("%w: desired state is %d bytes, more than %d", schema.ErrInvalid, len(payload), schema.MaxManifestBytes)
 	}
+	in.mu.Lock()
+	if in.last != nil && bytes.Equal(payload, in.last) {
+		ds := in.lastDS
+		in.mu.Unlock()
+		return Duplicate, ds, nil
+	}
+	in.mu.Unlock()
 	var ds schema.DesiredState
 	if err := json.Unmarshal(payload, &ds); err != nil {
 		return Invalid, nil, fmt.Errorf("%w: decode desired state: %w", schema.ErrInvalid, err)
@@ -111,10 +125,14 @@ func (in *Inbox) Offer(payload []byte) (Outcome, *schema.DesiredState, error) {
 		case ds.Generation < in.gen:
 			return Stale, &ds, nil
 		case ds.Generation == in.gen:
+			if in.last == nil {
+				in.last, in.lastDS = bytes.Clone(payload), &ds
+			}
 			return Duplicate, &ds, nil
 		}
 	}
 	in.store, in.gen, in.have = ds.Store, ds.Generation, true
+	in.last, in.lastDS = bytes.Clone(payload), &ds
 	in.pending = &ds
 	select {
 	case in.wake <- struct{}{}:

@@ -8,7 +8,7 @@ import (
 	"github.com/fleetmq/fleet/schema"
 )
 
-func payload(t *testing.T, device, store string, gen int64) []byte {
+func payload(t testing.TB, device, store string, gen int64) []byte {
 	t.Helper()
 	b, err := json.Marshal(schema.DesiredState{
 		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDesiredState},
@@ -95,5 +95,48 @@ func TestOfferDefaultsPodSpecs(t *testing.T) {
 	}
 	if ds.Pods[0].Spec.RestartPolicy != schema.RestartAlways || ds.Pods[0].Spec.Containers[0].ImagePullPolicy != schema.PullIfNotPresent {
 		t.Fatalf("not defaulted: %+v", ds.Pods[0].Spec)
+	}
+}
+
+// A retained desired state comes again on every reconnect: the same bytes
+// are a duplicate (not decoded again), and only the latest state's bytes
+// are remembered, so an older payload is still stale.
+func TestOfferSameBytesAgain(t *testing.T) {
+	in := New("dev1", &schema.DesiredState{Device: "dev1", Generation: 5, Store: "s1"})
+	p5, p6 := payload(t, "dev1", "s1", 5), payload(t, "dev1", "s1", 6)
+	for i, c := range []struct {
+		payload []byte
+		want    Outcome
+		gen     int64
+	}{
+		{p5, Duplicate, 5}, // the persisted state, redelivered after a restart
+		{p5, Duplicate, 5}, // again: from the remembered bytes
+		{p6, Accepted, 6},
+		{p6, Duplicate, 6},
+		{append([]byte(" "), p6...), Duplicate, 6}, // other bytes, same state
+		{p5, Stale, 5},
+		{payload(t, "dev2", "s1", 6), OtherDevice, 6},
+		{p6, Duplicate, 6},
+	} {
+		out, ds, err := in.Offer(c.payload)
+		if out != c.want || err != nil || ds == nil || ds.Generation != c.gen {
+			t.Fatalf("offer %d: %v, %+v, %v; want %v generation %d", i, out, ds, err, c.want, c.gen)
+		}
+	}
+	if ds, ok := in.Take(); !ok || ds.Generation != 6 {
+		t.Fatalf("pending = %+v, %v; want generation 6", ds, ok)
+	}
+}
+
+func BenchmarkOfferRedelivered(b *testing.B) {
+	p := payload(b, "dev1", "s1", 6)
+	in := New("dev1", nil)
+	if out, _, _ := in.Offer(p); out != Accepted {
+		b.Fatal(out)
+	}
+	for b.Loop() {
+		if out, _, _ := in.Offer(p); out != Duplicate {
+			b.Fatal(out)
+		}
 	}
 }
