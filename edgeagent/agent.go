@@ -71,7 +71,8 @@ type Options struct {
 	// 5 s doubling to 5 min, jittered).
 	RetryBackoff backoff.Policy
 	// ReconnectBackoff is the MQTT reconnect backoff (default
-	// session.DefaultBackoff: 250 ms doubling to 60 s, full jitter).
+	// session.DefaultBackoff: 250 ms growing 1.5 times to 60 s, full
+	// jitter).
 	ReconnectBackoff backoff.Policy
 	// StopTimeout is the grace period of a container being removed
 	// (default 10 s).

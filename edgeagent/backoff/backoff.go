@@ -13,14 +13,15 @@ import (
 const FullJitter = 1.0
 
 // Policy is a capped exponential backoff: the n-th consecutive failure
-// (n from 0) waits about Initial·2ⁿ, at most Max. Jitter in [0,1] is the
-// fraction of each delay that is randomised: the wait is drawn uniformly
-// from [d·(1-Jitter), d]. Zero Jitter means none; FullJitter (1) means
-// [0, d].
+// (n from 0) waits about Initial·Factorⁿ, at most Max. Factor is 2 when
+// zero (values not above 1 also mean 2). Jitter in [0,1] is the fraction
+// of each delay that is randomised: the wait is drawn uniformly from
+// [d·(1-Jitter), d]. Zero Jitter means none; FullJitter (1) means [0, d].
 type Policy struct {
 	Initial time.Duration
 	Max     time.Duration
 	Jitter  float64
+	Factor  float64
 }
 
 // Delay returns the un-jittered delay after failures consecutive failures
@@ -29,15 +30,19 @@ func (p Policy) Delay(failures int) time.Duration {
 	if p.Initial <= 0 {
 		return 0
 	}
+	f := p.Factor
+	if f <= 1 {
+		f = 2
+	}
 	d := p.Initial
 	for i := 0; i < failures; i++ {
 		if p.Max > 0 && d >= p.Max {
 			break
 		}
-		if d > time.Duration(1<<62) { // avoid overflow with Max unset
+		if float64(d) > float64(1<<62)/f { // avoid overflow with Max unset
 			break
 		}
-		d *= 2
+		d = time.Duration(float64(d) * f)
 	}
 	if p.Max > 0 && d > p.Max {
 		d = p.Max

@@ -102,3 +102,23 @@ func TestFullJitterIsUniformOverTheWindow(t *testing.T) {
 		t.Errorf("first retries not spread over [0, 250ms]: %d below 125 ms, %d above", below, above)
 	}
 }
+
+func TestFactor(t *testing.T) {
+	p := Policy{Initial: 100 * time.Millisecond, Max: time.Second, Factor: 1.5}
+	want := []time.Duration{100, 150, 225, 338, 506, 759, 1000, 1000}
+	for i, w := range want {
+		if got := p.Delay(i).Round(time.Millisecond); got != w*time.Millisecond {
+			t.Errorf("Delay(%d) = %v, want %v", i, got, w*time.Millisecond)
+		}
+	}
+	// Zero, or a factor that would not grow, doubles.
+	for _, f := range []float64{0, 1, 0.5} {
+		if got := (Policy{Initial: time.Second, Factor: f}).Delay(3); got != 8*time.Second {
+			t.Errorf("factor %v: Delay(3) = %v, want 8s", f, got)
+		}
+	}
+	// No overflow without a cap.
+	if got := (Policy{Initial: time.Second, Factor: 1.5}).Delay(1000); got <= 0 {
+		t.Errorf("Delay(1000) = %v", got)
+	}
+}

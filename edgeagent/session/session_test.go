@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"net"
 	"runtime"
 	"strings"
@@ -79,7 +80,7 @@ func TestReconnectBackoffIsJitteredAndCapped(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	var waits []time.Duration
-	for i := 0; i < 10; i++ {
+	for i := 0; i < 16; i++ { // the window reaches the 60 s cap at the 14th
 		d := <-clk.d
 		waits = append(waits, d)
 		clk.Advance(d)
@@ -95,22 +96,25 @@ func TestReconnectBackoffIsJitteredAndCapped(t *testing.T) {
 			stopped = true
 		}
 	}
-	// DefaultBackoff: full jitter, retry i within [0, 250 ms·2ⁱ], capped
-	// at 60 s.
+	// DefaultBackoff: full jitter, retry i within [0, 250 ms·1.5ⁱ],
+	// capped at 60 s.
 	base := 250 * time.Millisecond
+	window := func(i int) time.Duration {
+		return min(time.Duration(float64(base)*math.Pow(1.5, float64(i))), time.Minute)
+	}
 	for i, d := range waits {
-		want := min(base<<i, time.Minute)
+		want := window(i)
 		if d < 0 || d > want {
 			t.Errorf("wait %d = %s, want in [0, %s]", i, d, want)
 		}
 	}
-	if waits[0] > 250*time.Millisecond || waits[2] > time.Second {
+	if waits[0] > 250*time.Millisecond || waits[2] > 570*time.Millisecond {
 		t.Errorf("first retries too late: %v", waits[:3])
 	}
 	// Full jitter reaches below the old half-jitter floor at least once.
 	low := false
 	for i, d := range waits {
-		if d < min(base<<i, time.Minute)/2 {
+		if d < window(i)/2 {
 			low = true
 		}
 	}
