@@ -9,45 +9,56 @@ import (
 )
 
 func TestShouldTrim(t *testing.T) {
+	idle := heapSample{cycles: 7}
 	for _, c := range []struct {
-		free, live uint64
-		want       bool
+		name string
+		now  heapSample
+		want bool
 	}{
-		{0, 0, false},
-		{trimMinFree - 1, 0, false},           // too little to be worth a collection
-		{trimMinFree, 0, true},                // a burst's leftovers over an idle heap
-		{trimMinFree, 4 * trimMinFree, false}, // ordinary headroom of a big live heap
-		{2 * trimMinFree, 4 * trimMinFree, true},
+		{"nothing held", heapSample{cycles: 7}, false},
+		{"too little to be worth a collection", heapSample{cycles: 7, surplus: trimMinSurplus - 1}, false},
+		{"a burst's leftovers over a small live heap", heapSample{cycles: 7, surplus: trimMinSurplus}, true},
+		{"ordinary headroom of a big live heap", heapSample{cycles: 7, live: 4 * trimMinSurplus, surplus: trimMinSurplus}, false},
+		{"half the live heap", heapSample{cycles: 7, live: 4 * trimMinSurplus, surplus: 2 * trimMinSurplus}, true},
+		{"still collecting: busy", heapSample{cycles: 8, surplus: 10 * trimMinSurplus}, false},
 	} {
-		if got := shouldTrim(c.free, c.live); got != c.want {
-			t.Errorf("shouldTrim(free %d, live %d) = %v, want %v", c.free, c.live, got, c.want)
+		if got := shouldTrim(idle, c.now); got != c.want {
+			t.Errorf("%s: shouldTrim = %v, want %v", c.name, got, c.want)
 		}
 	}
 }
 
 var sink [][]byte
 
-// After a burst, the free heap goes back to the OS at the next check.
+// After a burst, the heap goes back to the OS once the hub is quiet.
 func TestTrimMemoryReturnsABurst(t *testing.T) {
-	free := func() uint64 {
-		s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+	released := func() uint64 {
+		s := []metrics.Sample{{Name: "/memory/classes/heap/released:bytes"}}
 		metrics.Read(s)
 		return s[0].Value.Uint64()
+	}
+	held := func() uint64 {
+		h, _ := readHeap([]metrics.Sample{
+			{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/live:bytes"},
+			{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/free:bytes"},
+			{Name: "/memory/classes/heap/unused:bytes"},
+		})
+		return h.surplus
 	}
 	for range 256 {
 		sink = append(sink, make([]byte, 1<<20))
 	}
 	sink = nil
 	runtime.GC()
-	if f := free(); f < trimMinFree {
-		t.Fatalf("the burst left %d bytes free; the test needs at least %d", f, trimMinFree)
+	if s := held(); s < trimMinSurplus {
+		t.Fatalf("the burst left a surplus of %d bytes; the test needs at least %d", s, trimMinSurplus)
 	}
-	ctx := t.Context()
-	go trimMemory(ctx, 10*time.Millisecond, slog.New(slog.DiscardHandler))
+	before := released()
+	go trimMemory(t.Context(), 10*time.Millisecond, slog.New(slog.DiscardHandler))
 	deadline := time.Now().Add(10 * time.Second)
-	for free() >= trimMinFree {
+	for held() >= trimMinSurplus {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes of heap still free (not returned) after 10s", free())
+			t.Fatalf("a surplus of %d bytes still held after 10s (released %d more)", held(), released()-before)
 		}
 		time.Sleep(10 * time.Millisecond) // poll interval
 	}

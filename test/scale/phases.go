@@ -27,8 +27,9 @@ const (
 	// take to report the device converged.
 	hubConfirmTimeout = 2 * time.Second
 	// defaultMemorySettle: how long after convergence B6 reads the hub's
-	// RSS, a little over one memory check of the hub.
-	defaultMemorySettle = hub.DefaultMemoryTrimInterval + 3*time.Second
+	// RSS: a little over two memory checks of the hub (it trims at the
+	// first check that follows one without a collection).
+	defaultMemorySettle = 2*hub.DefaultMemoryTrimInterval + 3*time.Second
 )
 
 // floor is B1: see floor.go. With Mosquitto it starts the Mosquitto the
@@ -257,7 +258,7 @@ func (s *suite) memory(ctx context.Context) Result {
 		r.Error = "cannot read the hub's /proc/PID/status"
 		return r
 	}
-	r.HubRSSBytes, r.HubRSSEmptyBytes = now, s.rssEmpty
+	r.HubRSSBytes, r.HubRSSEmptyBytes, r.HubRSSFileBytes = now, s.rssEmpty, hollow.RSSFile(pid)
 	r.HubBytesPerDevice = float64(now-s.rssEmpty) / float64(s.o.Agents)
 	if st, err := hollowStats(ctx, s.agents); err == nil && st.RSSBytes > 0 {
 		r.AgentBytesPerDevice = float64(st.RSSBytes) / float64(s.o.Agents)

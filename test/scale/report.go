@@ -44,6 +44,9 @@ type Result struct {
 	HubRSSEmptyBytes     int64   `json:"hub_rss_empty_bytes,omitempty"`
 	HubRSSConvergedBytes int64   `json:"hub_rss_converged_bytes,omitempty"`
 	HubRSSPeakBytes      int64   `json:"hub_rss_peak_bytes,omitempty"`
+	// HubRSSFileBytes: the file-backed part of HubRSSBytes (the binary,
+	// Badger's memory-mapped files), which the kernel can reclaim.
+	HubRSSFileBytes int64 `json:"hub_rss_file_bytes,omitempty"`
 	// AgentBytesPerDevice (hub-memory): the simulator's RSS / N, what one
 	// hollow agent costs when N share a process.
 	AgentBytesPerDevice float64 `json:"agent_bytes_per_device,omitempty"`

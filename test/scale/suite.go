@@ -75,7 +75,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.StatusInterval, "status-interval", time.Millisecond,
 		"the agents' StatusInterval (least time between two status publishes); the agent's default, 1s, holds every converged status back up to 1s")
 	fs.IntVar(&o.Changes, "changes", 1000, "single-change phase: how many changes")
-	fs.DurationVar(&o.MemorySettle, "memory-settle", defaultMemorySettle, "hub-memory phase: how long after convergence the hub's RSS is read (the hub gives back a burst's free heap at its next memory check)")
+	fs.DurationVar(&o.MemorySettle, "memory-settle", defaultMemorySettle, "hub-memory phase: how long after convergence the hub's RSS is read (the hub gives back the heap a burst left behind once it is quiet)")
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to report, comma-separated (converge always runs: the others need it)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per phase")
 	fs.StringVar(&o.Markdown, "markdown", "", "also write the results into this file's \"## Scale suite\" section (BENCHMARKS.md)")

@@ -630,6 +630,11 @@ func RSS(pid int) int64 { return procStatusBytes(pid, "VmRSS:") }
 // or -1.
 func PeakRSS(pid int) int64 { return procStatusBytes(pid, "VmHWM:") }
 
+// RSSFile is the file-backed part of a process's RSS (RssFile: mapped
+// files, such as the binary and Badger's memory-mapped tables) in bytes,
+// or -1.
+func RSSFile(pid int) int64 { return procStatusBytes(pid, "RssFile:") }
+
 func procStatusBytes(pid int, field string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
