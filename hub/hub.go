@@ -411,13 +411,23 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		// subscribed: their reports wait for the store to be loaded, and a
 		// device that subscribes before its state is republished receives
 		// it live moments later. Making a fleet that lost its hub wait for
-		// the load would only keep it in backoff for longer.
+		// the load and the rebuild would only keep it in backoff longer.
 		listening := func() {
 			brokerDone = make(chan error, 1)
 			go func() { brokerDone <- h.broker.Run(context.WithoutCancel(ctx)) }()
 		}
 		if err := startParts(h.broker.InlineConn(), listening); err != nil {
 			return err
+		}
+		// The API, and with it /healthz and Options.Ready, comes up once
+		// the rebuild is done: a client that waits for the hub to be ready
+		// finds every desired state retained.
+		select {
+		case <-h.ctrl.Ready():
+		case err := <-partErr:
+			return err
+		case <-ctx.Done():
+			return nil
 		}
 	} else {
 		parts.Go(func() {
