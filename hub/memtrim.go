@@ -22,6 +22,17 @@ type heapSample struct {
 	surplus uint64 // heap held beyond it: dead objects not yet swept, free and unused spans
 }
 
+// heapSamples are the runtime metrics readHeap reads, in its order.
+func heapSamples() []metrics.Sample {
+	return []metrics.Sample{
+		{Name: "/gc/cycles/total:gc-cycles"},
+		{Name: "/gc/heap/live:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/memory/classes/heap/unused:bytes"},
+	}
+}
+
 func readHeap(s []metrics.Sample) (heapSample, bool) {
 	metrics.Read(s)
 	for _, x := range s {
@@ -50,13 +61,7 @@ func readHeap(s []metrics.Sample) (heapSample, bool) {
 func trimMemory(ctx context.Context, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	samples := []metrics.Sample{
-		{Name: "/gc/cycles/total:gc-cycles"},
-		{Name: "/gc/heap/live:bytes"},
-		{Name: "/memory/classes/heap/objects:bytes"},
-		{Name: "/memory/classes/heap/free:bytes"},
-		{Name: "/memory/classes/heap/unused:bytes"},
-	}
+	samples := heapSamples()
 	prev, ok := readHeap(samples)
 	if !ok {
 		return

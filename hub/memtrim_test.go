@@ -38,11 +38,7 @@ func TestTrimMemoryReturnsABurst(t *testing.T) {
 		return s[0].Value.Uint64()
 	}
 	held := func() uint64 {
-		h, _ := readHeap([]metrics.Sample{
-			{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/live:bytes"},
-			{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/free:bytes"},
-			{Name: "/memory/classes/heap/unused:bytes"},
-		})
+		h, _ := readHeap(heapSamples())
 		return h.surplus
 	}
 	for range 256 {
