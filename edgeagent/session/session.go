@@ -280,6 +280,21 @@ func (s *Session) connectOnce(ctx context.Context) (time.Duration, error) {
 		default:
 		}
 	}
+	// The network connection first, and paho only once it is up: while
+	// the broker is away every attempt is refused, and a bare dial costs
+	// a device (or a simulator running thousands of them) a third of
+	// what building and tearing down a paho client does.
+	conn, err := s.open(ctx, cctx)
+	if err != nil {
+		return 0, fmt.Errorf("connect to %s: %w", s.o.Broker, err)
+	}
+	var handed atomic.Bool
+	openConn := func(*url.URL, mqtt.ClientOptions) (net.Conn, error) {
+		if handed.Swap(true) {
+			return nil, errors.New("connection already used")
+		}
+		return conn, nil
+	}
 	s.mu.Lock()
 	s.epoch++
 	epoch := s.epoch
@@ -300,7 +315,7 @@ func (s *Session) connectOnce(ctx context.Context) (time.Duration, error) {
 		SetConnectTimeout(s.o.ConnectTimeout).
 		SetWriteTimeout(s.o.OpTimeout).
 		SetWill(s.onlineTopic, schema.Offline, 1, true).
-		SetCustomOpenConnectionFn(s.dial(cctx)).
+		SetCustomOpenConnectionFn(openConn).
 		SetConnectionLostHandler(func(_ mqtt.Client, err error) { fail(err) }).
 		SetOnConnectHandler(func(c mqtt.Client) {
 			if err := s.onConnect(cctx, c, epoch); err != nil {
@@ -397,35 +412,32 @@ func wait(ctx context.Context, t mqtt.Token, timeout time.Duration) error {
 	}
 }
 
-// dial opens the network connection for paho, honouring ctx so that a
-// shutdown aborts a connect in progress.
-func (s *Session) dial(ctx context.Context) mqtt.OpenConnectionFunc {
-	return func(raw *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
-		u, err := ParseBroker(raw.String())
-		if err != nil {
-			return nil, err
-		}
-		d := &net.Dialer{Timeout: s.o.ConnectTimeout, KeepAlive: 30 * time.Second}
-		var conn net.Conn
-		if !isTLS(u) {
-			conn, err = d.DialContext(ctx, "tcp", u.Host)
-		} else {
-			cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-			if s.o.TLSConfig != nil {
-				cfg = s.o.TLSConfig.Clone()
-			}
-			if cfg.ServerName == "" {
-				cfg.ServerName = u.Hostname()
-			}
-			td := &tls.Dialer{NetDialer: d, Config: cfg}
-			conn, err = td.DialContext(ctx, "tcp", u.Host)
-		}
-		if err != nil {
-			return nil, err
-		}
-		// The connection lives no longer than its attempt: closing it on
-		// cancel also cuts short an MQTT handshake the broker never answers.
-		context.AfterFunc(ctx, func() { _ = conn.Close() })
-		return conn, nil
+// open dials the broker. The dial is abandoned when ctx is done; the
+// connection lives no longer than life, so that closing it on cancel also
+// cuts short an MQTT handshake the broker never answers.
+func (s *Session) open(ctx, life context.Context) (net.Conn, error) {
+	u, err := ParseBroker(s.o.Broker)
+	if err != nil {
+		return nil, err
 	}
+	d := &net.Dialer{Timeout: s.o.ConnectTimeout, KeepAlive: 30 * time.Second}
+	var conn net.Conn
+	if !isTLS(u) {
+		conn, err = d.DialContext(ctx, "tcp", u.Host)
+	} else {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if s.o.TLSConfig != nil {
+			cfg = s.o.TLSConfig.Clone()
+		}
+		if cfg.ServerName == "" {
+			cfg.ServerName = u.Hostname()
+		}
+		td := &tls.Dialer{NetDialer: d, Config: cfg}
+		conn, err = td.DialContext(ctx, "tcp", u.Host)
+	}
+	if err != nil {
+		return nil, err
+	}
+	context.AfterFunc(life, func() { _ = conn.Close() })
+	return conn, nil
 }
