@@ -102,10 +102,14 @@ func dialMonitor(ctx context.Context, url, user, password string, topics schema.
 			SetConnectRetryInterval(100 * time.Millisecond).
 			SetMaxReconnectInterval(250 * time.Millisecond).
 			SetKeepAlive(30 * time.Second).
+			// One handler for everything the client receives: a handler
+			// per subscription would make paho's router split and match
+			// every message's topic against each of the shard's filters.
+			SetDefaultPublishHandler(handler).
 			SetOnConnectHandler(func(c mqtt.Client) {
 				m.connects.Add(1)
 				// On every (re)connect: the session is clean.
-				t := c.SubscribeMultiple(filters, handler)
+				t := c.SubscribeMultiple(filters, nil)
 				go func() {
 					if t.Wait() && t.Error() == nil {
 						once.Do(func() { close(subscribed) })

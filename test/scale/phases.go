@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
@@ -106,7 +107,7 @@ func (s *suite) floor(ctx context.Context) Result {
 	if s.mosq != nil {
 		brokerPID = s.mosq.cmd.Process.Pid
 	}
-	cpuBroker, cpuClients := cpuTime(brokerPID), cpuTime(clients.cmd.Process.Pid)
+	cpuBroker, cpuClients, cpuSelf := cpuTime(brokerPID), cpuTime(clients.cmd.Process.Pid), cpuTime(os.Getpid())
 	if err := fl.call(ctx, floorRun{Op: "run", Timeout: max(left, time.Second)}, "result", &res); err != nil {
 		return fail(err)
 	}
@@ -115,6 +116,9 @@ func (s *suite) floor(ctx context.Context) Result {
 	}
 	if c := cpuTime(clients.cmd.Process.Pid); c >= 0 && cpuClients >= 0 {
 		r.AgentsCPUMS = ms(c - cpuClients)
+	}
+	if c := cpuTime(os.Getpid()); c >= 0 && cpuSelf >= 0 {
+		r.SuiteCPUMS = ms(c - cpuSelf)
 	}
 	r.fill(res.Lat)
 	s.dump(phaseFloor, res.Lat)
@@ -423,6 +427,9 @@ func (s *suite) storm(ctx context.Context) Result {
 		at := restartNS.Load()
 		return at != 0 && st.Time.UnixNano() > at && st.ready(convergeDeployment, hash)
 	})
+	// The agents' profile covers the whole storm: losing the hub costs
+	// them as much as finding it again.
+	s.agentsProfile(ctx, phaseStorm)
 	stop := time.Now()
 	s.mon.setOrigin(w, stop)
 	if err := s.hub.stop(s.o.StormSignal, 30*time.Second); err != nil {
@@ -442,7 +449,6 @@ func (s *suite) storm(ctx context.Context) Result {
 		// Profiled from its first instruction: the restart is the storm.
 		s.hub.spec.CPUProfile, _ = filepath.Abs(filepath.Join(s.o.Profile, phaseStorm+".cpu.pprof"))
 	}
-	s.agentsProfile(ctx, phaseStorm)
 	err = s.hub.start(ctx, s.deadline(60*time.Second, time.Millisecond))
 	s.hub.spec.CPUProfile = ""
 	if err != nil {

@@ -424,10 +424,10 @@ func cpuTime(pid int) time.Duration {
 }
 
 // cpuMeter measures the CPU the hub and the agents use over a phase.
-type cpuMeter struct{ hub, agents time.Duration }
+type cpuMeter struct{ hub, agents, self time.Duration }
 
 func (s *suite) cpuStart() cpuMeter {
-	return cpuMeter{hub: cpuTime(s.hub.pid()), agents: cpuTime(s.agents.cmd.Process.Pid)}
+	return cpuMeter{hub: cpuTime(s.hub.pid()), agents: cpuTime(s.agents.cmd.Process.Pid), self: cpuTime(os.Getpid())}
 }
 
 // cpuStop fills in the CPU used since m (the hub's since m or, after a
@@ -442,6 +442,9 @@ func (s *suite) cpuStop(m cpuMeter, r *Result, restarted bool) {
 	}
 	if agents >= 0 && m.agents >= 0 {
 		r.AgentsCPUMS = ms(agents - m.agents)
+	}
+	if self := cpuTime(os.Getpid()); self >= 0 && m.self >= 0 {
+		r.SuiteCPUMS = ms(self - m.self)
 	}
 }
 

@@ -65,6 +65,9 @@ type Result struct {
 	// during the phase (storm: the restarted hub's since its start).
 	HubCPUMS    float64 `json:"hub_cpu_ms,omitempty"`
 	AgentsCPUMS float64 `json:"agents_cpu_ms,omitempty"`
+	// SuiteCPUMS: CPU time this process used meanwhile, mostly the
+	// monitor decoding every report: the observer's share of the machine.
+	SuiteCPUMS float64 `json:"suite_cpu_ms,omitempty"`
 	// HubCounters: what the hub's /metrics counted during the phase
 	// (messages received by kind, desired publishes, controller passes
 	// and their time, status flushes).

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -233,6 +234,7 @@ type suite struct {
 	floorWall    time.Duration
 	floorUnclean bool // the floor could not clear what it left retained
 	results      []Result
+	selfProf     *os.File // this process's CPU profile, while one runs
 }
 
 // runOnce sets up, runs the phases and tears down. It returns the results
@@ -713,11 +715,12 @@ func (s *suite) profileStart(ctx context.Context, name string) {
 }
 
 // agentsProfile starts (name != "") or stops a CPU profile of the hollow
-// agents.
+// agents, and one of this process (the monitor).
 func (s *suite) agentsProfile(ctx context.Context, name string) {
 	if s.agents == nil || s.o.Profile == "" {
 		return
 	}
+	s.selfProfile(name)
 	cmd := hollow.Command{Op: "cpu-stop"}
 	if name != "" {
 		path, _ := filepath.Abs(filepath.Join(s.o.Profile, name+".agents.cpu.pprof"))
@@ -726,6 +729,31 @@ func (s *suite) agentsProfile(ctx context.Context, name string) {
 	if err := s.agents.call(ctx, cmd, cmd.Op, nil); err != nil {
 		s.log.Warn("hollow agents' cpu profile", "err", err)
 	}
+}
+
+// selfProfile starts (name != "") or stops a CPU profile of this process.
+func (s *suite) selfProfile(name string) {
+	if s.selfProf != nil {
+		pprof.StopCPUProfile()
+		if err := s.selfProf.Close(); err != nil {
+			s.log.Warn("suite cpu profile", "err", err)
+		}
+		s.selfProf = nil
+	}
+	if name == "" {
+		return
+	}
+	f, err := os.Create(filepath.Join(s.o.Profile, name+".suite.cpu.pprof"))
+	if err != nil {
+		s.log.Warn("suite cpu profile", "err", err)
+		return
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		s.log.Warn("suite cpu profile", "err", err)
+		_ = f.Close()
+		return
+	}
+	s.selfProf = f
 }
 
 func (s *suite) profileStop(ctx context.Context) {
