@@ -7,7 +7,6 @@ package reconcile
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -133,7 +132,6 @@ type Reconciler struct {
 	wanted        map[state.Key]bool
 	observedGen   int64
 	observedStore string
-	saved         []byte
 	listFailures  int
 	adopted       bool
 
@@ -636,22 +634,13 @@ func (r *Reconciler) accept(ds *schema.DesiredState) {
 	r.log.Info("accepted desired state", "generation", ds.Generation, "store", ds.Store, "pods", len(ds.Pods))
 }
 
-// persist writes agent.json when its content changed.
+// persist writes agent.json when its content changed (SaveAgent skips an
+// unchanged one).
 func (r *Reconciler) persist() {
 	a := state.Agent{Version: state.LayoutVersion, Store: r.observedStore, AppliedGeneration: r.observedGen, Containers: r.hist}
-	b, err := json.Marshal(a)
-	if err != nil {
-		r.log.Error("encode agent state failed", "err", err)
-		return
-	}
-	if string(b) == string(r.saved) {
-		return
-	}
 	if err := r.o.State.SaveAgent(a); err != nil {
 		r.log.Error("persist agent state failed", "err", err)
-		return
 	}
-	r.saved = b
 }
 
 func (r *Reconciler) report(observed []runtime.Container, now time.Time, listErr error) {

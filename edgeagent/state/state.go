@@ -12,6 +12,7 @@
 package state
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -21,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fleetmq/fleet/schema"
@@ -110,6 +112,9 @@ type Agent struct {
 // Dir is an opened state directory.
 type Dir struct {
 	root string
+
+	mu        sync.Mutex
+	agentJSON []byte // what SaveAgent last wrote
 }
 
 // Open creates (0700) and opens a state directory.
@@ -193,16 +198,24 @@ func (d *Dir) LoadAgent() (Agent, error) {
 	return a, nil
 }
 
-// SaveAgent persists a atomically.
+// SaveAgent persists a atomically. It writes nothing when a encodes to
+// what its last successful call wrote: the reconciler saves after every
+// pass, and most passes change nothing.
 func (d *Dir) SaveAgent(a Agent) error {
 	a.Version = LayoutVersion
 	b, err := json.Marshal(a)
 	if err != nil {
 		return fmt.Errorf("save agent state: %w", err)
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if bytes.Equal(b, d.agentJSON) {
+		return nil
+	}
 	if err := WriteFileAtomic(filepath.Join(d.versioned(), agentFile), b, 0o600); err != nil {
 		return fmt.Errorf("save agent state: %w", err)
 	}
+	d.agentJSON = b
 	return nil
 }
 
@@ -236,8 +249,10 @@ func WriteFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
 	if _, err = f.Write(data); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err = f.Chmod(perm); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	if perm != 0o600 { // CreateTemp's mode
+		if err = f.Chmod(perm); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
 	}
 	if err = f.Sync(); err != nil {
 		return fmt.Errorf("write %s: fsync: %w", path, err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,6 +68,42 @@ func TestAgentRoundTrip(t *testing.T) {
 	r := got.Containers[k]
 	if got.AppliedGeneration != 4 || got.Store != "s1" || r.Restarts != 3 || r.Delay != 20*time.Second || !r.NotBefore.Equal(at) || !r.LastExitAt.Equal(at) {
 		t.Fatalf("round trip = %+v", got)
+	}
+}
+
+// TestSaveAgentSkipsUnchanged: saving what was last written replaces
+// nothing (the reconciler saves after every pass); a change is written.
+func TestSaveAgentSkipsUnchanged(t *testing.T) {
+	d, _ := Open(t.TempDir())
+	p := filepath.Join(d.Root(), "v1", agentFile)
+	inode := func() uint64 {
+		t.Helper()
+		info, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Sys().(*syscall.Stat_t).Ino
+	}
+	a := Agent{Store: "s1", AppliedGeneration: 1, Containers: History{}}
+	if err := d.SaveAgent(a); err != nil {
+		t.Fatal(err)
+	}
+	first := inode()
+	if err := d.SaveAgent(a); err != nil {
+		t.Fatal(err)
+	}
+	if inode() != first {
+		t.Error("an unchanged agent state was written again")
+	}
+	a.AppliedGeneration = 2
+	if err := d.SaveAgent(a); err != nil {
+		t.Fatal(err)
+	}
+	if inode() == first {
+		t.Error("a changed agent state was not written")
+	}
+	if got, err := d.LoadAgent(); err != nil || got.AppliedGeneration != 2 {
+		t.Fatalf("load = %+v, %v", got, err)
 	}
 }
 
