@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -304,6 +305,10 @@ func (in *Ingest) handleStatus(device, uid string, labels map[string]string, pay
 		}
 		return
 	}
+	// A heartbeat repeats the last report with a new time: the controller
+	// has nothing to redo for it, unless the device was stale until now.
+	// (10,000 devices send 333 a second.)
+	notify := !sameReport(e.status, &st) || !e.online || e.lastSeen.IsZero() || now.Sub(e.lastSeen) > in.opts.StaleAfter
 	e.status, e.raw, e.lastSeen = &st, payload, now
 	e.version++
 	in.dirty[device] = pendingStatus{uid: uid, raw: payload}
@@ -320,7 +325,22 @@ func (in *Ingest) handleStatus(device, uid string, labels map[string]string, pay
 	if full {
 		in.wakeFlush()
 	}
-	in.opts.OnChange(device)
+	if notify {
+		in.opts.OnChange(device)
+	}
+}
+
+// sameReport reports whether two reports differ at most in when they
+// were sent and in the node facts (uptime, memory), which no controller
+// decision reads.
+func sameReport(a, b *schema.DeviceStatus) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	x, y := *a, *b
+	x.Time, y.Time = time.Time{}, time.Time{}
+	x.Node, y.Node = nil, nil
+	return reflect.DeepEqual(x, y)
 }
 
 func (in *Ingest) handleOnline(device, uid string, payload []byte) {

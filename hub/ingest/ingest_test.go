@@ -326,3 +326,46 @@ func TestOlderStatus(t *testing.T) {
 		t.Error("a first report is never older")
 	}
 }
+
+// TestHeartbeatDoesNotWakeTheController: a report that only repeats the
+// last one with a new time and node facts is stored, but the controller
+// is told only about reports that change something, or that end a stale
+// or offline spell.
+func TestHeartbeatDoesNotWakeTheController(t *testing.T) {
+	f := newFixture(t, "pi")
+	var changes []string
+	f.in.opts.OnChange = func(d string) { changes = append(changes, d) }
+	report := func(gen int64, at string, uptime int) {
+		t.Helper()
+		p := strings.Replace(statusJSON("pi", gen, "arm64"), `"time":"2024-01-01T00:00:00Z"`,
+			fmt.Sprintf(`"time":%q,"node":{"uptimeSeconds":%d}`, at, uptime), 1)
+		f.in.Handle(topicPrefix+"pi/status", []byte(p))
+	}
+	f.in.Handle(topicPrefix+"pi/online", []byte("online")) // a change
+	steps := []struct {
+		what string
+		do   func()
+		want int
+	}{
+		{"first report", func() { report(1, "2024-01-01T00:00:00Z", 10) }, 2},
+		{"heartbeat", func() { f.clock.add(30 * time.Second); report(1, "2024-01-01T00:00:30Z", 40) }, 2},
+		{"new generation", func() { report(2, "2024-01-01T00:00:31Z", 41) }, 3},
+		{"heartbeat after a stale spell", func() {
+			f.clock.add(DefaultStaleAfter + time.Second)
+			report(2, "2024-01-01T00:02:02Z", 132)
+		}, 4},
+		{"heartbeat after offline", func() {
+			f.in.Handle(topicPrefix+"pi/online", []byte("offline"))
+			report(2, "2024-01-01T00:02:10Z", 140)
+		}, 6}, // "offline" itself is a change
+	}
+	for _, s := range steps {
+		s.do()
+		if len(changes) != s.want {
+			t.Fatalf("after %s: %d changes, want %d", s.what, len(changes), s.want)
+		}
+	}
+	if st, _ := f.in.DeviceState("pi", ""); st == nil || !st.Time.Equal(time.Date(2024, 1, 1, 0, 2, 10, 0, time.UTC)) {
+		t.Errorf("the hub's copy is not the latest report: %+v", st)
+	}
+}
