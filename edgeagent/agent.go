@@ -57,7 +57,8 @@ type Options struct {
 	ResyncInterval time.Duration
 	// StatusInterval is the least time between status publishes
 	// (default 1 s); HeartbeatInterval republishes an unchanged status
-	// (default 30 s).
+	// at most this long after the last publish (default 30 s; each wait
+	// is drawn from its last fifth, see status.ReporterOptions).
 	StatusInterval    time.Duration
 	HeartbeatInterval time.Duration
 	// StatusSettleGrace is how long a status showing work in progress is
@@ -185,6 +186,7 @@ func New(o Options) (*Agent, error) {
 		Device: o.Device, Topic: a.topics.status, Publisher: pub, Version: o.Version,
 		NodeInfo: o.NodeInfo, StateDir: o.StateDir, Clock: o.Clock, Logger: a.log,
 		MinInterval: o.StatusInterval, Heartbeat: o.HeartbeatInterval, SettleGrace: o.StatusSettleGrace,
+		Seed: o.Seed,
 	})
 	return a, nil
 }

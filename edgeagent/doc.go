@@ -40,7 +40,9 @@
 //     reported per pod and retried with capped, jittered backoff, and one
 //     pod's slow pull never holds up the others.
 //   - Status is retained, coalesced to at most one publish per second, and
-//     republished every 30 s and after every reconnect. Events are
+//     republished after every reconnect and 24-30 s after the last publish
+//     (jittered, so a fleet that reported at once does not stay in step:
+//     the hub would see a burst of every device each 30 s). Events are
 //     rate-limited per reason, pod and container, so a crash loop cannot
 //     flood a cellular link.
 //

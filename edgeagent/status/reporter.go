@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"math/rand/v2"
 	goruntime "runtime"
 	"sync"
 	"time"
@@ -45,8 +46,17 @@ type ReporterOptions struct {
 	// settled one, instead of a "Pending" status and then the settled one.
 	// Work that takes longer shows as intermediate after SettleGrace.
 	SettleGrace time.Duration
-	// Heartbeat republishes an unchanged status this often (default 30 s).
+	// Heartbeat republishes an unchanged status at most this long after
+	// the last publish (default 30 s).
 	Heartbeat time.Duration
+	// HeartbeatJitter draws each heartbeat's wait uniformly from
+	// [(1-HeartbeatJitter)·Heartbeat, Heartbeat] (default 0.2; negative:
+	// exactly Heartbeat). Every agent publishes at once after a fleet-wide
+	// change or a hub restart; without jitter their heartbeats would stay
+	// in step ever after, a burst of the whole fleet every 30 s.
+	HeartbeatJitter float64
+	// Seed feeds the jitter (0: random).
+	Seed uint64
 	// PublishTimeout bounds one publish (default 10 s).
 	PublishTimeout time.Duration
 }
@@ -56,6 +66,7 @@ type ReporterOptions struct {
 type Reporter struct {
 	o    ReporterOptions
 	kick chan struct{}
+	rnd  *rand.Rand // Run's only
 
 	mu      sync.Mutex
 	latest  schema.DeviceStatus
@@ -78,6 +89,17 @@ func NewReporter(o ReporterOptions) *Reporter {
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = 30 * time.Second
 	}
+	switch {
+	case o.HeartbeatJitter == 0:
+		o.HeartbeatJitter = 0.2
+	case o.HeartbeatJitter < 0:
+		o.HeartbeatJitter = 0
+	case o.HeartbeatJitter > 1:
+		o.HeartbeatJitter = 1
+	}
+	if o.Seed == 0 {
+		o.Seed = rand.Uint64()
+	}
 	if o.PublishTimeout <= 0 {
 		o.PublishTimeout = 10 * time.Second
 	}
@@ -85,7 +107,16 @@ func NewReporter(o ReporterOptions) *Reporter {
 		dir := o.StateDir
 		o.NodeInfo = func() *schema.NodeInfo { return ReadNodeInfo(dir) }
 	}
-	return &Reporter{o: o, kick: make(chan struct{}, 1)}
+	return &Reporter{o: o, kick: make(chan struct{}, 1), rnd: rand.New(rand.NewPCG(o.Seed, 0x5eed))}
+}
+
+// nextHeartbeat draws the wait before the next heartbeat.
+func (r *Reporter) nextHeartbeat() time.Duration {
+	span := time.Duration(r.o.HeartbeatJitter * float64(r.o.Heartbeat))
+	if span <= 0 {
+		return r.o.Heartbeat
+	}
+	return r.o.Heartbeat - time.Duration(r.rnd.Int64N(int64(span)+1))
 }
 
 // Update sets the status to publish. Device, Time, Agent and Node are
@@ -145,7 +176,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 	// observedGeneration, so the rate stays bounded by the intermediate
 	// publishes (one per interval) and the hub's desired-state changes.
 	attempted, attemptedSettled, attemptedGen := false, false, int64(0)
-	heartbeat := r.o.Clock.NewTimer(r.o.Heartbeat)
+	heartbeat := r.o.Clock.NewTimer(r.nextHeartbeat())
 	defer heartbeat.Stop()
 	hold := r.o.Clock.NewTimer(time.Hour)
 	hold.Stop()
@@ -194,7 +225,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 		r.force = false
 		r.mu.Unlock()
 		if !have {
-			heartbeat.Reset(r.o.Heartbeat)
+			heartbeat.Reset(r.nextHeartbeat())
 			continue
 		}
 		st.TypeMeta = schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDeviceStatus}
@@ -228,7 +259,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 		pctx, cancel := context.WithTimeout(ctx, r.o.PublishTimeout)
 		err = r.o.Publisher.Publish(pctx, r.o.Topic, true, payload)
 		cancel()
-		heartbeat.Reset(r.o.Heartbeat)
+		heartbeat.Reset(r.nextHeartbeat())
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

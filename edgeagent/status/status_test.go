@@ -75,6 +75,7 @@ func TestReporterCoalescesAndHeartbeats(t *testing.T) {
 		r := NewReporter(ReporterOptions{
 			Device: "dev1", Topic: "fleet/v1/devices/dev1/status", Publisher: pub, Version: "v9",
 			NodeInfo: func() *schema.NodeInfo { return &schema.NodeInfo{Hostname: "pi"} }, Clock: clk,
+			HeartbeatJitter: -1, // exactly 30 s (TestHeartbeatJitter covers the jitter)
 		})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -411,4 +412,61 @@ func (rig *reporterRig) last(n int) schema.DeviceStatus {
 		rig.t.Fatalf("%d publishes, want %d", len(sts), n)
 	}
 	return sts[n-1]
+}
+
+// TestHeartbeatJitter: each heartbeat comes 24-30 s after the last
+// publish, and two agents that published together do not beat together.
+func TestHeartbeatJitter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewFake(t0)
+		pubs := []*fakePub{{}, {}}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		defer func() { cancel(); wg.Wait() }()
+		for i, pub := range pubs {
+			r := NewReporter(ReporterOptions{
+				Device: "dev1", Topic: "fleet/v1/devices/dev1/status", Publisher: pub, Clock: clk,
+				NodeInfo: func() *schema.NodeInfo { return nil }, Seed: uint64(i + 1),
+			})
+			wg.Go(func() { _ = r.Run(ctx) })
+			r.Update(schema.DeviceStatus{ObservedGeneration: 1, Pods: []schema.PodStatus{}})
+		}
+		synctest.Wait()
+		const beats = 40
+		at := make([][]time.Time, len(pubs)) // publish times on the fake clock
+		for step := 0; step < beats*30*10; step++ {
+			clk.Advance(100 * time.Millisecond)
+			synctest.Wait()
+			for i, pub := range pubs {
+				for len(at[i]) < len(pub.all()) {
+					at[i] = append(at[i], clk.Now())
+				}
+			}
+		}
+		for i := range pubs {
+			if len(at[i]) < beats {
+				t.Fatalf("reporter %d: %d publishes in %d heartbeat periods", i, len(at[i]), beats)
+			}
+			distinct := map[time.Duration]bool{}
+			for k := 1; k < len(at[i]); k++ {
+				gap := at[i][k].Sub(at[i][k-1])
+				if gap < 24*time.Second || gap > 30*time.Second+100*time.Millisecond {
+					t.Fatalf("reporter %d: heartbeat %d after %s, want 24-30 s", i, k, gap)
+				}
+				distinct[gap.Round(time.Second)] = true
+			}
+			if len(distinct) < 4 {
+				t.Errorf("reporter %d: gaps take %d values: not jittered", i, len(distinct))
+			}
+		}
+		same := 0
+		for k := 1; k < min(len(at[0]), len(at[1])); k++ {
+			if at[0][k] == at[1][k] {
+				same++
+			}
+		}
+		if same > 1 {
+			t.Errorf("two agents that published together beat together %d times", same)
+		}
+	})
 }
