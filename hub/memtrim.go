@@ -80,7 +80,7 @@ func trimMemory(ctx context.Context, every time.Duration, log *slog.Logger) {
 		start := time.Now()
 		debug.FreeOSMemory()
 		prev, _ = readHeap(samples)
-		log.Debug("returned surplus heap to the OS", "surplus_bytes", h.surplus, "live_bytes", h.live,
+		log.Info("returned surplus heap to the OS", "surplus_bytes", h.surplus, "live_bytes", h.live,
 			"took", time.Since(start).Round(time.Millisecond))
 	}
 }
