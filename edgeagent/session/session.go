@@ -88,6 +88,7 @@ type Options struct {
 // may be called from any goroutine.
 type Session struct {
 	o            Options
+	broker       *url.URL // o.Broker, parsed once
 	log          *slog.Logger
 	desiredTopic string
 	onlineTopic  string
@@ -117,7 +118,8 @@ func New(o Options) (*Session, error) {
 	if err := schema.ValidateName(o.Device); err != nil {
 		return nil, fmt.Errorf("session: device: %w", err)
 	}
-	if _, err := ParseBroker(o.Broker); err != nil {
+	broker, err := ParseBroker(o.Broker)
+	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
 	if o.ClientID == "" {
@@ -152,6 +154,7 @@ func New(o Options) (*Session, error) {
 	}
 	return &Session{
 		o:            o,
+		broker:       broker,
 		log:          o.Logger,
 		desiredTopic: o.Topics.Device(o.Device, schema.TopicDesired),
 		onlineTopic:  o.Topics.Device(o.Device, schema.TopicOnline),
@@ -416,12 +419,10 @@ func wait(ctx context.Context, t mqtt.Token, timeout time.Duration) error {
 // connection lives no longer than life, so that closing it on cancel also
 // cuts short an MQTT handshake the broker never answers.
 func (s *Session) open(ctx, life context.Context) (net.Conn, error) {
-	u, err := ParseBroker(s.o.Broker)
-	if err != nil {
-		return nil, err
-	}
+	u := s.broker
 	d := &net.Dialer{Timeout: s.o.ConnectTimeout, KeepAlive: 30 * time.Second}
 	var conn net.Conn
+	var err error
 	if !isTLS(u) {
 		conn, err = d.DialContext(ctx, "tcp", u.Host)
 	} else {
