@@ -30,6 +30,12 @@ const (
 	DefaultConnectTimeout         = 10 * time.Second
 )
 
+// clientReadBufferSize is each connection's read buffer. It lives as long
+// as the connection, and devices send a packet every 30 s or so: mochi's
+// 2 KiB default was 2.2 KiB of every device's 64 KiB budget (B6 in
+// BENCHMARKS.md). A larger packet costs one more read, not a failure.
+const clientReadBufferSize = 512
+
 // Errors returned by the broker and by Conn implementations.
 var (
 	// ErrClosed is returned when using a closed Broker or Conn.
@@ -180,7 +186,7 @@ func New(opts Options) (*Broker, error) {
 	b.server = mqtt.New(&mqtt.Options{
 		Capabilities:             caps,
 		ClientNetWriteBufferSize: 2048,
-		ClientNetReadBufferSize:  2048,
+		ClientNetReadBufferSize:  clientReadBufferSize,
 		Logger:                   opts.Logger.With("component", "mqtt"),
 		SysTopicResendInterval:   30,
 		InlineClient:             true,

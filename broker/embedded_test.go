@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -265,5 +266,42 @@ func TestCloseDisconnectsEveryClient(t *testing.T) {
 	}
 	if _, err := dial(t, url, dev1.Name, passwordOf(dev1.Name), clientOpts{}); err == nil {
 		t.Fatal("connected to a closed broker")
+	}
+}
+
+// TestEmbeddedPacketsLargerThanReadBuffer: a connection's read buffer is
+// small (clientReadBufferSize); packets of every size around it and far
+// beyond it arrive whole and in order, back to back on one connection.
+func TestEmbeddedPacketsLargerThanReadBuffer(t *testing.T) {
+	b, _ := startBroker(t)
+	ctx := ctxTimeout(t)
+	conn := b.InlineConn()
+	t.Cleanup(func() { conn.Close() })
+	got := make(chan string, 100)
+	if err := conn.Subscribe(ctx, topics.DeviceFilter(schema.TopicStatus), func(_ string, payload []byte) {
+		got <- string(payload)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d := mustDial(t, brokerURL(b), dev1)
+	status := topics.Device(dev1.Name, schema.TopicStatus)
+	sizes := []int{1, 300, 500, 511, 512, 513, 1000, 2048, 5000, 64 << 10, broker.DefaultMaxPacketSize - 1024}
+	var want []string
+	for i, n := range sizes {
+		// Distinct bytes, so a shifted or spliced payload cannot pass.
+		p := []byte(strings.Repeat("0123456789abcdef", n/16+1)[:n])
+		p[0] = byte('A' + i)
+		want = append(want, string(p))
+		d.publish(status, 1, false, string(p))
+	}
+	for i, w := range want {
+		select {
+		case g := <-got:
+			if g != w {
+				t.Fatalf("packet %d (%d bytes): got %d bytes starting %q", i, len(w), len(g), g[:min(len(g), 8)])
+			}
+		case <-time.After(waitTimeout):
+			t.Fatalf("packet %d (%d bytes) not delivered", i, len(w))
+		}
 	}
 }
