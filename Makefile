@@ -34,11 +34,13 @@ SCALE ?= $(GO) run ./test/scale
 bench-quick: ## scale suite, 1,000 hollow agents, embedded broker (< 3 min); table into BENCHMARKS.md
 	$(SCALE) -agents 1000 -broker embedded -runtime-latency 65ms -markdown BENCHMARKS.md
 
-bench: ## Go benchmarks, then the scale suite at 1,000 and 10,000 agents, embedded and Mosquitto; tables into BENCHMARKS.md
+bench: ## Go benchmarks, then the scale suite at 1,000 and 10,000 agents, embedded and Mosquitto, and B4 with agents reconnecting at once; tables into BENCHMARKS.md
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./schema/ ./hub/...
 	@status=0; for n in 1000 10000; do for b in embedded mosquitto; do \
 	  $(SCALE) -agents $$n -broker $$b -runtime-latency 65ms -markdown BENCHMARKS.md || status=1; \
-	done; done; exit $$status
+	done; done; \
+	$(SCALE) -agents 10000 -broker embedded -runtime-latency 65ms -phases storm -reconnect-at-once -markdown BENCHMARKS.md || status=1; \
+	exit $$status
 
 demo: ## start a local fleet (root): containerd, a hub, three agents; see README
 	@bash test/demo/demo.sh up

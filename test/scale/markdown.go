@@ -201,6 +201,9 @@ func runKey(o options) string {
 	for _, x := range o.HubEnv {
 		key += " env=" + x
 	}
+	if o.ReconnectAtOnce {
+		key += " reconnect=at-once"
+	}
 	return strings.ReplaceAll(key, "--", "-") // stays a valid HTML comment
 }
 
@@ -216,6 +219,9 @@ func renderRun(o options, rs []Result, now time.Time, load string) string {
 	}
 	for _, x := range o.HubEnv {
 		fmt.Fprintf(&b, ", hub with `%s`", x)
+	}
+	if o.ReconnectAtOnce {
+		b.WriteString(", agents reconnecting without jitter")
 	}
 	b.WriteString("\n\n")
 	fmt.Fprintf(&b, "Run %s; status interval %v", now.UTC().Format("2006-01-02 15:04 MST"), o.StatusInterval)

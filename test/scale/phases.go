@@ -455,6 +455,10 @@ func (s *suite) storm(ctx context.Context) Result {
 		return fail(fmt.Errorf("restart hub: %w", err))
 	}
 	r.RestartMS = ms(time.Since(stop))
+	r.Reconnect = "jittered"
+	if s.o.ReconnectAtOnce {
+		r.Reconnect = "at-once"
+	}
 	defer s.profileStop(ctx)
 	lat, _, werr := s.mon.wait(ctx, w)
 	s.cpuStop(cpu, &r, true)

@@ -61,6 +61,9 @@ type Result struct {
 	// RestartMS (storm): from the stop until the new hub answered its API
 	// (its broker then accepts devices).
 	RestartMS float64 `json:"restart_ms,omitempty"`
+	// Reconnect (storm): how the agents came back, "jittered" (their
+	// default backoff) or "at-once" (-reconnect-jitter=false).
+	Reconnect string `json:"reconnect,omitempty"`
 	// HubCPUMS and AgentsCPUMS: CPU time the hub and the simulator used
 	// during the phase (storm: the restarted hub's since its start).
 	HubCPUMS    float64 `json:"hub_cpu_ms,omitempty"`

@@ -109,6 +109,9 @@ func TestSmoke(t *testing.T) {
 					if r.Samples != o.Agents || r.WallMS <= 0 {
 						t.Errorf("%s: %d samples of %d devices, wall %v ms", r.Name, r.Samples, o.Agents, r.WallMS)
 					}
+					if r.Name == phaseStorm && r.Reconnect != "jittered" {
+						t.Errorf("storm: reconnect %q, want jittered", r.Reconnect)
+					}
 				case phaseSingle:
 					if r.Samples != o.Changes {
 						t.Errorf("%s: %d samples of %d changes", r.Name, r.Samples, o.Changes)
@@ -126,13 +129,46 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
+// TestStormAtOnce runs B4 with the jitter taken out of the agents'
+// reconnect backoff: every agent retries at the same instants, and still
+// none is lost and no container restarts.
+func TestStormAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts fleet-hub and a simulator process")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	o := smokeOptions(t, "embedded")
+	o.Phases = []string{phaseConverge, phaseStorm}
+	o.ReconnectAtOnce = true
+	results, err := runOnce(ctx, o, log)
+	if err != nil {
+		t.Fatalf("run: %v\nprogress:\n%s", err, logs.String())
+	}
+	var storm *Result
+	for i := range results {
+		if results[i].Name == phaseStorm {
+			storm = &results[i]
+		}
+	}
+	if storm == nil {
+		t.Fatalf("no storm result in %+v", results)
+	}
+	if storm.Reconnect != "at-once" || storm.Error != "" || storm.Samples != o.Agents || storm.Lost != 0 || storm.RedundantRestarts != 0 {
+		t.Errorf("storm: reconnect %q, error %q, %d samples of %d, lost %d, redundant restarts %d",
+			storm.Reconnect, storm.Error, storm.Samples, o.Agents, storm.Lost, storm.RedundantRestarts)
+	}
+}
+
 func TestParseOptions(t *testing.T) {
-	o, err := parseOptions([]string{"-agents", "10", "-broker", "mosquitto", "-runtime-latency", "65ms", "-phases", "floor,storm", "-storm-signal", "KILL"}, os.Stderr)
+	o, err := parseOptions([]string{"-agents", "10", "-broker", "mosquitto", "-runtime-latency", "65ms", "-phases", "floor,storm", "-storm-signal", "KILL", "-reconnect-at-once"}, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.Agents != 10 || o.Broker != "mosquitto" || o.RuntimeLatency != 65*time.Millisecond ||
-		!slices.Equal(o.Phases, []string{phaseFloor, phaseStorm}) || o.StormSignal != syscall.SIGKILL {
+		!slices.Equal(o.Phases, []string{phaseFloor, phaseStorm}) || o.StormSignal != syscall.SIGKILL || !o.ReconnectAtOnce {
 		t.Errorf("options %+v", o)
 	}
 	for _, bad := range [][]string{
@@ -174,7 +210,9 @@ func TestUpdateMarkdown(t *testing.T) {
 	o2 := options{Agents: 10000, Broker: "mosquitto", RuntimeLatency: 65 * time.Millisecond, LatencySigma: 0.3, StatusInterval: time.Millisecond}
 	r := []Result{{Name: phaseConverge, WallMS: 100, P50MS: 50, P99MS: 90, Ratio: 1.2, Target: "p99 ≤ 250ms", OK: true}}
 	now := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
-	for _, o := range []options{o1, o2, o1} { // o1 twice: replaced, not duplicated
+	o3 := o2
+	o3.ReconnectAtOnce = true // a run of its own, beside o2's
+	for _, o := range []options{o1, o2, o3, o1} { // o1 twice: replaced, not duplicated
 		if err := updateMarkdown(path, o, m, r, now); err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +225,7 @@ func TestUpdateMarkdown(t *testing.T) {
 	if !strings.HasPrefix(doc, other) {
 		t.Errorf("the other section changed:\n%s", doc)
 	}
-	for _, want := range []string{sectionHeading, "Test CPU", "#### 1000 agents, embedded broker", "#### 10000 agents, mosquitto broker", "KubeEdge"} {
+	for _, want := range []string{sectionHeading, "Test CPU", "#### 1000 agents, embedded broker", "#### 10000 agents, mosquitto broker", "agents reconnecting without jitter", "KubeEdge"} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("missing %q in:\n%s", want, doc)
 		}
@@ -209,7 +247,7 @@ func TestUpdateMarkdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ = os.ReadFile(path)
-	if !strings.HasSuffix(string(b), "## Later\n\nkept\n") || strings.Count(string(b), "#### 10000 agents") != 1 {
+	if !strings.HasSuffix(string(b), "## Later\n\nkept\n") || strings.Count(string(b), "#### 10000 agents") != 2 {
 		t.Errorf("after a second section:\n%s", b)
 	}
 }

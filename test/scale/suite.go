@@ -52,17 +52,20 @@ type options struct {
 	HubBin         string
 	Profile        string
 	ConnectRate    int
-	FloorInflight  int
-	DeadlineScale  float64
-	StormSignal    syscall.Signal
-	HubLogLevel    string
-	HubEnv         []string
-	MosquittoExtra []string
-	AgentLogLevel  string
-	DumpDir        string
-	FromJSON       string
-	Keep           bool
-	Verbose        bool
+	// ReconnectAtOnce takes the jitter out of the agents' reconnect
+	// backoff (B4 with every agent retrying at the same instants).
+	ReconnectAtOnce bool
+	FloorInflight   int
+	DeadlineScale   float64
+	StormSignal     syscall.Signal
+	HubLogLevel     string
+	HubEnv          []string
+	MosquittoExtra  []string
+	AgentLogLevel   string
+	DumpDir         string
+	FromJSON        string
+	Keep            bool
+	Verbose         bool
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -85,6 +88,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.HubBin, "hub-bin", "", "fleet-hub binary (default: go build ./cmd/fleet-hub)")
 	fs.StringVar(&o.Profile, "profile", "", "run the hub in-process with pprof and write CPU profiles of each phase and a heap profile into this directory")
 	fs.IntVar(&o.ConnectRate, "connect-rate", 2500, "agents started per second when they first connect (0: all at once)")
+	fs.BoolVar(&o.ReconnectAtOnce, "reconnect-at-once", false, "storm: the agents reconnect without the jitter of their backoff, every one at the same instants (default: as agents do, jittered)")
 	fs.IntVar(&o.FloorInflight, "floor-inflight", 1000, "floor: most desired states awaiting the broker at once")
 	fs.Float64Var(&o.DeadlineScale, "deadline-scale", 1, "multiply every phase deadline")
 	fs.Func("hub-env", "KEY=VALUE for the hub's environment only (repeatable), e.g. GOGC=50", func(v string) error {
@@ -530,6 +534,7 @@ func (s *suite) startAgents(ctx context.Context) error {
 		Mode: hollow.ModeAgents, Broker: s.brokerURL(), Devices: s.devices, StateRoot: s.state,
 		StartLatency: s.o.RuntimeLatency, StartSigma: s.o.LatencySigma, StatusInterval: s.o.StatusInterval,
 		ConnectRate: s.o.ConnectRate, NoLatency: []string{s.names[0]}, Seed: 1, LogLevel: s.o.AgentLogLevel,
+		ReconnectAtOnce: s.o.ReconnectAtOnce,
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.deadline(60*time.Second, 5*time.Millisecond))
 	defer cancel()

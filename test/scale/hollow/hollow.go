@@ -33,7 +33,9 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/fleetmq/fleet/edgeagent"
+	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/edgeagent/runtime"
+	"github.com/fleetmq/fleet/edgeagent/session"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -75,11 +77,28 @@ type Config struct {
 	// ConnectRate is how many devices are started per second (0: all at
 	// once). It spreads the first connections, not later reconnects.
 	ConnectRate int `json:"connectRate,omitempty"`
+	// ReconnectAtOnce takes the jitter out of the agents' reconnect
+	// backoff (session.DefaultBackoff otherwise): after losing the broker
+	// every agent retries at the same instants, the herd that jitter
+	// exists to break up.
+	ReconnectAtOnce bool `json:"reconnectAtOnce,omitempty"`
 	// Seed feeds the agents' jitters and start latencies (agent i gets
 	// Seed+i); 0 picks 1.
 	Seed uint64 `json:"seed,omitempty"`
 	// LogLevel of the agents' logs on stderr ("" or "off": none).
 	LogLevel string `json:"logLevel,omitempty"`
+}
+
+// ReconnectBackoff is the agents' edgeagent.Options.ReconnectBackoff:
+// the zero Policy (the agent's default) or, with ReconnectAtOnce, the
+// default less its jitter.
+func (c Config) ReconnectBackoff() backoff.Policy {
+	if !c.ReconnectAtOnce {
+		return backoff.Policy{}
+	}
+	p := session.DefaultBackoff
+	p.Jitter = 0
+	return p
 }
 
 // LoadConfig reads a Config from a JSON file.
@@ -338,6 +357,8 @@ func (s *Simulator) newAgent(i int, d Device) (*agent, error) {
 		StatusInterval: s.cfg.StatusInterval,
 		NodeInfo:       func() *schema.NodeInfo { return nodeInfo },
 		Seed:           seed,
+
+		ReconnectBackoff: s.cfg.ReconnectBackoff(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("hollow agent %s: %w", d.Name, err)

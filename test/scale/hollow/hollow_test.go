@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/edgeagent/backoff"
+	"github.com/fleetmq/fleet/edgeagent/session"
 	"github.com/fleetmq/fleet/schema"
 	"github.com/fleetmq/fleet/test/scale/hollow"
 )
@@ -219,5 +221,37 @@ func TestConfigCheckAndFile(t *testing.T) {
 	}
 	if r := hollow.RSS(os.Getpid()); r <= 0 {
 		t.Errorf("RSS of self: %d", r)
+	}
+}
+
+// TestReconnectBackoff: by default the agents keep their own jittered
+// backoff; ReconnectAtOnce keeps its schedule and drops the jitter, so
+// every agent waits exactly as long as every other.
+func TestReconnectBackoff(t *testing.T) {
+	if p := (hollow.Config{}).ReconnectBackoff(); p != (backoff.Policy{}) {
+		t.Errorf("default: %+v, want the zero Policy (the agent's own default)", p)
+	}
+	p := hollow.Config{ReconnectAtOnce: true}.ReconnectBackoff()
+	want := session.DefaultBackoff
+	want.Jitter = 0
+	if p != want {
+		t.Fatalf("at once: %+v, want %+v", p, want)
+	}
+	a, b := backoff.New(p, 1), backoff.New(p, 2)
+	for i := range 5 {
+		if da, db := a.Next(), b.Next(); da != db || da != p.Delay(i) {
+			t.Errorf("retry %d: %v and %v, want both %v", i, da, db, p.Delay(i))
+		}
+	}
+	// The default's full jitter does spread two agents.
+	j1, j2 := backoff.New(session.DefaultBackoff, 1), backoff.New(session.DefaultBackoff, 2)
+	same := 0
+	for range 5 {
+		if j1.Next() == j2.Next() {
+			same++
+		}
+	}
+	if same == 5 {
+		t.Error("the default backoff did not spread two agents")
 	}
 }
