@@ -211,7 +211,7 @@ func TestUpdateMarkdown(t *testing.T) {
 	r := []Result{{Name: phaseConverge, WallMS: 100, P50MS: 50, P99MS: 90, Ratio: 1.2, Target: "p99 ≤ 250ms", OK: true}}
 	now := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
 	o3 := o2
-	o3.ReconnectAtOnce = true // a run of its own, beside o2's
+	o3.ReconnectAtOnce = true                     // a run of its own, beside o2's
 	for _, o := range []options{o1, o2, o3, o1} { // o1 twice: replaced, not duplicated
 		if err := updateMarkdown(path, o, m, r, now); err != nil {
 			t.Fatal(err)
