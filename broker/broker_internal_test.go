@@ -1,9 +1,17 @@
 package broker
 
 import (
+	"context"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/fleetmq/fleet/schema"
 )
 
 var discard = slog.New(slog.DiscardHandler)
@@ -33,5 +41,71 @@ func TestNewCapabilities(t *testing.T) {
 	}
 	if !b.server.Options.InlineClient {
 		t.Error("inline client disabled")
+	}
+}
+
+// TestCloseDropsWills: a will is published when a client is kicked while
+// the broker runs, and not when the broker's own Close disconnects it.
+// mochi calls inline handlers synchronously and Close waits for every
+// connection handler, so once Close returns no will can still come.
+func TestCloseDropsWills(t *testing.T) {
+	auth := NewStaticAuth()
+	dev := Identity{Name: "pi-1", Role: RoleDevice}
+	auth.Set(dev, "token-1")
+	b, err := New(Options{Addr: "127.0.0.1:0", Auth: auth, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- b.Run(ctx) }()
+	var topics schema.Topics
+	online := topics.Device(dev.Name, schema.TopicOnline)
+	var wills, dropped atomic.Int32
+	if err := b.server.Subscribe(online, 1, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
+		if string(pk.Payload) == schema.Offline {
+			wills.Add(1)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.server.Subscribe(droppedWillTopic, 2, func(*mqtt.Client, packets.Subscription, packets.Packet) { dropped.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	connect := func() paho.Client {
+		t.Helper()
+		o := paho.NewClientOptions().AddBroker("tcp://"+b.Addr().String()).
+			SetClientID(dev.Name).SetUsername(dev.Name).SetPassword("token-1").
+			SetAutoReconnect(false).SetWill(online, schema.Offline, 1, true)
+		c := paho.NewClient(o)
+		if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("connect: %v", tok.Error())
+		}
+		return c
+	}
+	connect()
+	if n := b.Kick(dev.Name); n != 1 {
+		t.Fatalf("Kick = %d, want 1", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for wills.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // polling, bounded by the deadline
+	}
+	if wills.Load() != 1 {
+		t.Fatalf("kicked client: %d wills published, want 1", wills.Load())
+	}
+	connect()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := wills.Load(); n != 1 {
+		t.Errorf("after Close: %d wills published, want only the kicked client's", n)
+	}
+	if n := dropped.Load(); n != 1 {
+		t.Errorf("after Close: %d dropped wills seen on %s, want 1", n, droppedWillTopic)
+	}
+	if err := <-ran; err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }

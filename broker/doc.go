@@ -6,4 +6,11 @@
 //
 // Access rules live in one pure function, Allowed; the embedded broker, the
 // rendered Mosquitto ACL file and the tests all follow it.
+//
+// Wills: the embedded broker publishes a client's will when the client is
+// kicked or its connection ends without a DISCONNECT, as MQTT says, but not
+// when the broker itself closes (a hub stopping or restarting). The devices
+// are still there and reconnect to the next broker, which starts with no
+// retained state of its own; an "offline" for every device would only
+// flash on monitors that are being disconnected at the same moment.
 package broker
