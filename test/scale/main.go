@@ -19,7 +19,9 @@
 //	               converged, each time
 //	storm          B4: restart the hub (and Mosquitto) under N converged
 //	               agents; time until every agent reported again, converged;
-//	               lost devices; container starts caused by the storm
+//	               lost devices; container starts caused by the storm. The
+//	               agents reconnect with their jittered backoff, or with
+//	               -reconnect-at-once all at the same instants
 //
 // The hub (cmd/fleet-hub, built from this tree), the hollow agents, the
 // floor broker and Mosquitto each run in their own process; the
