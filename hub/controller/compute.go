@@ -31,6 +31,18 @@ type DeviceView struct {
 // older template keeps it until the devices moved before it have converged.
 // Devices that never ran the deployment get the current template at once.
 func DesiredPods(devices []DeviceView, deployments []schema.Deployment) map[string][]schema.Pod {
+	out := placeAll(devices, deployments, nil)
+	for name := range out {
+		sortPods(out[name])
+	}
+	return out
+}
+
+// placeAll places every deployment on the devices its selector matches and
+// returns each device's pods, unsorted (an empty list for a device none
+// targets). holding, if set, is called with the name of each deployment
+// that holds devices back on an older template.
+func placeAll(devices []DeviceView, deployments []schema.Deployment, holding func(dep string)) map[string][]schema.Pod {
 	out := make(map[string][]schema.Pod, len(devices))
 	for _, d := range devices {
 		out[d.Name] = []schema.Pod{}
@@ -44,13 +56,13 @@ func DesiredPods(devices []DeviceView, deployments []schema.Deployment) map[stri
 				targeted = append(targeted, &devices[j])
 			}
 		}
-		pods, _ := PlaceDeployment(dep, targeted)
+		pods, held := PlaceDeployment(dep, targeted)
+		if held > 0 && holding != nil {
+			holding(dep.Metadata.Name)
+		}
 		for j, d := range targeted {
 			out[d.Name] = append(out[d.Name], pods[j])
 		}
-	}
-	for name := range out {
-		sortPods(out[name])
 	}
 	return out
 }

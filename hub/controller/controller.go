@@ -648,28 +648,8 @@ func (c *Controller) Passes() uint64 { return c.passes.Load() }
 func (c *Controller) fullPass(ctx context.Context) {
 	views := c.views()
 	deps := c.deploymentsSorted()
-	pods := make(map[string][]schema.Pod, len(views))
-	for i := range views {
-		pods[views[i].Name] = []schema.Pod{}
-	}
 	clear(c.rolling)
-	var targeted []*DeviceView
-	for i := range deps {
-		dep := &deps[i]
-		targeted = targeted[:0]
-		for j := range views {
-			if dep.Spec.Selector.Matches(views[j].Labels) {
-				targeted = append(targeted, &views[j])
-			}
-		}
-		placed, held := PlaceDeployment(dep, targeted)
-		if held > 0 {
-			c.rolling[dep.Metadata.Name] = true
-		}
-		for j, v := range targeted {
-			pods[v.Name] = append(pods[v.Name], placed[j])
-		}
-	}
+	pods := placeAll(views, deps, func(dep string) { c.rolling[dep] = true })
 	var changes []desiredChange
 	for i := range views {
 		want := pods[views[i].Name]
