@@ -16,6 +16,8 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/eclipse/paho.mqtt.golang/packets"
+
+	"github.com/fleetmq/fleet/broker/mqttio"
 )
 
 // Defaults of ExternalOptions.
@@ -127,6 +129,9 @@ func DialExternal(ctx context.Context, opts ExternalOptions) (Conn, error) {
 	if tlsConfig != nil {
 		po.SetTLSConfig(tlsConfig)
 	}
+	po.SetCustomOpenConnectionFn(func(u *url.URL, _ paho.ClientOptions) (net.Conn, error) {
+		return dialBuffered(u, tlsConfig, opts.ConnectTimeout)
+	})
 	c.client = paho.NewClient(po)
 
 	b := c.newBackoff()
@@ -161,6 +166,25 @@ func DialExternal(ctx context.Context, opts ExternalOptions) (Conn, error) {
 		return nil, fmt.Errorf("mqtt dial %s: %w", redact(server), ctx.Err())
 	}
 	return c, nil
+}
+
+// dialBuffered dials the broker as paho would (TCP, or TLS with cfg) and
+// buffers the connection's reads: the hub receives every device's
+// statuses and events over this one connection, and paho alone reads
+// each packet in three or more system calls.
+func dialBuffered(u *url.URL, cfg *tls.Config, timeout time.Duration) (net.Conn, error) {
+	d := &net.Dialer{Timeout: timeout}
+	var conn net.Conn
+	var err error
+	if cfg == nil {
+		conn, err = d.Dial("tcp", u.Host)
+	} else {
+		conn, err = (&tls.Dialer{NetDialer: d, Config: cfg}).Dial("tcp", u.Host)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return mqttio.BufferedConn(conn, 64<<10), nil
 }
 
 // externalServer checks the URL and returns it with a port, and the TLS

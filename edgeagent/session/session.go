@@ -38,6 +38,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/fleetmq/fleet/broker/mqttio"
 	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/edgeagent/clock"
 	"github.com/fleetmq/fleet/schema"
@@ -440,5 +441,6 @@ func (s *Session) open(ctx, life context.Context) (net.Conn, error) {
 		return nil, err
 	}
 	context.AfterFunc(life, func() { _ = conn.Close() })
-	return conn, nil
+	// Buffered: paho reads each packet in several small reads.
+	return mqttio.BufferedConn(conn, 0), nil
 }
