@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,6 +108,14 @@ type Agent struct {
 		accepted, duplicate, stale, other, invalid, cleared atomic.Int64
 	}
 
+	// received holds desired-state payloads, in arrival order, until
+	// receiveDesired takes them; wake tells it there are some.
+	received struct {
+		mu       sync.Mutex
+		payloads [][]byte
+		wake     chan struct{}
+	}
+
 	mu      sync.Mutex
 	last    reconcile.Status
 	refused refusal
@@ -147,6 +156,7 @@ func New(o Options) (*Agent, error) {
 		o.StatusSettleGrace = 0
 	}
 	a := &Agent{o: o, log: o.Logger.With("device", o.Device)}
+	a.received.wake = make(chan struct{}, 1)
 	a.topics.status = o.Topics.Device(o.Device, schema.TopicStatus)
 	a.topics.events = o.Topics.Device(o.Device, schema.TopicEvents)
 
@@ -283,6 +293,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { _ = a.reporter.Run(ctx) })
 	wg.Go(func() { _ = a.events.Run(ctx) })
+	wg.Go(func() { a.receiveDesired(ctx) })
 	if a.session != nil {
 		wg.Go(func() { _ = a.session.Run(ctx) })
 	} else {
@@ -302,12 +313,56 @@ func (a *Agent) onConnect() {
 	a.events.Flush()
 }
 
-// onDesired runs on a paho goroutine: it only decodes, validates and
-// offers; the reconcile loop does the work. With OrderMatters(false) paho
-// runs handlers concurrently, so nothing here may depend on arrival order:
-// the inbox orders desired states by generation, and a refusal is shown
-// in status only while no newer state has been accepted (see refuse).
+// maxReceived bounds the desired-state payloads waiting for
+// receiveDesired. Only the hub publishes on a device's desired topic, one
+// payload per change, and each takes well under a millisecond to handle:
+// a queue this long means a runaway publisher, and the oldest payloads go.
+const maxReceived = 64
+
+// onDesired runs on a goroutine paho starts for each message: it only
+// queues the payload and returns. Decoding and validating on that fresh
+// goroutine would grow its stack (JSON decoding is deep) for every
+// message, a cost the long-lived receiveDesired pays once.
 func (a *Agent) onDesired(payload []byte) {
+	r := &a.received
+	r.mu.Lock()
+	if len(r.payloads) >= maxReceived {
+		r.payloads = slices.Delete(r.payloads, 0, 1)
+		a.log.Warn("desired states arrive faster than they are handled; dropped the oldest", "queued", maxReceived)
+	}
+	r.payloads = append(r.payloads, payload)
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// receiveDesired handles queued desired-state payloads until ctx is done.
+func (a *Agent) receiveDesired(ctx context.Context) {
+	r := &a.received
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		}
+		r.mu.Lock()
+		payloads := r.payloads
+		r.payloads = nil
+		r.mu.Unlock()
+		for _, p := range payloads {
+			a.handleDesired(p)
+		}
+	}
+}
+
+// handleDesired decodes, validates and offers one payload; the reconcile
+// loop does the work. With OrderMatters(false) paho may deliver messages
+// out of order, so nothing here may depend on arrival order: the inbox
+// orders desired states by generation, and a refusal is shown in status
+// only while no newer state has been accepted (see refuse).
+func (a *Agent) handleDesired(payload []byte) {
 	out, ds, err := a.inbox.Offer(payload)
 	switch out {
 	case desired.Accepted:

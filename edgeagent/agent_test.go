@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -381,5 +382,34 @@ func TestAgentSurvivesCorruptStateFiles(t *testing.T) {
 	})
 	if _, err := os.Stat(filepath.Join(dir, "v1", "desired.json.corrupt")); err != nil {
 		t.Errorf("corrupt file not kept for inspection: %v", err)
+	}
+}
+
+// TestReceivedDesiredStatesAreBounded: payloads queue in arrival order for
+// receiveDesired; past maxReceived the oldest go, never the newest.
+func TestReceivedDesiredStatesAreBounded(t *testing.T) {
+	a, err := New(Options{Device: "d1", Runtime: runtime.NewFake(runtime.FakeOptions{}), StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = maxReceived + 10
+	for i := range n {
+		a.onDesired([]byte(strconv.Itoa(i)))
+	}
+	a.received.mu.Lock()
+	got := a.received.payloads
+	a.received.mu.Unlock()
+	if len(got) != maxReceived {
+		t.Fatalf("%d payloads queued, want %d", len(got), maxReceived)
+	}
+	for i, p := range got {
+		if want := strconv.Itoa(n - maxReceived + i); string(p) != want {
+			t.Fatalf("queue[%d] = %q, want %q (oldest dropped first, order kept)", i, p, want)
+		}
+	}
+	select {
+	case <-a.received.wake:
+	default:
+		t.Fatal("no wake for queued payloads")
 	}
 }
