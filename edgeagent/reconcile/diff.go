@@ -191,17 +191,18 @@ type desiredContainer struct {
 // hist is not modified and now is the only notion of time.
 //
 // A container is identified by pod name, container name and pod spec hash
-// (its labels). Observed containers of undesired keys are removed;
-// missing ones are created; exited ones are restarted when their pod's
-// restart policy says so and their crash-loop backoff has elapsed;
-// containers whose last attempt failed wait until their retry time.
+// (its labels; a pod's Hash when set, its PodSpecHash otherwise).
+// Observed containers of undesired keys are removed; missing ones are
+// created; exited ones are restarted when their pod's restart policy says
+// so and their crash-loop backoff has elapsed; containers whose last
+// attempt failed wait until their retry time.
 func Diff(desired []schema.Pod, observed []runtime.Container, hist state.History, now time.Time, cl CrashLoop) Plan {
 	plan := Plan{History: state.History{}, Hashes: map[string]string{}}
 
 	want := map[state.Key]desiredContainer{}
 	var order []state.Key
 	for _, p := range desired {
-		hash := schema.PodSpecHash(p.Spec)
+		hash := podHash(p)
 		plan.Hashes[p.Name] = hash
 		policy := p.Spec.RestartPolicy
 		if policy == "" {

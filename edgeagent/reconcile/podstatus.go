@@ -25,7 +25,7 @@ func PodStatuses(desired []schema.Pod, observed []runtime.Container, hist state.
 	}
 	out := make([]schema.PodStatus, 0, len(desired))
 	for _, p := range desired {
-		hash := schema.PodSpecHash(p.Spec)
+		hash := podHash(p)
 		policy := p.Spec.RestartPolicy
 		ps := schema.PodStatus{Name: p.Name, Hash: hash, Containers: make([]schema.ContainerStatus, 0, len(p.Spec.Containers))}
 		var (

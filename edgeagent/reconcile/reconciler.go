@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -127,7 +128,11 @@ type Reconciler struct {
 	log *slog.Logger
 	rnd *rand.Rand
 
-	desired       *schema.DesiredState
+	desired *schema.DesiredState
+	// pods are desired's pods with Hash set to the agent's own
+	// PodSpecHash, computed once per accepted state instead of twice a
+	// pass.
+	pods          []schema.Pod
 	hist          state.History
 	wanted        map[state.Key]bool
 	observedGen   int64
@@ -179,6 +184,7 @@ func New(o Options) (*Reconciler, error) {
 		log:         o.Logger,
 		rnd:         rand.New(rand.NewPCG(o.Seed, o.Seed^0x5bd1e995)),
 		desired:     o.Desired,
+		pods:        hashedPods(o.Desired),
 		hist:        o.Agent.Containers.Clone(),
 		busy:        map[string]*worker{},
 		removeRetry: map[string]retry{},
@@ -338,14 +344,14 @@ func (r *Reconciler) pass(ctx context.Context) (time.Time, bool) {
 		return time.Time{}, false
 	}
 
-	plan := Diff(r.desired.Pods, observed, r.hist, now, r.o.CrashLoop)
+	plan := Diff(r.pods, observed, r.hist, now, r.o.CrashLoop)
 	if !r.adopted {
 		r.adopted = true
 		r.logAdoption(observed, plan)
 	}
 	r.hist = plan.History
 	r.wanted = map[state.Key]bool{}
-	for _, p := range r.desired.Pods {
+	for _, p := range r.pods {
 		for _, c := range p.Spec.Containers {
 			r.wanted[state.Key{Pod: p.Name, Container: c.Name, Hash: plan.Hashes[p.Name]}] = true
 		}
@@ -630,8 +636,29 @@ func (r *Reconciler) accept(ds *schema.DesiredState) {
 		r.log.Error("persist desired state failed", "err", err, "generation", ds.Generation)
 		r.o.Events.Record(schema.EventWarning, "PersistFailed", "", "", err.Error())
 	}
-	r.desired = ds
+	r.desired, r.pods = ds, hashedPods(ds)
 	r.log.Info("accepted desired state", "generation", ds.Generation, "store", ds.Store, "pods", len(ds.Pods))
+}
+
+// hashedPods returns a copy of ds's pods with Hash set by this agent: a
+// hash that came with the payload is not trusted.
+func hashedPods(ds *schema.DesiredState) []schema.Pod {
+	if ds == nil {
+		return nil
+	}
+	pods := slices.Clone(ds.Pods)
+	for i := range pods {
+		pods[i].Hash = schema.PodSpecHash(pods[i].Spec)
+	}
+	return pods
+}
+
+// podHash is p's Hash, or PodSpecHash of its spec when unset.
+func podHash(p schema.Pod) string {
+	if p.Hash != "" {
+		return p.Hash
+	}
+	return schema.PodSpecHash(p.Spec)
 }
 
 // persist writes agent.json when its content changed (SaveAgent skips an
@@ -661,7 +688,7 @@ func (r *Reconciler) report(observed []runtime.Container, now time.Time, listErr
 	for p := range r.busy {
 		busy[p] = true
 	}
-	st.Pods = PodStatuses(r.desired.Pods, observed, r.hist, busy, now, listErr)
+	st.Pods = PodStatuses(r.pods, observed, r.hist, busy, now, listErr)
 	if listErr != nil {
 		st.Message = "cannot list containers: " + listErr.Error()
 	}

@@ -173,6 +173,28 @@ func TestReconcilerCreatesAndReportsGeneration(t *testing.T) {
 	})
 }
 
+// TestReconcilerIgnoresHashInPayload: a pod's hash is the agent's own
+// PodSpecHash; one that came with the payload (a hub of another version,
+// a mistake) names neither the container nor the status.
+func TestReconcilerIgnoresHashInPayload(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		h.start()
+		defer h.stop()
+		web := pod("web", schema.RestartAlways, "nginx:1")
+		sent := web
+		sent.Hash = "0123456789abcdef"
+		h.offer(1, sent)
+		if got := h.state(idOf(web, "c0")); got != runtime.StateRunning {
+			t.Fatalf("container of the spec's own hash is %s", got)
+		}
+		st := h.getStatus()
+		if len(st.Pods) != 1 || st.Pods[0].Hash != schema.PodSpecHash(web.Spec) || !st.Pods[0].Ready {
+			t.Fatalf("status = %+v, want web ready at hash %s", st, schema.PodSpecHash(web.Spec))
+		}
+	})
+}
+
 func TestReconcilerCrashLoopBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, "", nil, nil)
