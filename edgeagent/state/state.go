@@ -229,55 +229,6 @@ func (d *Dir) corrupt(p string, cause error) error {
 	return fmt.Errorf("%w: %s (moved to %s): %w", ErrCorrupt, p, filepath.Base(aside), cause)
 }
 
-// WriteFileAtomic replaces path with data: it writes a temporary file in
-// the same directory, fsyncs it, renames it over path and fsyncs the
-// directory, so that after a crash path holds either the old or the new
-// content.
-func WriteFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if perm != 0o600 { // CreateTemp's mode
-		if err = f.Chmod(perm); err != nil {
-			return fmt.Errorf("write %s: %w", path, err)
-		}
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("write %s: fsync: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = syncDir(dir); err != nil {
-		return fmt.Errorf("write %s: fsync directory: %w", path, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
 // ClientID returns the agent's MQTT client ID: the device name and a random
 // suffix, made once and kept in the state directory. An unguessable client
 // ID stops another device that knows this one's name from taking over its

@@ -194,6 +194,42 @@ func TestWriteFileAtomicFailureLeavesOldContent(t *testing.T) {
 	}
 }
 
+// TestWriteFileAtomicModesAndReplace: the file gets exactly the mode asked
+// for, whatever the umask, keeps it across replacements, and no
+// temporary file is left behind.
+func TestWriteFileAtomicModesAndReplace(t *testing.T) {
+	dir := t.TempDir()
+	for _, mode := range []os.FileMode{0o600, 0o644, 0o640} {
+		p := filepath.Join(dir, "f"+mode.String())
+		for i, content := range []string{"first", "second, longer", "3"} {
+			if err := WriteFileAtomic(p, []byte(content), mode); err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != mode {
+				t.Errorf("write %d: mode %v, want %v", i, fi.Mode().Perm(), mode)
+			}
+			if b, _ := os.ReadFile(p); string(b) != content {
+				t.Errorf("write %d: content %q, want %q", i, b, content)
+			}
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 3 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("directory holds %v, want the three files only", names)
+	}
+}
+
 func TestKeyText(t *testing.T) {
 	k := Key{Pod: "p", Container: "c", Hash: "h"}
 	b, _ := k.MarshalText()
