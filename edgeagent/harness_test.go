@@ -52,7 +52,7 @@ func (h *testAuth) OnACLCheck(*mqtt.Client, string, bool) bool { return true }
 // testBroker is an embedded mochi-mqtt broker on 127.0.0.1:0 that records
 // what devices publish.
 type testBroker struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *mqtt.Server
 	addr   string
 	notify chan struct{}
@@ -67,7 +67,7 @@ type testBroker struct {
 	badTopic []string
 }
 
-func startBroker(t *testing.T, listener listeners.Listener) *testBroker {
+func startBroker(t testing.TB, listener listeners.Listener) *testBroker {
 	t.Helper()
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumMessageExpiryInterval = 0 // retained desired state must not expire
@@ -304,7 +304,7 @@ func (p *proxy) restore() {
 }
 
 // fastOptions are agent options with test-sized intervals.
-func fastOptions(t *testing.T, device, broker string, rt runtime.Runtime, stateDir string) Options {
+func fastOptions(t testing.TB, device, broker string, rt runtime.Runtime, stateDir string) Options {
 	return Options{
 		Device:            device,
 		Broker:            broker,
@@ -325,7 +325,7 @@ func fastOptions(t *testing.T, device, broker string, rt runtime.Runtime, stateD
 
 // runAgent runs an Agent until the returned stop is called (or the test
 // ends). stop fails the test if Run returns an error or hangs.
-func runAgent(t *testing.T, o Options) (*Agent, func()) {
+func runAgent(t testing.TB, o Options) (*Agent, func()) {
 	t.Helper()
 	a, err := New(o)
 	if err != nil {
@@ -352,7 +352,7 @@ func runAgent(t *testing.T, o Options) (*Agent, func()) {
 	return a, stop
 }
 
-func desiredJSON(t *testing.T, device, store string, gen int64, pods ...schema.Pod) []byte {
+func desiredJSON(t testing.TB, device, store string, gen int64, pods ...schema.Pod) []byte {
 	t.Helper()
 	if pods == nil {
 		pods = []schema.Pod{}
