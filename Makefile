@@ -35,7 +35,7 @@ bench-quick: ## scale suite, 1,000 hollow agents, embedded broker (< 3 min); tab
 	$(SCALE) -agents 1000 -broker embedded -runtime-latency 65ms -markdown BENCHMARKS.md
 
 bench: ## Go benchmarks, then the scale suite at 1,000 and 10,000 agents, embedded and Mosquitto, and B4 with agents reconnecting at once; tables into BENCHMARKS.md
-	$(GO) test -run '^$$' -bench . -benchtime 200x ./schema/ ./hub/...
+	$(GO) test -run '^$$' -bench . -benchtime 200x ./schema/ ./hub/... ./edgeagent/
 	@status=0; for n in 1000 10000; do for b in embedded mosquitto; do \
 	  $(SCALE) -agents $$n -broker $$b -runtime-latency 65ms -markdown BENCHMARKS.md || status=1; \
 	done; done; \
