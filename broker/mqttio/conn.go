@@ -1,7 +1,7 @@
-// Package mqttio holds what Fleet's MQTT clients (the edge agent's
-// session, the hub's connection to an external broker) share below paho.
-// It imports nothing but the standard library, so the agent can use it
-// without taking in the embedded broker.
+// Package mqttio holds what the hub's paho clients (its connection to an
+// external broker, the scale suite's monitor) share below paho. The edge
+// agent, which must not link the broker packages, has its own copy of
+// BufferedConn in edgeagent/session.
 package mqttio
 
 import (
@@ -18,9 +18,9 @@ const DefaultReadBufferSize = 2048
 //
 // paho reads every packet in three or more pieces (the first byte, the
 // remaining length a byte at a time, then the rest). Unbuffered, each
-// piece is a system call: most of what receiving an acknowledgement costs
-// a small device, and for a client receiving thousands of packets a second
-// (the hub on an external broker) most of its reading. Buffered, a packet
+// piece is a system call, and a client receiving thousands of packets a
+// second (the hub on an external broker) spends most of its reading on
+// them. Buffered, a packet
 // that fits costs one read, and packets that arrive together share it.
 func BufferedConn(conn net.Conn, size int) net.Conn {
 	if size <= 0 {

@@ -23,6 +23,7 @@
 package session
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -38,7 +39,6 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/fleetmq/fleet/broker/mqttio"
 	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/edgeagent/clock"
 	"github.com/fleetmq/fleet/schema"
@@ -441,6 +441,21 @@ func (s *Session) open(ctx, life context.Context) (net.Conn, error) {
 		return nil, err
 	}
 	context.AfterFunc(life, func() { _ = conn.Close() })
-	// Buffered: paho reads each packet in several small reads.
-	return mqttio.BufferedConn(conn, 0), nil
+	return &bufferedConn{Conn: conn, r: bufio.NewReaderSize(conn, readBufferSize)}, nil
 }
+
+// readBufferSize fits most packets an agent receives: acknowledgements
+// and a desired state of a few pods.
+const readBufferSize = 2048
+
+// bufferedConn reads through a buffer. paho reads every packet in three
+// or more reads (the first byte, the remaining length a byte at a time,
+// then the rest); unbuffered, each is a system call, most of what
+// receiving an acknowledgement costs a small device. (The hub's clients
+// use broker/mqttio, which the agent does not link.)
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }

@@ -18,6 +18,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	pahopackets "github.com/eclipse/paho.mqtt.golang/packets"
+
 	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/edgeagent/clock"
 	"github.com/fleetmq/fleet/schema"
@@ -132,19 +134,8 @@ func TestReconnectBackoffIsJitteredAndCapped(t *testing.T) {
 
 func TestShutdownDuringHungConnectIsPrompt(t *testing.T) {
 	// A "broker" that accepts TCP and never answers CONNECT.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		}
-	}()
-	s, err := New(Options{Broker: "tcp://" + ln.Addr().String(), Device: "pi-1", ConnectTimeout: time.Minute})
+	addr, accepted := acceptOne(t)
+	s, err := New(Options{Broker: "tcp://" + addr, Device: "pi-1", ConnectTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,4 +266,70 @@ func closeBroker(srv *mqtt.Server, listenerID string) {
 		runtime.Gosched()
 	}
 	_ = srv.Close()
+}
+
+// TestOpenBuffersReads: open wraps the connection in a read buffer, so
+// that paho's byte-at-a-time reads of a burst of packets are served from
+// memory: once the first of ten acknowledgements is read, the other nine
+// are already buffered.
+func TestOpenBuffersReads(t *testing.T) {
+	addr, accepted := acceptOne(t)
+	s, err := New(Options{Broker: "tcp://" + addr, Device: "d1", ClientID: "d1-x", Token: "t", OnDesired: func([]byte) {}, OnConnect: func() {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.open(t.Context(), t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	server := <-accepted
+	defer server.Close()
+	bc, ok := conn.(*bufferedConn)
+	if !ok {
+		t.Fatalf("open returned %T, want *bufferedConn", conn)
+	}
+
+	var burst bytes.Buffer
+	for i := range 10 {
+		ack := pahopackets.NewControlPacket(pahopackets.Puback).(*pahopackets.PubackPacket)
+		ack.MessageID = uint16(100 + i)
+		if err := ack.Write(&burst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ackSize := burst.Len() / 10
+	if _, err := server.Write(burst.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		cp, err := pahopackets.ReadPacket(conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ack, ok := cp.(*pahopackets.PubackPacket); !ok || ack.MessageID != uint16(100+i) {
+			t.Fatalf("ack %d: got %v", i, cp)
+		}
+		if i == 0 && bc.r.Buffered() != 9*ackSize {
+			t.Errorf("after the first acknowledgement %d bytes are buffered, want the other nine (%d)", bc.r.Buffered(), 9*ackSize)
+		}
+	}
+}
+
+// acceptOne listens on a free local port until the test ends and sends
+// the first connection it accepts.
+func acceptOne(t *testing.T) (string, <-chan net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	return ln.Addr().String(), accepted
 }
