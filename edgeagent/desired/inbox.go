@@ -61,6 +61,8 @@ type Inbox struct {
 	gen     int64
 	have    bool
 	pending *schema.DesiredState
+	// pendingPayload is pending as received: the bytes to persist.
+	pendingPayload []byte
 	// last is the payload of the latest state, lastDS its decoded form:
 	// the same bytes again (a retained message redelivered on every
 	// reconnect) are a duplicate without decoding them.
@@ -133,7 +135,7 @@ func (in *Inbox) Offer(payload []byte) (Outcome, *schema.DesiredState, error) {
 	}
 	in.store, in.gen, in.have = ds.Store, ds.Generation, true
 	in.last, in.lastDS = bytes.Clone(payload), &ds
-	in.pending = &ds
+	in.pending, in.pendingPayload = &ds, in.last
 	select {
 	case in.wake <- struct{}{}:
 	default:
@@ -141,11 +143,12 @@ func (in *Inbox) Offer(payload []byte) (Outcome, *schema.DesiredState, error) {
 	return Accepted, &ds, nil
 }
 
-// Take returns the pending state, if any, and clears the slot.
-func (in *Inbox) Take() (*schema.DesiredState, bool) {
+// Take returns the pending state, if any, and the payload it was decoded
+// from (not to be modified), and clears the slot.
+func (in *Inbox) Take() (*schema.DesiredState, []byte, bool) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	ds := in.pending
-	in.pending = nil
-	return ds, ds != nil
+	ds, payload := in.pending, in.pendingPayload
+	in.pending, in.pendingPayload = nil, nil
+	return ds, payload, ds != nil
 }

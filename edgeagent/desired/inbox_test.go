@@ -52,7 +52,7 @@ func TestOffer(t *testing.T) {
 			if tt.invalid != (err != nil) || (err != nil && !errors.Is(err, schema.ErrInvalid)) {
 				t.Fatalf("err = %v", err)
 			}
-			_, pending := in.Take()
+			_, _, pending := in.Take()
 			if pending != (tt.want == Accepted) {
 				t.Fatalf("pending = %v for %v", pending, got)
 			}
@@ -75,11 +75,11 @@ func TestOfferKeepsOnlyLatest(t *testing.T) {
 		t.Fatal("wakes are not coalesced")
 	default:
 	}
-	ds, ok := in.Take()
+	ds, _, ok := in.Take()
 	if !ok || ds.Generation != 3 {
 		t.Fatalf("Take = %+v", ds)
 	}
-	if _, ok := in.Take(); ok {
+	if _, _, ok := in.Take(); ok {
 		t.Fatal("slot not cleared")
 	}
 	if out, _, _ := in.Offer(payload(t, "dev1", "s1", 3)); out != Duplicate {
@@ -123,7 +123,7 @@ func TestOfferSameBytesAgain(t *testing.T) {
 			t.Fatalf("offer %d: %v, %+v, %v; want %v generation %d", i, out, ds, err, c.want, c.gen)
 		}
 	}
-	if ds, ok := in.Take(); !ok || ds.Generation != 6 {
+	if ds, _, ok := in.Take(); !ok || ds.Generation != 6 {
 		t.Fatalf("pending = %+v, %v; want generation 6", ds, ok)
 	}
 }

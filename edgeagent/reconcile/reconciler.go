@@ -312,8 +312,8 @@ func signal(c chan struct{}) {
 // pass is one level-triggered reconcile: it reads the whole desired and
 // observed state. It returns when the loop should wake for a backoff.
 func (r *Reconciler) pass(ctx context.Context) (time.Time, bool) {
-	if ds, ok := r.o.Inbox.Take(); ok {
-		r.accept(ds)
+	if ds, payload, ok := r.o.Inbox.Take(); ok {
+		r.accept(ds, payload)
 	}
 	now := r.o.Clock.Now()
 	lctx, cancel := context.WithTimeout(ctx, r.o.OpTimeout)
@@ -628,8 +628,8 @@ func (r *Reconciler) exitEvent(ex Exit) {
 	r.o.Events.Record(typ, "Exited", ex.Key.Pod, ex.Key.Container, msg)
 }
 
-func (r *Reconciler) accept(ds *schema.DesiredState) {
-	if err := r.o.State.SaveDesired(ds); err != nil {
+func (r *Reconciler) accept(ds *schema.DesiredState, payload []byte) {
+	if err := r.o.State.SaveDesiredPayload(payload); err != nil {
 		// Keep going with it in memory: the hub's retained copy is
 		// re-read on the next connect, and a reboot falls back to the
 		// previous file.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +32,8 @@ type harness struct {
 	dir   *state.Dir
 	inbox *desired.Inbox
 	rec   *Reconciler
+
+	lastOffered []byte // the payload of the last offer
 
 	cancel context.CancelFunc
 	done   chan error
@@ -107,6 +111,7 @@ func (h *harness) offer(gen int64, pods ...schema.Pod) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	h.lastOffered = b
 	if out, _, err := h.inbox.Offer(b); out != desired.Accepted {
 		h.t.Fatalf("offer gen %d: %v %v", gen, out, err)
 	}
@@ -169,6 +174,10 @@ func TestReconcilerCreatesAndReportsGeneration(t *testing.T) {
 		}
 		if ds, err := h.dir.LoadDesired(); err != nil || ds == nil || ds.Generation != 1 {
 			t.Fatalf("persisted desired = %+v, %v", ds, err)
+		}
+		// What is persisted is the payload as offered, not a re-encoding.
+		if b, err := os.ReadFile(filepath.Join(h.dir.Root(), "v1", "desired.json")); err != nil || string(b) != string(h.lastOffered) {
+			t.Errorf("desired.json = %s, %v; want the payload offered, %s", b, err, h.lastOffered)
 		}
 	})
 }

@@ -6,7 +6,7 @@
 //
 // Layout under the state directory:
 //
-//	v1/desired.json   the last accepted DesiredState, exactly as validated
+//	v1/desired.json   the last accepted DesiredState, as the hub sent it
 //	v1/agent.json     store id, applied generation, per-container records
 //	logs/{pod}/{container}.log
 package state
@@ -140,9 +140,9 @@ func (d *Dir) LogPath(pod, container string) string {
 	return filepath.Join(d.root, "logs", pod, container+".log")
 }
 
-// LoadDesired returns the persisted DesiredState, or nil, nil when there is
-// none. A file that does not decode or validate is moved aside and
-// reported with ErrCorrupt.
+// LoadDesired returns the persisted DesiredState, defaulted, or nil, nil
+// when there is none. A file that does not decode or validate is moved
+// aside and reported with ErrCorrupt.
 func (d *Dir) LoadDesired() (*schema.DesiredState, error) {
 	p := filepath.Join(d.versioned(), desiredFile)
 	b, err := os.ReadFile(p)
@@ -159,6 +159,9 @@ func (d *Dir) LoadDesired() (*schema.DesiredState, error) {
 	if err := schema.ValidateDesiredState(&ds); err != nil {
 		return nil, d.corrupt(p, err)
 	}
+	for i := range ds.Pods {
+		schema.DefaultPodSpec(&ds.Pods[i].Spec)
+	}
 	return &ds, nil
 }
 
@@ -169,6 +172,17 @@ func (d *Dir) SaveDesired(ds *schema.DesiredState) error {
 		return fmt.Errorf("save desired state: %w", err)
 	}
 	if err := WriteFileAtomic(filepath.Join(d.versioned(), desiredFile), b, 0o600); err != nil {
+		return fmt.Errorf("save desired state: %w", err)
+	}
+	return nil
+}
+
+// SaveDesiredPayload persists a desired-state payload, as received,
+// atomically. The caller has decoded and validated it; LoadDesired
+// decodes, validates and defaults it again. Saving the bytes the agent
+// received spares encoding the decoded state again on every change.
+func (d *Dir) SaveDesiredPayload(payload []byte) error {
+	if err := WriteFileAtomic(filepath.Join(d.versioned(), desiredFile), payload, 0o600); err != nil {
 		return fmt.Errorf("save desired state: %w", err)
 	}
 	return nil

@@ -49,6 +49,33 @@ func TestDesiredRoundTrip(t *testing.T) {
 	}
 }
 
+// TestDesiredPayloadRoundTrip: a payload saved as received (no defaults,
+// a field this agent does not know) loads defaulted, and the file holds
+// exactly the bytes saved.
+func TestDesiredPayloadRoundTrip(t *testing.T) {
+	d, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := []byte(`{"apiVersion":"fleet/v1","kind":"DesiredState","device":"dev1","generation":7,"store":"s1","fromANewerHub":true,` +
+		`"pods":[{"name":"web","spec":{"containers":[{"name":"c","image":"nginx"}]}}]}`)
+	if err := d.SaveDesiredPayload(payload); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(d.Root(), "v1", "desired.json")); string(b) != string(payload) {
+		t.Fatalf("file holds %s", b)
+	}
+	ds, err := d.LoadDesired()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := ds.Pods[0].Spec
+	if ds.Generation != 7 || spec.RestartPolicy != schema.RestartAlways || spec.HostNetwork == nil || !*spec.HostNetwork ||
+		spec.Containers[0].ImagePullPolicy != schema.PullIfNotPresent {
+		t.Fatalf("loaded %+v, want generation 7 with defaults", ds)
+	}
+}
+
 func TestAgentRoundTrip(t *testing.T) {
 	d, _ := Open(t.TempDir())
 	a, err := d.LoadAgent()
