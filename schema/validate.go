@@ -72,11 +72,29 @@ func (l errList) err(kind, name string) error {
 }
 
 var (
-	dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	labelName    = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
 	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 	envName      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]*$`)
 )
+
+// isDNS1123Label reports whether s matches ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$
+// without a regular expression: the broker checks a device's name on every
+// message it publishes, and the ingest on every report.
+func isDNS1123Label(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case c == '-' && i > 0 && i < len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // ValidateName checks a DNS-1123 label: at most 63 lower-case alphanumerics
 // or '-', starting and ending with an alphanumeric.
@@ -86,7 +104,7 @@ func ValidateName(name string) error {
 		return errors.New("required")
 	case len(name) > 63:
 		return fmt.Errorf("%q must be no more than 63 characters", truncate(name))
-	case !dns1123Label.MatchString(name):
+	case !isDNS1123Label(name):
 		return fmt.Errorf("%q must be a DNS-1123 label: lower-case letters, digits and '-', starting and ending with a letter or digit", truncate(name))
 	}
 	return nil

@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -103,5 +104,29 @@ func TestTopics(t *testing.T) {
 	custom := Topics{Prefix: "acme/fleet/"}
 	if got := custom.DeviceFilter(TopicStatus); got != "acme/fleet/devices/+/status" {
 		t.Errorf("DeviceFilter = %q", got)
+	}
+}
+
+// dns1123LabelPattern is the definition isDNS1123Label implements.
+var dns1123LabelPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// FuzzIsDNS1123Label: the hand-written check agrees with the regular
+// expression on every input.
+func FuzzIsDNS1123Label(f *testing.F) {
+	for _, s := range []string{"", "a", "-", "a-", "-a", "a-b", "pi-01", "Pi", "a.b", "a_b", "a--b", "0", "é", "a\n", "a\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := isDNS1123Label(s), dns1123LabelPattern.MatchString(s); got != want {
+			t.Fatalf("isDNS1123Label(%q) = %v, the pattern says %v", s, got, want)
+		}
+	})
+}
+
+func BenchmarkValidateName(b *testing.B) {
+	for b.Loop() {
+		if ValidateName("dev-00042") != nil {
+			b.Fatal("invalid")
+		}
 	}
 }
