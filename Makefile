@@ -12,9 +12,9 @@ TEST_TIMEOUT ?= 18m
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## build fleet, fleet-hub and fleet-agent into ./bin
+build: ## build fleet, fleet-hub and fleet-agent into ./bin (static, like the ARM release builds)
 	@mkdir -p $(BIN)
-	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./cmd/fleet ./cmd/fleet-hub ./cmd/fleet-agent
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./cmd/fleet ./cmd/fleet-hub ./cmd/fleet-agent
 
 lint: ## gofmt, go vet and go mod tidy checks
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -32,7 +32,8 @@ var binaries struct {
 	built map[string]error
 }
 
-// BuildBinary builds ./cmd/<name> once and returns the path of the binary.
+// BuildBinary builds ./cmd/<name> once, static and stripped like a
+// release, and returns the path of the binary.
 func BuildBinary(name string) (string, error) {
 	binaries.mu.Lock()
 	defer binaries.mu.Unlock()
@@ -49,7 +50,12 @@ func BuildBinary(name string) (string, error) {
 	}
 	root, err := repoRoot()
 	if err == nil {
-		cmd := exec.Command("go", "build", "-o", path, "./cmd/"+name)
+		// As `make build` and the release builds do (static, stripped):
+		// the footprint test measures what a device runs. A dynamically
+		// linked agent maps libc and the loader and resolves 70,000
+		// dynamic symbols, 7 MiB more RSS.
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", path, "./cmd/"+name)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		cmd.Dir = root
 		if out, berr := cmd.CombinedOutput(); berr != nil {
 			err = fmt.Errorf("go build ./cmd/%s: %w\n%s", name, berr, out)
