@@ -165,18 +165,6 @@ func (d *Dir) LoadDesired() (*schema.DesiredState, error) {
 	return &ds, nil
 }
 
-// SaveDesired persists ds atomically.
-func (d *Dir) SaveDesired(ds *schema.DesiredState) error {
-	b, err := json.Marshal(ds)
-	if err != nil {
-		return fmt.Errorf("save desired state: %w", err)
-	}
-	if err := WriteFileAtomic(filepath.Join(d.versioned(), desiredFile), b, 0o600); err != nil {
-		return fmt.Errorf("save desired state: %w", err)
-	}
-	return nil
-}
-
 // SaveDesiredPayload persists a desired-state payload, as received,
 // atomically. The caller has decoded and validated it; LoadDesired
 // decodes, validates and defaults it again. Saving the bytes the agent

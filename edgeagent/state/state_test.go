@@ -21,6 +21,15 @@ func desiredState(gen int64) *schema.DesiredState {
 	}
 }
 
+func desiredPayload(t *testing.T, gen int64) []byte {
+	t.Helper()
+	b, err := json.Marshal(desiredState(gen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestDesiredRoundTrip(t *testing.T) {
 	d, err := Open(t.TempDir())
 	if err != nil {
@@ -30,7 +39,7 @@ func TestDesiredRoundTrip(t *testing.T) {
 		t.Fatalf("empty dir: %v %v", ds, err)
 	}
 	for gen := int64(1); gen <= 3; gen++ {
-		if err := d.SaveDesired(desiredState(gen)); err != nil {
+		if err := d.SaveDesiredPayload(desiredPayload(t, gen)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -136,7 +145,7 @@ func TestSaveAgentSkipsUnchanged(t *testing.T) {
 
 func TestCorruptFilesAreSetAsideIndependently(t *testing.T) {
 	d, _ := Open(t.TempDir())
-	if err := d.SaveDesired(desiredState(2)); err != nil {
+	if err := d.SaveDesiredPayload(desiredPayload(t, 2)); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.SaveAgent(Agent{AppliedGeneration: 2, Containers: History{{Pod: "p", Container: "c"}: {Restarts: 1}}}); err != nil {
