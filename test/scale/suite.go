@@ -239,6 +239,7 @@ type suite struct {
 	floorUnclean bool // the floor could not clear what it left retained
 	results      []Result
 	selfProf     *os.File // this process's CPU profile, while one runs
+	profPhase    string   // the phase being profiled
 }
 
 // runOnce sets up, runs the phases and tears down. It returns the results
@@ -716,7 +717,19 @@ func (s *suite) profileStart(ctx context.Context, name string) {
 	if err := s.pprofPost(ctx, "/scale/cpu/start?file="+path); err != nil {
 		s.log.Warn("start cpu profile", "err", err)
 	}
+	// The hub's allocations over the phase: go tool pprof
+	// -base NAME.allocs-start.pprof NAME.allocs.pprof.
+	s.profPhase = name
+	s.profileAllocs(ctx, name+".allocs-start.pprof")
 	s.agentsProfile(ctx, name)
+}
+
+// profileAllocs saves the hub's allocation profile (cumulative since it
+// started) into file.
+func (s *suite) profileAllocs(ctx context.Context, file string) {
+	if err := s.pprofGet(ctx, "/debug/pprof/allocs", filepath.Join(s.o.Profile, file)); err != nil {
+		s.log.Warn("allocation profile", "err", err)
+	}
 }
 
 // agentsProfile starts (name != "") or stops a CPU profile of the hollow
@@ -767,6 +780,10 @@ func (s *suite) profileStop(ctx context.Context) {
 	}
 	if err := s.pprofPost(ctx, "/scale/cpu/stop"); err != nil {
 		s.log.Warn("stop cpu profile", "err", err)
+	}
+	if s.profPhase != "" {
+		s.profileAllocs(ctx, s.profPhase+".allocs.pprof")
+		s.profPhase = ""
 	}
 	s.agentsProfile(ctx, "")
 }
