@@ -221,15 +221,8 @@ func describeMachine() machine {
 			}
 		}
 	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for line := range strings.Lines(string(b)) {
-			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-				var kb float64
-				if _, err := fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), &kb); err == nil {
-					m.RAM = fmt.Sprintf("%.1f GiB", kb/(1<<20))
-				}
-			}
-		}
+	if total := memTotal(); total > 0 {
+		m.RAM = fmt.Sprintf("%.1f GiB", float64(total)/(1<<30))
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
@@ -242,4 +235,21 @@ func describeMachine() machine {
 		}
 	}
 	return m
+}
+
+// memTotal is the machine's memory in bytes (MemTotal), or 0 if unknown.
+func memTotal() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			var kb int64
+			if _, err := fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), &kb); err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }

@@ -20,8 +20,22 @@ import (
 	"github.com/fleetmq/fleet/test/scale/hollow"
 )
 
-// hollowGCPercent is the simulator's GOGC.
-const hollowGCPercent = 400
+// The simulator's garbage collector (see hollowMemoryLimit).
+const (
+	hollowHeapPerAgent = 400 << 10 // bytes of limit per agent
+	hollowHeapBase     = 512 << 20
+)
+
+// hollowMemoryLimit is the simulator's memory limit for n agents: room for
+// the garbage of a few fleet-wide changes, and at most a quarter of the
+// machine's memory.
+func hollowMemoryLimit(n int, machine int64) int64 {
+	limit := hollowHeapBase + int64(n)*hollowHeapPerAgent
+	if machine > 0 {
+		limit = min(limit, machine/4)
+	}
+	return limit
+}
 
 // runHollowRole runs the hollow-agent simulator: `hollow -config FILE`.
 func runHollowRole(ctx context.Context, args []string) error {
@@ -43,12 +57,17 @@ func runHollowRole(ctx context.Context, args []string) error {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 	}
 	// N agents share this process and its garbage collector, where real
-	// ones each have a small heap on their own device: at 10,000 agents the
-	// shared collector was a quarter of the simulator's CPU, taken from
-	// the two cores the hub runs on. Collect less often (GOGC, if set,
-	// still wins).
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(hollowGCPercent)
+	// ones each collect a small heap on a CPU of their own. Here every
+	// collection scans the stacks of all N agents' goroutines (about ten
+	// each) on the two cores the hub runs on: at 10,000 agents, with
+	// GOGC=400, collection was still a fifth of the simulator's CPU in a
+	// converge. So collect only when the heap reaches a memory limit sized
+	// for N (GOGC or GOMEMLIMIT, if set, still win). The agents' code and
+	// what it allocates are unchanged; BENCHMARKS.md says the agents' CPU
+	// figures leave out most of their collection.
+	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetGCPercent(-1)
+		debug.SetMemoryLimit(hollowMemoryLimit(len(cfg.Devices), memTotal()))
 	}
 	// For profiling the agents' side: the whole life of the simulator.
 	if path := os.Getenv("FLEET_SCALE_HOLLOW_CPUPROFILE"); path != "" {

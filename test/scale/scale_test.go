@@ -263,3 +263,15 @@ func TestCPUTimeAndRSS(t *testing.T) {
 		t.Errorf("cpuTime of no process: %v", c)
 	}
 }
+
+func TestHollowMemoryLimit(t *testing.T) {
+	if got, want := hollowMemoryLimit(10_000, 24<<30), int64(512<<20+10_000*400<<10); got != want {
+		t.Errorf("10,000 agents on 24 GiB: limit %d, want %d", got, want)
+	}
+	if got, want := hollowMemoryLimit(10_000, 8<<30), int64(2<<30); got != want {
+		t.Errorf("10,000 agents on 8 GiB: limit %d, want a quarter of the machine, %d", got, want)
+	}
+	if got, want := hollowMemoryLimit(20, 0), int64(512<<20+20*400<<10); got != want {
+		t.Errorf("machine size unknown: limit %d, want %d", got, want)
+	}
+}
