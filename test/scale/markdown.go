@@ -47,9 +47,9 @@ Published figures for comparison: KubeEdge's 100,000-node test reports a pod
 start p99 of 4.1 s; Kubernetes' pod-startup SLO is p99 ≤ 5 s; KubeEdge's
 edgecore uses ≈ 70 MB and a k3s agent ≈ 270 MB per node (Fleet's
 per-device cost on the hub is hub-memory; a hollow agent's share of the
-simulator is in the JSON as agent_bytes_per_device, which says little
-about a standalone fleet-agent's RSS: the Go runtime is shared, and the
-simulator collects garbage only at its memory limit).
+simulator is in the JSON as agent_bytes_per_device, read after the
+simulator has collected and returned its garbage; it understates a
+standalone fleet-agent's RSS: the Go runtime is shared).
 `
 
 // updateMarkdown writes the machine and this run's table into path's

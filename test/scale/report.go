@@ -38,7 +38,7 @@ type Result struct {
 	// HubBytesPerDevice (hub-memory): (RSS with N converged and idle −
 	// RSS of the empty hub) / N. HubRSSBytes is read -memory-settle after
 	// convergence; HubRSSConvergedBytes right after it; HubRSSPeakBytes
-	// is the hub's VmHWM by then.
+	// is the hub's VmHWM at the end of the phase.
 	HubBytesPerDevice    float64 `json:"hub_bytes_per_device"`
 	HubRSSBytes          int64   `json:"hub_rss_bytes,omitempty"`
 	HubRSSEmptyBytes     int64   `json:"hub_rss_empty_bytes,omitempty"`

@@ -120,6 +120,9 @@ func TestSmoke(t *testing.T) {
 					if r.HubRSSBytes <= 0 || r.HubRSSEmptyBytes <= 0 || r.HubRSSConvergedBytes <= 0 || r.HubRSSPeakBytes < r.HubRSSBytes {
 						t.Errorf("%s: hub RSS %d, empty %d, converged %d, peak %d", r.Name, r.HubRSSBytes, r.HubRSSEmptyBytes, r.HubRSSConvergedBytes, r.HubRSSPeakBytes)
 					}
+					if r.AgentBytesPerDevice <= 0 {
+						t.Errorf("%s: no simulator RSS per agent (the simulator's free and stats commands)", r.Name)
+					}
 				}
 			}
 			if !slices.Equal(names, allPhases) {

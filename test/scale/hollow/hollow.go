@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -517,8 +518,10 @@ func (f *floorClient) run(ctx context.Context) {
 // Command is one line of the simulator's input.
 type Command struct {
 	// Op is "stats", "starts" (when each device last started a
-	// container), "stop", "cpu-start" (File: where to write a CPU profile
-	// of the simulator) or "cpu-stop".
+	// container), "free" (collect garbage and return it to the system:
+	// the simulator collects only at its memory limit), "stop",
+	// "cpu-start" (File: where to write a CPU profile of the simulator)
+	// or "cpu-stop".
 	Op   string `json:"op"`
 	File string `json:"file,omitempty"`
 }
@@ -593,6 +596,11 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer, log *sl
 				}
 			case "starts":
 				if err := send(Reply{Op: "starts", Starts: s.LastStarts()}); err != nil {
+					return err
+				}
+			case "free":
+				debug.FreeOSMemory()
+				if err := send(Reply{Op: "free"}); err != nil {
 					return err
 				}
 			case "cpu-start", "cpu-stop":
