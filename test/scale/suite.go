@@ -86,7 +86,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.WorkDir, "workdir", os.TempDir(), "where the run's directory (hub data, logs) is created")
 	fs.StringVar(&o.StateRoot, "state-root", defaultStateRoot(), "where the agents' state directories go (tmpfs keeps their fsyncs cheap)")
 	fs.StringVar(&o.HubBin, "hub-bin", "", "fleet-hub binary (default: go build ./cmd/fleet-hub)")
-	fs.StringVar(&o.Profile, "profile", "", "run the hub in-process with pprof and write CPU profiles of each phase and a heap profile into this directory")
+	fs.StringVar(&o.Profile, "profile", "", "run the hub in-process with pprof and write into this directory CPU profiles of each phase (hub, simulator, suite), the hub's allocations over each phase (NAME.allocs-start.pprof, NAME.allocs.pprof: go tool pprof -base) and a heap profile")
 	fs.IntVar(&o.ConnectRate, "connect-rate", 2500, "agents started per second when they first connect (0: all at once)")
 	fs.BoolVar(&o.ReconnectAtOnce, "reconnect-at-once", false, "storm: the agents reconnect without the jitter of their backoff, every one at the same instants (default: as agents do, jittered)")
 	fs.IntVar(&o.FloorInflight, "floor-inflight", 1000, "floor: most desired states awaiting the broker at once")
