@@ -78,11 +78,24 @@ type Result struct {
 	// ApplyMS: how long the apply request took (converge, single-change:
 	// mean).
 	ApplyMS float64 `json:"apply_ms,omitempty"`
-	// Target is the suite's objective for this phase at this size, and OK
-	// whether it was met ("" and false when there is none).
+	// Target is the suite's objective for this phase at this size ("" when
+	// there is none: the floor, and the smaller sizes). OK says the phase
+	// ran without error, lost nothing and met its target if it has one,
+	// so a script can check every line's "ok" at any size.
 	Target string `json:"target,omitempty"`
 	OK     bool   `json:"ok"`
 	Error  string `json:"error,omitempty"`
+}
+
+// settle makes OK final: false on an error or a loss, whatever the
+// target said; without a target, true when the phase ran cleanly.
+func (r *Result) settle() {
+	clean := r.Error == "" && r.Lost == 0 && r.RedundantRestarts == 0
+	if r.Target == "" {
+		r.OK = clean
+		return
+	}
+	r.OK = r.OK && clean
 }
 
 // ms converts a duration to fractional milliseconds.

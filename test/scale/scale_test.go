@@ -104,6 +104,9 @@ func TestSmoke(t *testing.T) {
 				if r.Error != "" || r.Lost != 0 || r.RedundantRestarts != 0 {
 					t.Errorf("%s: error %q, lost %d, redundant restarts %d", r.Name, r.Error, r.Lost, r.RedundantRestarts)
 				}
+				if r.Target == "" && !r.OK {
+					t.Errorf("%s: ran cleanly without a target, but ok is false", r.Name)
+				}
 				switch r.Name {
 				case phaseFloor, phaseConverge, phaseStorm:
 					if r.Samples != o.Agents || r.WallMS <= 0 {
@@ -180,6 +183,29 @@ func TestParseOptions(t *testing.T) {
 		var sink bytes.Buffer
 		if _, err := parseOptions(bad, &sink); err == nil {
 			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+func TestResultSettle(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		r    Result
+		want bool
+	}{
+		{"no target, clean", Result{Name: phaseFloor}, true},
+		{"no target, error", Result{Name: phaseFloor, Error: "boom"}, false},
+		{"no target, lost", Result{Name: phaseConverge, Lost: 1}, false},
+		{"no target, redundant restarts", Result{Name: phaseStorm, RedundantRestarts: 2}, false},
+		{"target met", Result{Name: phaseSingle, Target: "p99 ≤ 20ms", OK: true}, true},
+		{"target missed", Result{Name: phaseSingle, Target: "p99 ≤ 20ms"}, false},
+		{"target met, but an error", Result{Name: phaseConverge, Target: "p99 ≤ 250ms", OK: true, Error: "boom"}, false},
+		{"target met, but lost", Result{Name: phaseStorm, Target: "wall ≤ 5s", OK: true, Lost: 3}, false},
+	} {
+		r := c.r
+		r.settle()
+		if r.OK != c.want {
+			t.Errorf("%s: ok %v, want %v", c.name, r.OK, c.want)
 		}
 	}
 }

@@ -270,6 +270,7 @@ func runOnce(ctx context.Context, o options, log *slog.Logger) (results []Result
 	var failed []error
 	if s.want(phaseFloor) {
 		r := s.floor(ctx)
+		r.settle()
 		s.results = append(s.results, r)
 		if r.Error != "" {
 			// The hub's phases still say something (without a ratio),
@@ -312,6 +313,7 @@ func runOnce(ctx context.Context, o options, log *slog.Logger) (results []Result
 		}
 		s.log.Info("phase", "name", p.name)
 		r := p.f(ctx)
+		r.settle()
 		if p.name != phaseConverge || s.want(p.name) {
 			s.results = append(s.results, r)
 		}
