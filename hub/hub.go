@@ -384,6 +384,9 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		}
 		h.conn.release()
 		h.log.Info("hub state loaded", "took", time.Since(loadStart).Round(time.Millisecond))
+		if h.broker != nil {
+			warnListenBacklog(h.log, h.ctrl.DeviceCount(), broker.ListenBacklog)
+		}
 		parts.Go(func() {
 			if err := h.ctrl.Run(partsCtx); err != nil {
 				partErr <- err

@@ -220,6 +220,13 @@ func (c *Controller) DeploymentStatus(name string) (schema.DeploymentStatus, boo
 	return s, ok
 }
 
+// DeviceCount returns how many devices are registered.
+func (c *Controller) DeviceCount() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.devices)
+}
+
 // Counts returns how many devices there are, how many are online and how
 // many have converged. It looks at every device: call it for a metrics
 // scrape, not in a loop.

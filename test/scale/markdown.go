@@ -186,6 +186,9 @@ func renderMachine(m machine) string {
 	if m.Mosquitto != "" {
 		fmt.Fprintf(&b, ", Mosquitto %s", m.Mosquitto)
 	}
+	if m.Somaxconn > 0 {
+		fmt.Fprintf(&b, ", net.core.somaxconn %d", m.Somaxconn)
+	}
 	b.WriteString(".\n")
 	return b.String()
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/fleetmq/fleet/broker"
 )
 
 // Result is one phase's figures: one JSON object per line with -json.
@@ -207,6 +209,10 @@ type machine struct {
 	Kernel    string
 	GoVersion string
 	Mosquitto string
+	// Somaxconn is the kernel's listen backlog limit (net.core.somaxconn),
+	// the embedded broker's queue of connections not yet accepted: the
+	// storm overflows it when it is shorter than the fleet.
+	Somaxconn int
 	// Load is /proc/loadavg's 1-minute figure when the run started: other
 	// work on the machine skews every figure.
 	Load string
@@ -240,6 +246,7 @@ func describeMachine() machine {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
+	m.Somaxconn, _ = broker.ListenBacklog()
 	if bin, err := mosquittoBinary(); err == nil {
 		if out, err := exec.Command(bin, "-h").CombinedOutput(); err == nil || len(out) > 0 {
 			if line, _, _ := strings.Cut(string(out), "\n"); strings.HasPrefix(line, "mosquitto version") {

@@ -370,6 +370,10 @@ func checkFDLimit(n int, log *slog.Logger) {
 		log.Warn("the open-file limit is low for this many agents: the hub and the simulator each hold one socket per agent",
 			"limit", lim.Cur, "agents", n)
 	}
+	if backlog, err := broker.ListenBacklog(); err == nil && backlog < n {
+		log.Warn("net.core.somaxconn is shorter than the fleet: in the storm, agents that do not fit in the embedded broker's listen queue wait for TCP retransmissions (sysctl -w net.core.somaxconn=16384)",
+			"somaxconn", backlog, "agents", n)
+	}
 }
 
 // ---- setup ----------------------------------------------------------------------
