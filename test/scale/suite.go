@@ -261,7 +261,7 @@ func runOnce(ctx context.Context, o options, log *slog.Logger) (results []Result
 		}
 		os.RemoveAll(s.state)
 	}()
-	checkFDLimit(o.Agents, log)
+	checkHostLimits(o.Agents, log)
 	s.convergeDep = deployment(convergeDeployment, map[string]string{scaleLabel: scaleLabelValue},
 		schema.EnvVar{Name: "RUN", Value: filepath.Base(s.dir)})
 	if err := s.setupHubSpec(ctx); err != nil {
@@ -364,7 +364,9 @@ func (s *suite) teardown() {
 	}
 }
 
-func checkFDLimit(n int, log *slog.Logger) {
+// checkHostLimits warns about host limits too low for n agents: open files
+// and the listen backlog.
+func checkHostLimits(n int, log *slog.Logger) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < uint64(n)+1024 {
 		log.Warn("the open-file limit is low for this many agents: the hub and the simulator each hold one socket per agent",
