@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -179,11 +180,30 @@ func TestParseOptions(t *testing.T) {
 	}
 	for _, bad := range [][]string{
 		{"-agents", "0"}, {"-broker", "emqx"}, {"-phases", "floor,nope"}, {"-storm-signal", "HUP"}, {"extra"},
+		{"-runtime-latency", "-5ms"}, {"-runtime-latency", "slow"}, {"-runtime-latency", "lognormal:"}, {"-runtime-latency", "lognormalish"},
 	} {
 		var sink bytes.Buffer
 		if _, err := parseOptions(bad, &sink); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
+	}
+}
+
+// TestRuntimeLatencyForms: the issue's two settings, "0 ms, or lognormal
+// around 65 ms", in the forms a user would type them.
+func TestRuntimeLatencyForms(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"0": 0, "0ms": 0, "65ms": 65 * time.Millisecond, "lognormal": 65 * time.Millisecond,
+		"LogNormal": 65 * time.Millisecond, "lognormal:80ms": 80 * time.Millisecond, " 1s ": time.Second,
+	} {
+		o, err := parseOptions([]string{"-runtime-latency", in}, io.Discard)
+		if err != nil || o.RuntimeLatency != want {
+			t.Errorf("-runtime-latency %q: %v, %v; want %v", in, o.RuntimeLatency, err, want)
+		}
+	}
+	o, err := parseOptions(nil, io.Discard)
+	if err != nil || o.RuntimeLatency != 0 {
+		t.Errorf("default -runtime-latency: %v, %v; want 0", o.RuntimeLatency, err)
 	}
 }
 

@@ -74,7 +74,12 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.Agents, "agents", 1000, "number of hollow agents (devices)")
 	fs.StringVar(&o.Broker, "broker", "embedded", "embedded (the hub's broker) or mosquitto (fleet-hub --broker)")
-	fs.DurationVar(&o.RuntimeLatency, "runtime-latency", 0, "median container start latency of the fake runtime (log-normal; 0: instant)")
+	fs.Func("runtime-latency", "the fake runtime's container start latency, log-normal around a median: a duration such as 65ms (0: instant), "+
+		"lognormal ("+defaultLogNormalMedian.String()+", the containerd median measured here) or lognormal:DURATION (default 0)", func(v string) error {
+		d, err := parseRuntimeLatency(v)
+		o.RuntimeLatency = d
+		return err
+	})
 	fs.Float64Var(&o.LatencySigma, "latency-sigma", 0.3, "shape of the log-normal start latency")
 	fs.DurationVar(&o.StatusInterval, "status-interval", time.Millisecond,
 		"the agents' StatusInterval (least time between two status publishes); the agent's default, 1s, holds every converged status back up to 1s")
@@ -141,6 +146,33 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		o.Phases = append(o.Phases, p)
 	}
 	return o, nil
+}
+
+// defaultLogNormalMedian is the containerd create+start median measured
+// on the project's machine (BENCHMARKS.md), the hollow runtime's
+// "lognormal" start latency.
+const defaultLogNormalMedian = 65 * time.Millisecond
+
+// parseRuntimeLatency reads -runtime-latency: a duration, "lognormal" or
+// "lognormal:DURATION".
+func parseRuntimeLatency(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if rest, ok := strings.CutPrefix(strings.ToLower(v), "lognormal"); ok {
+		if rest == "" {
+			return defaultLogNormalMedian, nil
+		}
+		if v, ok = strings.CutPrefix(rest, ":"); !ok {
+			return 0, fmt.Errorf("%q: want a duration, lognormal or lognormal:DURATION", "lognormal"+rest)
+		}
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%q: want a duration (e.g. 65ms, 0), lognormal or lognormal:DURATION", v)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%q: must not be negative", v)
+	}
+	return d, nil
 }
 
 func defaultStateRoot() string {
