@@ -81,7 +81,9 @@ type Options struct {
 	// paho goroutine and must not block.
 	OnDesired func(payload []byte)
 	// OnConnect runs after each successful connect, once subscribed and
-	// announced online. It must not block.
+	// with "online" sent (its acknowledgement may still be on its way):
+	// what it publishes reaches the broker after "online". It must not
+	// block.
 	OnConnect func()
 }
 
@@ -378,10 +380,13 @@ func (s *Session) onConnect(ctx context.Context, c mqtt.Client, epoch uint64) er
 			}
 		}
 	}
+	// "online" and what OnConnect publishes (the fresh status) go out
+	// back to back: paho sends publishes in the order they are made, so
+	// the broker still sees "online" first, and the status does not wait
+	// a round trip for its acknowledgement. After a hub restart, when the
+	// whole fleet reconnects to a busy broker, that round trip is the
+	// longest (and on a slow link it is the link's).
 	pub := c.Publish(s.onlineTopic, 1, true, schema.Online)
-	if err := wait(ctx, pub, s.o.OpTimeout); err != nil {
-		return fmt.Errorf("announce online: %w", err)
-	}
 	s.mu.Lock()
 	if s.epoch != epoch {
 		s.mu.Unlock()
@@ -392,6 +397,9 @@ func (s *Session) onConnect(ctx context.Context, c mqtt.Client, epoch uint64) er
 	s.connects.Add(1)
 	s.log.Info("mqtt connected", "broker", s.o.Broker, "subscribed", s.desiredTopic)
 	s.o.OnConnect()
+	if err := wait(ctx, pub, s.o.OpTimeout); err != nil {
+		return fmt.Errorf("announce online: %w", err)
+	}
 	return nil
 }
 

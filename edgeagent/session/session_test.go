@@ -333,3 +333,96 @@ func acceptOne(t *testing.T) (string, <-chan net.Conn) {
 	}()
 	return ln.Addr().String(), accepted
 }
+
+// TestStatusDoesNotWaitForOnlineAck: after subscribing, the session
+// announces "online" and runs OnConnect without waiting for the
+// announcement's acknowledgement, so the status OnConnect publishes
+// reaches the broker one round trip sooner, and after "online". A scripted
+// broker withholds that acknowledgement until the status has arrived.
+func TestStatusDoesNotWaitForOnlineAck(t *testing.T) {
+	addr, accepted := acceptOne(t)
+	var topics schema.Topics
+	statusTopic := topics.Device("pi-1", schema.TopicStatus)
+	var s *Session
+	s, err := New(Options{
+		Broker: "tcp://" + addr, Device: "pi-1", Token: "t", Topics: topics,
+		OnDesired: func([]byte) {},
+		OnConnect: func() {
+			go func() { _ = s.Publish(t.Context(), statusTopic, true, []byte(`{"device":"pi-1"}`)) }()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	var conn net.Conn
+	select {
+	case conn = <-accepted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session did not connect")
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	write := func(p pahopackets.ControlPacket) {
+		t.Helper()
+		if err := p.Write(conn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() pahopackets.ControlPacket {
+		t.Helper()
+		p, err := pahopackets.ReadPacket(conn)
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		return p
+	}
+	if _, ok := read().(*pahopackets.ConnectPacket); !ok {
+		t.Fatal("first packet is not CONNECT")
+	}
+	write(pahopackets.NewControlPacket(pahopackets.Connack))
+	sub, ok := read().(*pahopackets.SubscribePacket)
+	if !ok {
+		t.Fatal("second packet is not SUBSCRIBE")
+	}
+	suback := pahopackets.NewControlPacket(pahopackets.Suback).(*pahopackets.SubackPacket)
+	suback.MessageID, suback.ReturnCodes = sub.MessageID, []byte{1}
+	write(suback)
+
+	// The publishes, in order, with no acknowledgement sent yet.
+	var got []string
+	var ids []uint16
+	for len(got) < 2 {
+		p, ok := read().(*pahopackets.PublishPacket)
+		if !ok {
+			continue // a ping, if the machine is very slow
+		}
+		got = append(got, p.TopicName)
+		ids = append(ids, p.MessageID)
+	}
+	want := []string{topics.Device("pi-1", schema.TopicOnline), statusTopic}
+	if got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("publishes before any acknowledgement: %q, want %q", got, want)
+	}
+	for _, id := range ids {
+		ack := pahopackets.NewControlPacket(pahopackets.Puback).(*pahopackets.PubackPacket)
+		ack.MessageID = id
+		write(ack)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatal("the session is not connected once its announcement was acknowledged")
+		}
+		time.Sleep(time.Millisecond) // polling, with a deadline
+	}
+}
