@@ -31,6 +31,13 @@ const (
 	// RSS: a little over two memory checks of the hub (it trims at the
 	// first check that follows one without a collection).
 	defaultMemorySettle = 2*hub.DefaultMemoryTrimInterval + 3*time.Second
+	// Below smallFleet agents the hub's surplus after a converge is far
+	// below what it gives back (hub.trimMinSurplus, 64 MiB: about 1,000
+	// devices' worth), so there is no trim to wait for and the default
+	// settle is smallFleetMemorySettle: a 100-agent run takes seconds,
+	// not half a minute.
+	smallFleet             = 500
+	smallFleetMemorySettle = 3 * time.Second
 )
 
 // floor is B1: see floor.go. With Mosquitto it starts the Mosquitto the

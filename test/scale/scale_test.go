@@ -207,6 +207,25 @@ func TestRuntimeLatencyForms(t *testing.T) {
 	}
 }
 
+// TestMemorySettleDefault: a small fleet's run does not wait for a memory
+// trim that cannot happen; a given -memory-settle always wins.
+func TestMemorySettleDefault(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{[]string{"-agents", "100"}, smallFleetMemorySettle},
+		{[]string{"-agents", "1000"}, defaultMemorySettle},
+		{[]string{"-agents", "100", "-memory-settle", "30s"}, 30 * time.Second},
+		{[]string{"-agents", "10000", "-memory-settle", "0"}, 0},
+	} {
+		o, err := parseOptions(c.args, io.Discard)
+		if err != nil || o.MemorySettle != c.want {
+			t.Errorf("%q: memory settle %v, %v; want %v", c.args, o.MemorySettle, err, c.want)
+		}
+	}
+}
+
 func TestResultSettle(t *testing.T) {
 	for _, c := range []struct {
 		name string

@@ -84,7 +84,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.StatusInterval, "status-interval", time.Millisecond,
 		"the agents' StatusInterval (least time between two status publishes); the agent's default, 1s, holds every converged status back up to 1s")
 	fs.IntVar(&o.Changes, "changes", 1000, "single-change phase: how many changes")
-	fs.DurationVar(&o.MemorySettle, "memory-settle", defaultMemorySettle, "hub-memory phase: how long after convergence the hub's RSS is read (the hub gives back the heap a burst left behind once it is quiet)")
+	fs.DurationVar(&o.MemorySettle, "memory-settle", defaultMemorySettle, fmt.Sprintf("hub-memory phase: how long after convergence the hub's RSS is read (the hub gives back the heap a burst left behind once it is quiet; default %v below %d agents, where there is nothing to give back)", smallFleetMemorySettle, smallFleet))
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to report, comma-separated (converge always runs: the others need it)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per phase")
 	fs.StringVar(&o.Markdown, "markdown", "", "also write the results into this file's \"## Scale suite\" section (BENCHMARKS.md)")
@@ -119,6 +119,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	settleSet := false
+	fs.Visit(func(f *flag.Flag) { settleSet = settleSet || f.Name == "memory-settle" })
+	if !settleSet && o.Agents < smallFleet {
+		o.MemorySettle = smallFleetMemorySettle
 	}
 	switch {
 	case o.Agents < 1:
