@@ -108,6 +108,10 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	releaseAfter, err := cfg.releasePages()
+	if err != nil {
+		return err
+	}
 	device, token, err := identity(ctx, cfg, log, tlsCfg)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -151,10 +155,31 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if releaseAfter > 0 {
+		go releaseStartupPages(ctx, releaseAfter, log)
+	}
 	if err := agent.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
+}
+
+// releaseStartupPages waits d, then releases the binary's resident pages
+// once (see releaseBinaryPages).
+func releaseStartupPages(ctx context.Context, d time.Duration, log *slog.Logger) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-t.C:
+	}
+	n, err := releaseBinaryPages()
+	if err != nil {
+		log.Debug("start-up pages not released", "err", err)
+		return
+	}
+	log.Debug("start-up pages released", "mapped_bytes", n)
 }
 
 // connectRuntime connects to containerd, retrying with backoff while it is

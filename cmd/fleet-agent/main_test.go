@@ -50,7 +50,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.StateDir != "/var/lib/fleet-agent" || c.Namespace != "fleet" || c.ContainerdSocket != "/run/containerd/containerd.sock" ||
-		c.ResyncInterval != "30s" || c.Broker != "tcp://localhost:1883" || c.LogLevel != "info" {
+		c.ResyncInterval != "30s" || c.Broker != "tcp://localhost:1883" || c.LogLevel != "info" || c.ReleasePages != "15s" {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
@@ -131,6 +131,8 @@ func TestRunRejectsBadSettingsBeforeConnecting(t *testing.T) {
 		{"--device", "pi", "--ca", "/nonexistent.pem", "--broker", "ssl://h:8883"},
 		{"--device", "pi", "--ca", writeFile(t, "ca.pem", "not pem"), "--broker", "ssl://h:8883"},
 		{"--device", "pi", "unexpected-arg"},
+		{"--device", "pi", "--release-startup-pages", "soon"},
+		{"--device", "pi", "--release-startup-pages", "-1s"},
 	} {
 		if err := run(args, &out, &out); err == nil {
 			t.Errorf("run(%v) succeeded", args)
