@@ -63,7 +63,7 @@ func (c *config) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Namespace, "namespace", containerd.DefaultNamespace, "containerd namespace of Fleet's containers")
 	fs.StringVar(&c.CA, "ca", "", "PEM file of the CA that signed the broker's certificate (TLS brokers)")
 	fs.StringVar(&c.ResyncInterval, "resync-interval", "30s", "period of full reconciles")
-	fs.StringVar(&c.ReleasePages, "release-startup-pages", "15s", "this long after start, hand the kernel back the pages of the agent's own binary that start-up read, so that its RSS is what it goes on using (Linux 5.4+; 0: never)")
+	fs.StringVar(&c.ReleasePages, "release-startup-pages", "5s", "this long after connecting to containerd (start-up is then about over), hand the kernel back the pages of the agent's own binary that start-up read, so that its RSS is what it goes on using (Linux 5.4+; 0: never)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.TopicPrefix, "topic-prefix", schema.DefaultTopicPrefix, "MQTT topic prefix (must match the hub's)")
 	fs.StringVar(&c.configFile, "config", "", "YAML config file (same keys as the flags, plus registry)")
@@ -214,7 +214,7 @@ func (c *config) resync() (time.Duration, error) {
 func (c *config) releasePages() (time.Duration, error) {
 	d, err := time.ParseDuration(c.ReleasePages)
 	if err != nil || d < 0 {
-		return 0, fmt.Errorf("--release-startup-pages %q: want a duration such as 15s, or 0 for never", c.ReleasePages)
+		return 0, fmt.Errorf("--release-startup-pages %q: want a duration such as 5s, or 0 for never", c.ReleasePages)
 	}
 	return d, nil
 }

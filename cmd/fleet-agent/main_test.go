@@ -50,7 +50,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.StateDir != "/var/lib/fleet-agent" || c.Namespace != "fleet" || c.ContainerdSocket != "/run/containerd/containerd.sock" ||
-		c.ResyncInterval != "30s" || c.Broker != "tcp://localhost:1883" || c.LogLevel != "info" || c.ReleasePages != "15s" {
+		c.ResyncInterval != "30s" || c.Broker != "tcp://localhost:1883" || c.LogLevel != "info" || c.ReleasePages != "5s" {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
