@@ -15,6 +15,12 @@ func e2eApplyConverges(t *testing.T, f *Fleet) {
 	everywhere := e2eDep{Name: "e2e-everywhere", Env: map[string]string{"GREETING": "hi"}}
 	f.applyDeps(t, hello, everywhere)
 
+	// What an operator types after an apply: it returns once the hub
+	// says both sensors run the pod, ready.
+	out := f.CLI(t, "rollout", "status", "deployment/e2e-hello", "--timeout", "50s")
+	if last := lastLine(out); last != `deployment "e2e-hello" successfully rolled out to 2 devices` {
+		t.Errorf("fleet rollout status ended with %q:\n%s", last, out)
+	}
 	f.AwaitRollout(t, "e2e-hello", 2, e2eConverge)
 	f.AwaitRollout(t, "e2e-everywhere", 3, e2eConverge)
 	converged := f.AwaitConverged(t, e2eConverge, devs...)
@@ -116,4 +122,10 @@ func e2eMovePods(t *testing.T, f *Fleet) {
 	if dep := f.Deployment(t, "e2e-mover"); dep.Metadata.Generation != 2 {
 		t.Errorf("selector change: generation %d, want 2", dep.Metadata.Generation)
 	}
+}
+
+// lastLine is the last non-empty line of a command's output.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
 }

@@ -28,6 +28,7 @@ A config file is YAML: "hub: http://127.0.0.1:8080" and "token: ...".`,
   fleet apply -f web.yaml
   fleet get deployments
   fleet get devices -l site=lab -o wide
+  fleet rollout status deployment/web
   fleet describe deployment web
   fleet diff -f web.yaml`,
 		SilenceUsage:  true,
@@ -55,6 +56,7 @@ A config file is YAML: "hub: http://127.0.0.1:8080" and "token: ...".`,
 		newDescribeCmd(cli),
 		newDiffCmd(cli),
 		newDeleteCmd(cli),
+		newRolloutCmd(cli),
 		newDeviceCmd(cli),
 		newMonitorCmd(cli),
 		newTokenCmd(cli),

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleetmq/fleet/hub/client"
+	"github.com/fleetmq/fleet/hub/client/printers"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// rolloutPoll is how often rollout status reads the deployment. Its status
+// is the controller's aggregate of the device reports, which the hub does
+// not stream as watch events.
+const rolloutPoll = time.Second
+
+func newRolloutCmd(cli *cliContext) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rollout",
+		Short: "Follow the rollout of a deployment to its devices",
+		Long: `Follow the rollout of a deployment to the devices its selector matches.
+
+A rollout starts when a deployment is created or its pod template changes
+(its generation is bumped); it is finished when every targeted device runs the
+new pod and reports it ready.`,
+		Example: `  # Apply, then wait until every targeted device runs the new pod
+  fleet apply -f web.yaml
+  fleet rollout status deployment/web`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(newRolloutStatusCmd(cli))
+	return cmd
+}
+
+type rolloutStatusOptions struct {
+	watch   bool
+	timeout time.Duration
+}
+
+func newRolloutStatusCmd(cli *cliContext) *cobra.Command {
+	o := rolloutStatusOptions{watch: true}
+	cmd := &cobra.Command{
+		Use:   "status (deployment NAME | deployment/NAME) [--timeout DURATION] [-w=false]",
+		Short: "Wait until a deployment runs its latest pod on every targeted device",
+		Long: `Show the progress of a deployment's rollout and wait until it is finished:
+the hub has seen the latest generation and every device the selector matches
+reports the new pod ready (a pod with restartPolicy Never or OnFailure that
+exited successfully counts as done).
+
+A line is printed each time the progress changes: devices updated (running
+the new pod), ready, failed (the pod fails on an online device; see
+"fleet describe device NAME") and pending (on their way, or offline).
+
+An offline device holds the rollout until it reconnects and converges;
+--timeout bounds the wait. The exit status is 0 once the rollout is
+finished, 1 when the timeout expires or the deployment is deleted. With
+-w=false the progress is printed once and the command exits 0, as kubectl's
+does.`,
+		Example: `  # Wait for a rollout, as long as it takes (Ctrl-C to stop)
+  fleet rollout status deployment/web
+
+  # In a script: apply, then fail if the devices are not done in 5 minutes
+  fleet apply -f web.yaml && fleet rollout status deployment web --timeout 5m
+
+  # Print the progress once
+  fleet rollout status deploy/web -w=false`,
+		Args:              cobra.RangeArgs(1, 2),
+		ValidArgsFunction: cli.completeResources,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRolloutStatus(cmd.Context(), cli, args, o)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&o.watch, "watch", "w", true, "wait until the rollout is finished (false: print the progress once)")
+	// Shadows the global --timeout (each request's limit), as kubectl's
+	// rollout status --timeout does its --request-timeout.
+	f.DurationVar(&o.timeout, "timeout", 0, "how long to wait before giving up (0: wait until the rollout finishes); each request still has the default limit of "+defaultTimeout.String())
+	return cmd
+}
+
+// rolloutTarget reads "deployment NAME" or "deployment/NAME".
+func rolloutTarget(args []string) (string, error) {
+	kind, refs, err := parseRefs(args)
+	if err != nil {
+		return "", err
+	}
+	if len(refs) != 1 {
+		return "", errors.New("name one deployment: deployment NAME or deployment/NAME")
+	}
+	if kind == "" {
+		kind = refs[0].kind
+	}
+	if kind != client.Deployments {
+		return "", fmt.Errorf("rollout status works on deployments, not %s: a device's progress is in fleet get devices %s", kind, refs[0].name)
+	}
+	return refs[0].name, nil
+}
+
+func runRolloutStatus(ctx context.Context, cli *cliContext, args []string, o rolloutStatusOptions) error {
+	name, err := rolloutTarget(args)
+	if err != nil {
+		return err
+	}
+	if o.timeout < 0 {
+		return fmt.Errorf("--timeout %s: must not be negative", o.timeout)
+	}
+	cl, err := cli.Client()
+	if err != nil {
+		return err
+	}
+	wait := ctx
+	if o.timeout > 0 {
+		var cancel context.CancelFunc
+		wait, cancel = context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+	}
+	tick := time.NewTicker(rolloutPoll)
+	defer tick.Stop()
+	var last string
+	var dep *schema.Deployment
+	var unreachable error
+	for first := true; ; first = false {
+		d, err := getDeployment(wait, cli, cl, name)
+		switch {
+		case err == nil:
+			dep, unreachable = d, nil
+			progress, done := rolloutProgress(dep)
+			if progress != last {
+				fmt.Fprintln(cli.stdout(), progress)
+				last = progress
+			}
+			if done || !o.watch {
+				return nil
+			}
+		case wait.Err() != nil:
+			// The wait ended during the request.
+		case client.IsNotFound(err) && !first:
+			return fmt.Errorf("deployment %q was deleted while its rollout was followed", name)
+		case first || errors.As(err, new(*client.APIError)):
+			return err
+		default:
+			// A hub restarting, a dropped connection: keep following,
+			// and say so once.
+			if unreachable == nil {
+				fmt.Fprintf(cli.stderr(), "warning: cannot read deployment %q, retrying: %v\n", name, err)
+			}
+			unreachable = err
+		}
+		select {
+		case <-wait.Done():
+			if ctx.Err() != nil {
+				// Interrupted: the user stopped following.
+				return &exitError{code: 130}
+			}
+			return rolloutTimeout(name, o.timeout, dep, unreachable)
+		case <-tick.C:
+		}
+	}
+}
+
+func getDeployment(ctx context.Context, cli *cliContext, cl *client.Client, name string) (*schema.Deployment, error) {
+	rctx, cancel := cli.requestContext(ctx)
+	defer cancel()
+	return cl.GetDeployment(rctx, name)
+}
+
+func rolloutTimeout(name string, timeout time.Duration, dep *schema.Deployment, unreachable error) error {
+	msg := fmt.Sprintf("timed out after %s waiting for deployment %q to roll out", timeout, name)
+	if dep != nil && dep.Status != nil {
+		s := dep.Status
+		msg += fmt.Sprintf(": %d of %d devices ready", s.Ready, s.Targeted)
+		if s.Failed > 0 {
+			msg += fmt.Sprintf(", %d failed", s.Failed)
+		}
+		if s.Pending > 0 {
+			which := "fleet get devices"
+			if sel := dep.Spec.Selector.MatchLabels; len(sel) > 0 {
+				which += " -l " + printers.Labels(sel)
+			}
+			msg += fmt.Sprintf(", %d pending (%s shows which)", s.Pending, which)
+		}
+	}
+	if unreachable != nil {
+		msg += fmt.Sprintf("; the last request failed: %v", unreachable)
+	}
+	return errors.New(msg)
+}
+
+// rolloutProgress describes where the deployment's rollout stands, in the
+// words of kubectl's rollout status, and whether it is finished.
+func rolloutProgress(d *schema.Deployment) (string, bool) {
+	name := d.Metadata.Name
+	s := d.Status
+	if s == nil || s.ObservedGeneration < d.Metadata.Generation {
+		return fmt.Sprintf("Waiting for deployment %q spec update to be observed...", name), false
+	}
+	switch {
+	case s.Targeted == 0:
+		return fmt.Sprintf("deployment %q successfully rolled out (no device matches its selector)", name), true
+	case s.Ready >= s.Targeted && s.Updated >= s.Targeted:
+		return fmt.Sprintf("deployment %q successfully rolled out to %d %s", name, s.Targeted, plural(s.Targeted, "device", "devices")), true
+	}
+	msg := fmt.Sprintf("Waiting for deployment %q rollout to finish: %d of %d %s updated, %d ready", name, s.Updated, s.Targeted, plural(s.Targeted, "device", "devices"), s.Ready)
+	if s.Failed > 0 {
+		msg += fmt.Sprintf(", %d failed", s.Failed)
+	}
+	if s.Pending > 0 {
+		msg += fmt.Sprintf(", %d pending", s.Pending)
+	}
+	return msg + "...", false
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleet/schema"
+)
+
+// TestRolloutStatusFollowsToTheEnd: the command prints each new state of
+// the rollout once and exits 0 when every targeted device is ready.
+func TestRolloutStatusFollowsToTheEnd(t *testing.T) {
+	e := newEnv(t)
+	e.ok("", "apply", "-f", e.file("app.yaml", webYAML+"---\n"+deviceYAML))
+	gen := e.hub.Deployment("web").Metadata.Generation
+	set := func(st schema.DeploymentStatus) {
+		t.Helper()
+		if err := e.hub.SetDeploymentStatus("web", &st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(schema.DeploymentStatus{ObservedGeneration: gen, Targeted: 2, Pending: 2})
+
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		err := run(t.Context(), []string{"rollout", "status", "deployment/web"}, stdio{
+			in: strings.NewReader(""), out: out, err: out,
+			getenv: func(k string) string { return e.vars[k] }, workDir: e.dir,
+		})
+		printError(out, err)
+		done <- exitCode(err)
+	}()
+	waitFor(t, out, `Waiting for deployment "web" rollout to finish: 0 of 2 devices updated, 0 ready, 2 pending...`)
+	set(schema.DeploymentStatus{ObservedGeneration: gen, Targeted: 2, Updated: 2, Ready: 1, Pending: 1})
+	waitFor(t, out, `2 of 2 devices updated, 1 ready, 1 pending...`)
+	select {
+	case code := <-done:
+		t.Fatalf("exited %d before the rollout finished:\n%s", code, out)
+	default:
+	}
+	set(schema.DeploymentStatus{ObservedGeneration: gen, Targeted: 2, Updated: 2, Ready: 2})
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still waiting after the rollout finished:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want one line per state, 3 in all; got\n%s", out)
+	}
+	if lines[2] != `deployment "web" successfully rolled out to 2 devices` {
+		t.Errorf("last line %q", lines[2])
+	}
+}
+
+func TestRolloutStatusStates(t *testing.T) {
+	e := newEnv(t)
+	e.ok("", "apply", "-f", e.file("app.yaml", webYAML))
+	gen := e.hub.Deployment("web").Metadata.Generation
+	for _, tc := range []struct {
+		name string
+		st   *schema.DeploymentStatus
+		want string
+	}{
+		{"no status yet", nil, `Waiting for deployment "web" spec update to be observed...`},
+		{"an older generation", &schema.DeploymentStatus{ObservedGeneration: gen - 1, Targeted: 1, Updated: 1, Ready: 1},
+			`Waiting for deployment "web" spec update to be observed...`},
+		{"no device targeted", &schema.DeploymentStatus{ObservedGeneration: gen},
+			`deployment "web" successfully rolled out (no device matches its selector)`},
+		{"a failed device", &schema.DeploymentStatus{ObservedGeneration: gen, Targeted: 3, Updated: 2, Ready: 1, Failed: 1, Pending: 1},
+			`Waiting for deployment "web" rollout to finish: 2 of 3 devices updated, 1 ready, 1 failed, 1 pending...`},
+		{"done on one device", &schema.DeploymentStatus{ObservedGeneration: gen, Targeted: 1, Updated: 1, Ready: 1},
+			`deployment "web" successfully rolled out to 1 device`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := e.hub.SetDeploymentStatus("web", tc.st); err != nil {
+				t.Fatal(err)
+			}
+			// -w=false prints the state once and exits 0, finished or not.
+			r := e.run("", "rollout", "status", "deployment", "web", "-w=false")
+			if r.code != 0 || strings.TrimSpace(r.stdout) != tc.want {
+				t.Fatalf("exit %d, stdout %q (want %q), stderr %q", r.code, r.stdout, tc.want, r.stderr)
+			}
+		})
+	}
+}
+
+func TestRolloutStatusTimeout(t *testing.T) {
+	e := newEnv(t)
+	e.ok("", "apply", "-f", e.file("app.yaml", webYAML))
+	gen := e.hub.Deployment("web").Metadata.Generation
+	if err := e.hub.SetDeploymentStatus("web", &schema.DeploymentStatus{ObservedGeneration: gen, Targeted: 2, Updated: 1, Ready: 1, Pending: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r := e.run("", "rollout", "status", "deploy/web", "--timeout", "300ms")
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	want := `error: timed out after 300ms waiting for deployment "web" to roll out: 1 of 2 devices ready, 1 pending (fleet get devices -l site=lab shows which)`
+	if strings.TrimSpace(r.stderr) != want {
+		t.Errorf("stderr %q\nwant   %q", r.stderr, want)
+	}
+	if !strings.Contains(r.stdout, "1 of 2 devices updated") {
+		t.Errorf("no progress printed before the timeout: %q", r.stdout)
+	}
+}
+
+func TestRolloutStatusDeploymentDeleted(t *testing.T) {
+	e := newEnv(t)
+	e.ok("", "apply", "-f", e.file("app.yaml", webYAML))
+	gen := e.hub.Deployment("web").Metadata.Generation
+	if err := e.hub.SetDeploymentStatus("web", &schema.DeploymentStatus{ObservedGeneration: gen, Targeted: 1, Pending: 1}); err != nil {
+		t.Fatal(err)
+	}
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		err := run(t.Context(), []string{"rollout", "status", "deployment/web"}, stdio{
+			in: strings.NewReader(""), out: out, err: out,
+			getenv: func(k string) string { return e.vars[k] }, workDir: e.dir,
+		})
+		printError(out, err)
+		done <- exitCode(err)
+	}()
+	waitFor(t, out, "Waiting for deployment")
+	e.ok("", "delete", "deployment", "web")
+	select {
+	case code := <-done:
+		if code != 1 || !strings.Contains(out.String(), `error: deployment "web" was deleted`) {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still waiting after the deployment was deleted:\n%s", out)
+	}
+}
+
+func TestRolloutStatusInterrupted(t *testing.T) {
+	e := newEnv(t)
+	e.ok("", "apply", "-f", e.file("app.yaml", webYAML))
+	ctx, cancel := context.WithCancel(t.Context())
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"rollout", "status", "deployment/web"}, stdio{
+			in: strings.NewReader(""), out: out, err: out,
+			getenv: func(k string) string { return e.vars[k] }, workDir: e.dir,
+		})
+	}()
+	waitFor(t, out, "Waiting for deployment")
+	cancel()
+	err := <-done
+	if exitCode(err) != 130 {
+		t.Fatalf("interrupted rollout status: %v (exit %d), want exit 130", err, exitCode(err))
+	}
+	var msg strings.Builder
+	printError(&msg, err)
+	if msg.Len() != 0 {
+		t.Errorf("an interrupt prints %q, want nothing", msg.String())
+	}
+}
+
+func TestRolloutStatusRefusals(t *testing.T) {
+	e := newEnv(t)
+	e.ok("", "apply", "-f", e.file("app.yaml", webYAML+"---\n"+deviceYAML))
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rollout", "status", "deployment/nope"}, `Error from server (NotFound)`},
+		{[]string{"rollout", "status", "device/pi-1"}, "rollout status works on deployments"},
+		{[]string{"rollout", "status", "deployments"}, "name one deployment"},
+		{[]string{"rollout", "status", "deployment", "a", "b"}, "accepts between 1 and 2 arg(s)"},
+		{[]string{"rollout", "status", "deployment/web", "--timeout", "-1s"}, "--timeout -1s: must not be negative"},
+		{[]string{"rollout", "status", "widgets/web"}, `unknown resource type "widgets"`},
+	} {
+		r := e.run("", tc.args...)
+		if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("fleet %s: exit %d, stderr %q; want exit 1 and %q", strings.Join(tc.args, " "), r.code, r.stderr, tc.want)
+		}
+	}
+}
