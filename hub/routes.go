@@ -32,12 +32,6 @@ func (v statusView) DeploymentStatusJSON(name string) []byte {
 	return b
 }
 
-// EventList is the body of GET /v1/devices/{name}/events.
-type EventList struct {
-	schema.TypeMeta `json:",inline"`
-	Items           []schema.Event `json:"items"`
-}
-
 // routes adds the hub's own routes to the API.
 func (h *Hub) routes() {
 	h.api.Handle("/v1/info", api.Methods{http.MethodGet: h.serveInfo})
@@ -66,7 +60,7 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, r, h.log, err)
 		return
 	}
-	api.WriteJSON(w, http.StatusOK, EventList{
+	api.WriteJSON(w, http.StatusOK, schema.EventList{
 		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "EventList"},
 		Items:    h.ingest.Events(name, obj.GetMetadata().UID),
 	})

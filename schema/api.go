@@ -31,6 +31,13 @@ type DeviceList struct {
 	Items    []Device `json:"items"`
 }
 
+// EventList is the body of GET /v1/devices/{name}/events: the device's
+// recent events as the hub heard them, oldest first.
+type EventList struct {
+	TypeMeta `json:",inline"`
+	Items    []Event `json:"items"`
+}
+
 // DeploymentList is the body of GET /v1/deployments.
 type DeploymentList struct {
 	TypeMeta `json:",inline"`

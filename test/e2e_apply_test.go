@@ -1,8 +1,10 @@
 package test
 
 import (
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // e2eApplyConverges: one apply of two deployments reaches every targeted
@@ -51,6 +53,10 @@ func e2eApplyConverges(t *testing.T, f *Fleet) {
 			t.Errorf("%s: hub reports pods %s, want %s", d, got, want)
 		}
 	}
+
+	// The agent's events reach the CLI: describe ends with the pull and
+	// the start of the pod it just ran.
+	awaitDescribeEvents(t, f, devs[0], "Pulled", "e2e-hello/app", "Started", "e2e-hello/app")
 
 	// Idempotent apply: nothing is configured, no generation moves, no
 	// container is touched.
@@ -128,4 +134,26 @@ func e2eMovePods(t *testing.T, f *Fleet) {
 func lastLine(out string) string {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	return lines[len(lines)-1]
+}
+
+// awaitDescribeEvents polls `fleet describe device` until its Events
+// section holds every one of want.
+func awaitDescribeEvents(t *testing.T, f *Fleet, device string, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out := f.CLI(t, "describe", "device", device)
+		events := ""
+		if i := strings.Index(out, "\nEvents:"); i >= 0 {
+			events = out[i:]
+		}
+		missing := slices.DeleteFunc(slices.Clone(want), func(w string) bool { return strings.Contains(events, w) })
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fleet describe device %s: no %q among the events after 30s:\n%s", device, missing, out)
+		}
+		time.Sleep(pollEvery)
+	}
 }

@@ -25,7 +25,10 @@ each device its selector matches.
 
 A device: labels, what its agent last reported (online, last seen, observed
 and desired generation, agent version, architecture, memory and disk), the
-deployments that target it, and each pod with its containers' state.
+deployments that target it, each pod with its containers' state, and its
+recent events (image pulls, starts, exits, backoffs, errors), oldest first.
+The hub keeps the last few events of each device in memory, so after a hub
+restart only the ones heard since are shown.
 
 Without a NAME, every object of the type (matching -l) is described.`,
 		Example: `  fleet describe deployment web
@@ -116,7 +119,15 @@ func describe(ctx context.Context, cli *cliContext, cl *client.Client, obj schem
 				deps = []schema.Deployment{}
 			}
 		}
-		return printers.DescribeDevice(cli.stdout(), o, deps, cli.now())
+		// Events are the hub's memory of what the agent said it did;
+		// without them (an older hub) the description ends with the pods.
+		events, err := cl.DeviceEvents(rctx, o.Metadata.Name)
+		if err != nil {
+			events = nil
+		} else if events == nil {
+			events = []schema.Event{}
+		}
+		return printers.DescribeDevice(cli.stdout(), o, deps, events, cli.now())
 	}
 	return fmt.Errorf("cannot describe a %T", obj)
 }

@@ -263,6 +263,20 @@ func (c *Client) GetDevice(ctx context.Context, name string) (*schema.Device, er
 	return getObject[schema.Device](ctx, c, Devices, name)
 }
 
+// DeviceEvents reads the device's recent events (pulls, starts, exits,
+// backoffs, errors), oldest first. The hub keeps the last few of each
+// device in memory: a restarted hub has only those heard since.
+func (c *Client) DeviceEvents(ctx context.Context, name string) ([]schema.Event, error) {
+	if err := checkName(Devices, name); err != nil {
+		return nil, err
+	}
+	var l schema.EventList
+	if err := c.do(ctx, http.MethodGet, objectPath(Devices, name)+"/events", nil, nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
 // CreateDeployment stores a new deployment; an existing one is an
 // AlreadyExists error (IsAlreadyExists).
 func (c *Client) CreateDeployment(ctx context.Context, d *schema.Deployment) (*schema.Deployment, error) {

@@ -32,6 +32,7 @@ type Hub struct {
 	uid         int
 	deployments map[string]*schema.Deployment
 	devices     map[string]*schema.Device
+	events      map[string][]schema.Event
 	tokens      map[string]string
 	history     []change // every write and bookmark, oldest first
 	seq         uint64   // sequence number of the next history entry
@@ -118,6 +119,36 @@ func (h *Hub) SetDeviceStatus(name string, st *schema.DeviceObservedInfo) error 
 	}
 	h.record("devices", schema.WatchModified, d)
 	return nil
+}
+
+// SetDeviceEvents sets the events the hub answers for a device, as the
+// status ingest would have collected them. It fails for an unknown device.
+func (h *Hub) SetDeviceEvents(name string, evs []schema.Event) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.devices[name]; !ok {
+		return fmt.Errorf("fakehub: no device %q", name)
+	}
+	if h.events == nil {
+		h.events = map[string][]schema.Event{}
+	}
+	h.events[name] = slices.Clone(evs)
+	return nil
+}
+
+func (h *Hub) deviceEvents(w http.ResponseWriter, name string) {
+	h.mu.Lock()
+	_, ok := h.devices[name]
+	evs := slices.Clone(h.events[name])
+	h.mu.Unlock()
+	if !ok {
+		writeStatus(w, http.StatusNotFound, "NotFound", fmt.Sprintf("%s %q not found", singular("devices"), name), nil)
+		return
+	}
+	if evs == nil {
+		evs = []schema.Event{}
+	}
+	writeJSON(w, http.StatusOK, schema.EventList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "EventList"}, Items: evs})
 }
 
 // SetDeploymentStatus sets a deployment's aggregated status, as the
@@ -219,6 +250,8 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.write(w, r, kind, parts[1])
 	case len(parts) == 2 && r.Method == http.MethodDelete:
 		h.delete(w, r, kind, parts[1])
+	case len(parts) == 3 && kind == "devices" && parts[2] == "events" && r.Method == http.MethodGet:
+		h.deviceEvents(w, parts[1])
 	case len(parts) == 3 && kind == "devices" && parts[2] == "token" && r.Method == http.MethodPost:
 		h.issueToken(w, parts[1])
 	default:

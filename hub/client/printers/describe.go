@@ -227,9 +227,38 @@ func quoteArgs(args []string) string {
 }
 
 // DescribeDevice writes the description of a device: what the hub knows of
-// it, its pods as the agent reported them, and the deployments (if not nil)
-// whose selector matches it.
-func DescribeDevice(w io.Writer, dev *schema.Device, deployments []schema.Deployment, now time.Time) error {
+// it, its pods as the agent reported them, the deployments (if not nil)
+// whose selector matches it and its recent events (if not nil), as
+// kubectl describe ends with them.
+func DescribeDevice(w io.Writer, dev *schema.Device, deployments []schema.Deployment, events []schema.Event, now time.Time) error {
+	if err := describeDevice(w, dev, deployments, now); err != nil {
+		return err
+	}
+	if events == nil {
+		return nil
+	}
+	if len(events) == 0 {
+		_, err := io.WriteString(w, "Events:  <none>\n")
+		return err
+	}
+	if _, err := io.WriteString(w, "Events:\n"); err != nil {
+		return err
+	}
+	rows := make([][]string, 0, len(events))
+	for _, ev := range events {
+		from := "agent"
+		switch {
+		case ev.Pod != "" && ev.Container != "":
+			from = ev.Pod + "/" + ev.Container
+		case ev.Pod != "":
+			from = ev.Pod
+		}
+		rows = append(rows, []string{ev.Type, ev.Reason, Age(&ev.Time, now), from, oneLine(ev.Message)})
+	}
+	return writeIndentedTable(w, "  ", []string{"TYPE", "REASON", "AGE", "FROM", "MESSAGE"}, rows)
+}
+
+func describeDevice(w io.Writer, dev *schema.Device, deployments []schema.Deployment, now time.Time) error {
 	d := newDescriber(w, now)
 	d.meta(&dev.Metadata)
 	if dev.Spec.Description != "" {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetmq/fleet/schema"
 )
@@ -47,7 +48,13 @@ func TestDescribeDevice(t *testing.T) {
 	web.Spec.Selector.MatchLabels = map[string]string{"site": "lab"}
 	deps := []schema.Deployment{*web, *other}
 	var b bytes.Buffer
-	if err := DescribeDevice(&b, dev, deps, now); err != nil {
+	evTime := now.Add(-90 * time.Second)
+	events := []schema.Event{
+		{Time: evTime, Type: schema.EventNormal, Reason: "Pulled", Pod: "web", Container: "web", Message: "image nginx:1.25 is present"},
+		{Time: evTime, Type: schema.EventWarning, Reason: "BackOff", Pod: "web", Message: "back-off 20s\nrestarting"},
+		{Time: evTime, Type: schema.EventWarning, Reason: "RuntimeUnavailable", Message: "containerd is not running"},
+	}
+	if err := DescribeDevice(&b, dev, deps, events, now); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -57,14 +64,18 @@ func TestDescribeDevice(t *testing.T) {
 		"Deployments:   web\n",
 		"web:", "Phase:", "Running", "exited (exit code 137): OOMKilled",
 		"mqtt:", "Pending",
+		"Events:\n  TYPE      REASON               AGE   FROM      MESSAGE\n",
+		"  Normal    Pulled               90s   web/web   image nginx:1.25 is present\n",
+		"  Warning   BackOff              90s   web       back-off 20s restarting\n",
+		"  Warning   RuntimeUnavailable   90s   agent     containerd is not running\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
 		}
 	}
 	b.Reset()
-	DescribeDevice(&b, device("pi-new", nil), nil, now)
-	if !strings.Contains(b.String(), "<never>") || !strings.Contains(b.String(), "Pods:         <none>") {
+	DescribeDevice(&b, device("pi-new", nil), nil, []schema.Event{}, now)
+	if !strings.Contains(b.String(), "<never>") || !strings.Contains(b.String(), "Pods:         <none>") || !strings.HasSuffix(b.String(), "\nEvents:  <none>\n") {
 		t.Errorf("never-seen device:\n%s", b.String())
 	}
 }
