@@ -33,8 +33,28 @@ type Fake struct {
 	calls      FakeCalls
 }
 
-// fakeLogMax bounds the Created and Ops logs (oldest entries go first).
+// fakeLogMax bounds the Created and Ops logs: they return the last
+// fakeLogMax entries.
 const fakeLogMax = 4096
+
+// appendBounded appends v to a log that keeps its last fakeLogMax
+// entries. It lets the log grow to twice that and then drops the older
+// half at once: trimming one entry per append would copy the whole log
+// every time, which made a long-running Fake (a hollow agent,
+// BenchmarkAgentChange) spend most of its time moving its own log.
+func appendBounded[T any](log []T, v T) []T {
+	if len(log) >= 2*fakeLogMax {
+		n := copy(log, log[len(log)-fakeLogMax+1:])
+		clear(log[n:])
+		log = log[:n]
+	}
+	return append(log, v)
+}
+
+// lastEntries returns a copy of the last fakeLogMax entries of a log.
+func lastEntries[T any](log []T) []T {
+	return slices.Clone(log[max(0, len(log)-fakeLogMax):])
+}
 
 var _ Runtime = (*Fake)(nil)
 
@@ -168,22 +188,19 @@ func (f *Fake) Calls() FakeCalls {
 func (f *Fake) Created() []ContainerSpec {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.Clone(f.created)
+	return lastEntries(f.created)
 }
 
 // Ops returns the successful mutating calls in order, as "create ID",
-// "start ID", "stop ID", "remove ID", "exit ID CODE".
+// "start ID", "stop ID", "remove ID", "exit ID CODE" (the last 4096).
 func (f *Fake) Ops() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.Clone(f.ops)
+	return lastEntries(f.ops)
 }
 
 func (f *Fake) opLocked(format string, args ...any) {
-	if len(f.ops) >= fakeLogMax {
-		f.ops = slices.Delete(f.ops, 0, len(f.ops)-fakeLogMax+1)
-	}
-	f.ops = append(f.ops, fmt.Sprintf(format, args...))
+	f.ops = appendBounded(f.ops, fmt.Sprintf(format, args...))
 }
 
 // Get returns one container.
@@ -292,10 +309,7 @@ func (f *Fake) Create(ctx context.Context, spec ContainerSpec) error {
 	labels[LabelContainer] = spec.Name
 	labels[LabelPodHash] = spec.PodHash
 	f.containers[spec.ID] = &fakeContainer{spec: spec, labels: labels, state: StateCreated}
-	if len(f.created) >= fakeLogMax {
-		f.created = slices.Delete(f.created, 0, len(f.created)-fakeLogMax+1)
-	}
-	f.created = append(f.created, spec)
+	f.created = appendBounded(f.created, spec)
 	f.opLocked("create %s", spec.ID)
 	return nil
 }

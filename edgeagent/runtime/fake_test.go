@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -205,5 +206,34 @@ func TestFakeConcurrentUse(t *testing.T) {
 	wg.Wait()
 	if n := len(exits); n == 0 {
 		t.Fatal("no exit events buffered")
+	}
+}
+
+// TestFakeLogsKeepTheLast: however long a Fake runs, Created and Ops
+// return the last fakeLogMax entries, in order.
+func TestFakeLogsKeepTheLast(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake(FakeOptions{})
+	if err := f.EnsureImage(ctx, "img", schema.PullIfNotPresent); err != nil {
+		t.Fatal(err)
+	}
+	const n = 3*fakeLogMax + 5
+	for i := range n {
+		id := strconv.Itoa(i)
+		if err := f.Create(ctx, spec(id, "img")); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Remove(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	created := f.Created()
+	if len(created) != fakeLogMax || created[0].ID != strconv.Itoa(n-fakeLogMax) || created[len(created)-1].ID != strconv.Itoa(n-1) {
+		t.Fatalf("Created: %d specs, %s … %s; want the last %d, %d … %d", len(created), created[0].ID, created[len(created)-1].ID, fakeLogMax, n-fakeLogMax, n-1)
+	}
+	ops := f.Ops()
+	want0, wantLast := "create "+strconv.Itoa(n-fakeLogMax/2), "remove "+strconv.Itoa(n-1)
+	if len(ops) != fakeLogMax || ops[0] != want0 || ops[len(ops)-1] != wantLast {
+		t.Fatalf("Ops: %d entries, %q … %q; want %d, %q … %q", len(ops), ops[0], ops[len(ops)-1], fakeLogMax, want0, wantLast)
 	}
 }
