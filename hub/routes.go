@@ -32,6 +32,10 @@ func (v statusView) DeploymentStatusJSON(name string) []byte {
 	return b
 }
 
+// EventList is the body of GET /v1/devices/{name}/events (schema.EventList,
+// which the client decodes too).
+type EventList = schema.EventList
+
 // routes adds the hub's own routes to the API.
 func (h *Hub) routes() {
 	h.api.Handle("/v1/info", api.Methods{http.MethodGet: h.serveInfo})
