@@ -3,7 +3,10 @@ SHELL := /bin/bash
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/fleetmq/fleet/schema.Version=$(VERSION)
-GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
+# grpcnotrace: gRPC (the agent's containerd client) then leaves out
+# golang.org/x/net/trace, whose html/template stops the linker from dropping
+# unused methods; the agent is 3.9 MB smaller (arm/FOOTPRINT.md).
+GOFLAGS_BUILD := -trimpath -tags grpcnotrace -ldflags '$(LDFLAGS)'
 BIN := bin
 TEST_TIMEOUT ?= 18m
 

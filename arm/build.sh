@@ -37,6 +37,10 @@ fi
 # main.buildVersion instead; -X of a symbol a binary lacks is a no-op, so
 # both are set for both binaries.
 ldflags="-s -w -X github.com/fleetmq/fleet/schema.Version=$VERSION -X main.buildVersion=$VERSION"
+# -tags grpcnotrace (with gRPC 1.62 or later): gRPC, which the agent's
+# containerd client links, leaves out golang.org/x/net/trace. Its
+# html/template keeps the linker from dropping unused methods: the arm64
+# agent is 16.6 MiB with it, 12.9 MiB without.
 
 mkdir -p "$DIST"
 built=()
@@ -56,7 +60,7 @@ for arch in $ARCHES; do
 		# Build to a temporary name so a failed build never leaves a
 		# truncated binary under the final name.
 		CGO_ENABLED=0 GOOS=linux GOARCH=$goarch GOARM=$goarm \
-			"$GO" build -trimpath -ldflags "$ldflags" -o "$DIST/.$out.tmp" "./cmd/$cmd"
+			"$GO" build -trimpath -tags grpcnotrace -ldflags "$ldflags" -o "$DIST/.$out.tmp" "./cmd/$cmd"
 		mv -f "$DIST/.$out.tmp" "$DIST/$out"
 		built+=("$out")
 	done
