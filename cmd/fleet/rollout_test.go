@@ -23,16 +23,7 @@ func TestRolloutStatusFollowsToTheEnd(t *testing.T) {
 	}
 	set(schema.DeploymentStatus{ObservedGeneration: gen, Targeted: 2, Pending: 2})
 
-	out := &syncBuffer{}
-	done := make(chan int, 1)
-	go func() {
-		err := run(t.Context(), []string{"rollout", "status", "deployment/web"}, stdio{
-			in: strings.NewReader(""), out: out, err: out,
-			getenv: func(k string) string { return e.vars[k] }, workDir: e.dir,
-		})
-		printError(out, err)
-		done <- exitCode(err)
-	}()
+	out, done := e.background(t.Context(), "rollout", "status", "deployment/web")
 	waitFor(t, out, `Waiting for deployment "web" rollout to finish: 0 of 2 devices updated, 0 ready, 2 pending...`)
 	set(schema.DeploymentStatus{ObservedGeneration: gen, Targeted: 2, Updated: 2, Ready: 1, Pending: 1})
 	waitFor(t, out, `2 of 2 devices updated, 1 ready, 1 pending...`)
@@ -118,16 +109,7 @@ func TestRolloutStatusDeploymentDeleted(t *testing.T) {
 	if err := e.hub.SetDeploymentStatus("web", &schema.DeploymentStatus{ObservedGeneration: gen, Targeted: 1, Pending: 1}); err != nil {
 		t.Fatal(err)
 	}
-	out := &syncBuffer{}
-	done := make(chan int, 1)
-	go func() {
-		err := run(t.Context(), []string{"rollout", "status", "deployment/web"}, stdio{
-			in: strings.NewReader(""), out: out, err: out,
-			getenv: func(k string) string { return e.vars[k] }, workDir: e.dir,
-		})
-		printError(out, err)
-		done <- exitCode(err)
-	}()
+	out, done := e.background(t.Context(), "rollout", "status", "deployment/web")
 	waitFor(t, out, "Waiting for deployment")
 	e.ok("", "delete", "deployment", "web")
 	select {
@@ -144,25 +126,32 @@ func TestRolloutStatusInterrupted(t *testing.T) {
 	e := newEnv(t)
 	e.ok("", "apply", "-f", e.file("app.yaml", webYAML))
 	ctx, cancel := context.WithCancel(t.Context())
-	out := &syncBuffer{}
-	done := make(chan error, 1)
+	out, done := e.background(ctx, "rollout", "status", "deployment/web")
+	waitFor(t, out, "Waiting for deployment")
+	before := out.String()
+	cancel()
+	if code := <-done; code != 130 {
+		t.Fatalf("interrupted rollout status: exit %d, want 130\n%s", code, out)
+	}
+	if after := out.String(); after != before {
+		t.Errorf("an interrupt printed %q, want nothing", strings.TrimPrefix(after, before))
+	}
+}
+
+// background runs the CLI until ctx is done; its stdout and stderr (with
+// the error as main prints it) go to out, and done gets the exit code.
+func (e *env) background(ctx context.Context, args ...string) (out *syncBuffer, done <-chan int) {
+	out = &syncBuffer{}
+	codes := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"rollout", "status", "deployment/web"}, stdio{
+		err := run(ctx, args, stdio{
 			in: strings.NewReader(""), out: out, err: out,
 			getenv: func(k string) string { return e.vars[k] }, workDir: e.dir,
 		})
+		printError(out, err)
+		codes <- exitCode(err)
 	}()
-	waitFor(t, out, "Waiting for deployment")
-	cancel()
-	err := <-done
-	if exitCode(err) != 130 {
-		t.Fatalf("interrupted rollout status: %v (exit %d), want exit 130", err, exitCode(err))
-	}
-	var msg strings.Builder
-	printError(&msg, err)
-	if msg.Len() != 0 {
-		t.Errorf("an interrupt prints %q, want nothing", msg.String())
-	}
+	return out, codes
 }
 
 func TestRolloutStatusRefusals(t *testing.T) {
