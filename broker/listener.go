@@ -31,6 +31,17 @@ type listener struct {
 
 var _ listeners.Listener = (*listener)(nil)
 
+// NewListener returns the embedded broker's listener for any mochi server:
+// it serves ln (TLS when tlsConfig is set), gives a connection
+// connectTimeout to send CONNECT, and on Close closes every connection and
+// waits for its handler. The agent's tests use it to run a bare mochi
+// server: mochi v2.7.9's own TCP listener does not wait for its handlers,
+// so a connection accepted while the server closes races Server.Close,
+// which -race reports.
+func NewListener(id string, ln net.Listener, tlsConfig *tls.Config, connectTimeout time.Duration) listeners.Listener {
+	return newListener(id, ln, tlsConfig, connectTimeout)
+}
+
 func newListener(id string, ln net.Listener, tlsConfig *tls.Config, connectTimeout time.Duration) *listener {
 	return &listener{id: id, ln: ln, tlsConfig: tlsConfig, connectTimeout: connectTimeout, conns: map[net.Conn]struct{}{}}
 }

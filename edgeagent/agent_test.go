@@ -20,8 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mochi-mqtt/server/v2/listeners"
-
 	"github.com/fleetmq/fleet/edgeagent/runtime"
 	"github.com/fleetmq/fleet/edgeagent/session"
 	"github.com/fleetmq/fleet/schema"
@@ -298,8 +296,7 @@ func TestManyAgentsInOneProcess(t *testing.T) {
 func TestAgentOverTLS(t *testing.T) {
 	dir := t.TempDir()
 	cert, caFile := selfSigned(t, dir)
-	ln := listeners.NewTCP(listeners.Config{ID: "tls", Address: "127.0.0.1:0", TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}})
-	b := startBroker(t, ln)
+	b := startBroker(t, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	b.addDevice("pi-1", "token-pi-1")
 	b.publishDesired("pi-1", desiredJSON(t, "pi-1", "s1", 1, podOf("web", schema.RestartAlways, "web:1")))
 	tlsCfg, err := session.TLSConfigFromCA(caFile)

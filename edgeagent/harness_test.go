@@ -3,21 +3,20 @@ package edgeagent
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
-	goruntime "runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/edgeagent/reconcile"
 	"github.com/fleetmq/fleet/edgeagent/runtime"
@@ -67,7 +66,9 @@ type testBroker struct {
 	badTopic []string
 }
 
-func startBroker(t testing.TB, listener listeners.Listener) *testBroker {
+// startBroker starts a bare mochi server with this package's auth hook on
+// tlsConfig's TLS (nil: plain TCP).
+func startBroker(t testing.TB, tlsConfig *tls.Config) *testBroker {
 	t.Helper()
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumMessageExpiryInterval = 0 // retained desired state must not expire
@@ -81,9 +82,11 @@ func startBroker(t testing.TB, listener listeners.Listener) *testBroker {
 	if err := b.srv.AddHook(&testAuth{b: b}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if listener == nil {
-		listener = listeners.NewTCP(listeners.Config{ID: "tcp", Address: "127.0.0.1:0"})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
+	listener := broker.NewListener("mqtt", ln, tlsConfig, 10*time.Second)
 	if err := b.srv.AddListener(listener); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +94,7 @@ func startBroker(t testing.TB, listener listeners.Listener) *testBroker {
 		t.Fatal(err)
 	}
 	b.addr = listener.Address()
-	t.Cleanup(func() { closeBroker(b.srv, listener.ID()) })
+	t.Cleanup(func() { _ = b.srv.Close() })
 	topics := schema.Topics{}
 	for i, kind := range []string{schema.TopicStatus, schema.TopicOnline, schema.TopicEvents} {
 		if err := b.srv.Subscribe(topics.DeviceFilter(kind), i+1, b.onMessage); err != nil {
@@ -99,21 +102,6 @@ func startBroker(t testing.TB, listener listeners.Listener) *testBroker {
 		}
 	}
 	return b
-}
-
-// closeBroker works around a race in mochi v2.7.9: Server.Close waits on
-// Listeners.ClientsWg while a connection being accepted at that moment
-// calls ClientsWg.Add, which -race reports. So stop accepting first, wait
-// until no client is attached, then Close.
-func closeBroker(srv *mqtt.Server, listenerID string) {
-	if l, ok := srv.Listeners.Get(listenerID); ok {
-		l.Close(func(string) {})
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for atomic.LoadInt64(&srv.Info.ClientsConnected) > 0 && time.Now().Before(deadline) {
-		goruntime.Gosched()
-	}
-	_ = srv.Close()
 }
 
 func (b *testBroker) onMessage(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {

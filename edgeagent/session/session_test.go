@@ -7,19 +7,17 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	pahopackets "github.com/eclipse/paho.mqtt.golang/packets"
 
+	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/edgeagent/clock"
 	"github.com/fleetmq/fleet/schema"
@@ -183,14 +181,18 @@ func TestRefusedSubscriptionIsNotAConnection(t *testing.T) {
 	if err := srv.AddHook(hook, nil); err != nil {
 		t.Fatal(err)
 	}
-	l := listeners.NewTCP(listeners.Config{ID: "t", Address: "127.0.0.1:0"})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := broker.NewListener("t", ln, nil, 10*time.Second)
 	if err := srv.AddListener(l); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Serve(); err != nil {
 		t.Fatal(err)
 	}
-	defer closeBroker(srv, l.ID())
+	defer srv.Close()
 
 	var connects int
 	var mu sync.Mutex
@@ -251,21 +253,6 @@ func TestNewValidates(t *testing.T) {
 	if s.desiredTopic != (schema.Topics{}).Device("pi-1", schema.TopicDesired) {
 		t.Errorf("desired topic %s", s.desiredTopic)
 	}
-}
-
-// closeBroker works around a race in mochi v2.7.9: Server.Close waits on
-// Listeners.ClientsWg while a connection being accepted at that moment
-// calls ClientsWg.Add, which -race reports. So stop accepting first, wait
-// until no client is attached, then Close.
-func closeBroker(srv *mqtt.Server, listenerID string) {
-	if l, ok := srv.Listeners.Get(listenerID); ok {
-		l.Close(func(string) {})
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for atomic.LoadInt64(&srv.Info.ClientsConnected) > 0 && time.Now().Before(deadline) {
-		runtime.Gosched()
-	}
-	_ = srv.Close()
 }
 
 // TestOpenBuffersReads: open wraps the connection in a read buffer, so
