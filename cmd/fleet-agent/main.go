@@ -85,6 +85,7 @@ win over the environment, which wins over the file.`,
 			return err
 		},
 	})
+	root.AddCommand(newCheckCmd(stdout))
 	return root
 }
 

@@ -402,20 +402,7 @@ func dialer(ctx context.Context, o Options) mqtt.OpenConnectionFunc {
 		if err != nil {
 			return nil, err
 		}
-		d := &net.Dialer{Timeout: o.Timeout}
-		var conn net.Conn
-		if u.Scheme == "tcp" || u.Scheme == "mqtt" {
-			conn, err = d.DialContext(ctx, "tcp", u.Host)
-		} else {
-			cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-			if o.TLSConfig != nil {
-				cfg = o.TLSConfig.Clone()
-			}
-			if cfg.ServerName == "" {
-				cfg.ServerName = u.Hostname()
-			}
-			conn, err = (&tls.Dialer{NetDialer: d, Config: cfg}).DialContext(ctx, "tcp", u.Host)
-		}
+		conn, err := session.Dial(ctx, u, o.TLSConfig, o.Timeout)
 		if err != nil {
 			return nil, err
 		}

@@ -428,28 +428,30 @@ func wait(ctx context.Context, t mqtt.Token, timeout time.Duration) error {
 // connection lives no longer than life, so that closing it on cancel also
 // cuts short an MQTT handshake the broker never answers.
 func (s *Session) open(ctx, life context.Context) (net.Conn, error) {
-	u := s.broker
-	d := &net.Dialer{Timeout: s.o.ConnectTimeout, KeepAlive: 30 * time.Second}
-	var conn net.Conn
-	var err error
-	if !isTLS(u) {
-		conn, err = d.DialContext(ctx, "tcp", u.Host)
-	} else {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-		if s.o.TLSConfig != nil {
-			cfg = s.o.TLSConfig.Clone()
-		}
-		if cfg.ServerName == "" {
-			cfg.ServerName = u.Hostname()
-		}
-		td := &tls.Dialer{NetDialer: d, Config: cfg}
-		conn, err = td.DialContext(ctx, "tcp", u.Host)
-	}
+	conn, err := Dial(ctx, s.broker, s.o.TLSConfig, s.o.ConnectTimeout)
 	if err != nil {
 		return nil, err
 	}
 	context.AfterFunc(life, func() { _ = conn.Close() })
 	return &bufferedConn{Conn: conn, r: bufio.NewReaderSize(conn, readBufferSize)}, nil
+}
+
+// Dial opens the network connection to a broker URL that ParseBroker
+// accepted: TCP, or TLS with tlsCfg (nil: the system roots) for ssl://,
+// tls:// and mqtts://, verifying the broker's host name.
+func Dial(ctx context.Context, u *url.URL, tlsCfg *tls.Config, timeout time.Duration) (net.Conn, error) {
+	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	if !isTLS(u) {
+		return d.DialContext(ctx, "tcp", u.Host)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if tlsCfg != nil {
+		cfg = tlsCfg.Clone()
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = u.Hostname()
+	}
+	return (&tls.Dialer{NetDialer: d, Config: cfg}).DialContext(ctx, "tcp", u.Host)
 }
 
 // readBufferSize fits most packets an agent receives: acknowledgements

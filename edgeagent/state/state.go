@@ -165,6 +165,35 @@ func (d *Dir) LoadDesired() (*schema.DesiredState, error) {
 	return &ds, nil
 }
 
+// Inspect reads the state under root without changing anything (a
+// corrupt file stays where it is, unlike LoadDesired and LoadAgent): for
+// diagnostics. desired is nil when none is persisted; err reports a file
+// that cannot be read or decoded.
+func Inspect(root string) (desired *schema.DesiredState, agent Agent, err error) {
+	dir := filepath.Join(root, fmt.Sprintf("v%d", LayoutVersion))
+	var errs []error
+	if b, rerr := os.ReadFile(filepath.Join(dir, desiredFile)); rerr == nil {
+		var ds schema.DesiredState
+		if derr := json.Unmarshal(b, &ds); derr != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", desiredFile, derr))
+		} else if verr := schema.ValidateDesiredState(&ds); verr != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", desiredFile, verr))
+		} else {
+			desired = &ds
+		}
+	} else if !errors.Is(rerr, fs.ErrNotExist) {
+		errs = append(errs, rerr)
+	}
+	if b, rerr := os.ReadFile(filepath.Join(dir, agentFile)); rerr == nil {
+		if derr := json.Unmarshal(b, &agent); derr != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", agentFile, derr))
+		}
+	} else if !errors.Is(rerr, fs.ErrNotExist) {
+		errs = append(errs, rerr)
+	}
+	return desired, agent, errors.Join(errs...)
+}
+
 // SaveDesiredPayload persists a desired-state payload, as received,
 // atomically. The caller has decoded and validated it; LoadDesired
 // decodes, validates and defaults it again. Saving the bytes the agent

@@ -1,0 +1,429 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
+	"github.com/spf13/cobra"
+
+	"github.com/fleetmq/fleet/edgeagent/enroll"
+	"github.com/fleetmq/fleet/edgeagent/runtime"
+	"github.com/fleetmq/fleet/edgeagent/runtime/containerd"
+	"github.com/fleetmq/fleet/edgeagent/session"
+	"github.com/fleetmq/fleet/edgeagent/state"
+	"github.com/fleetmq/fleet/schema"
+)
+
+func newCheckCmd(stdout io.Writer) *cobra.Command {
+	var cfg config
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "check [flags]",
+		Short: "Check this device's setup: identity, state dir, containerd, broker, desired state",
+		Long: `Check, with the agent's own configuration (the same flags, FLEET_AGENT_*
+variables and --config file), everything the agent needs, and say what is
+wrong in words an installer can act on:
+
+  identity       the device name and where its token comes from (the token
+                 itself is never printed)
+  state dir      exists and is writable; the desired state persisted there
+  containerd     the socket answers, its version, the snapshotter, the
+                 containers in the namespace
+  broker         the broker accepts the device's name and token
+  desired state  the device may subscribe to its desired topic, and the hub
+                 has a desired state retained for it
+
+It changes nothing: it connects to the broker under its own client ID,
+publishes nothing (the device does not show online, and a running agent is
+not disturbed), and does not enroll a device that has no token yet. A
+device waiting to enroll gets the broker checked for reachability only.
+
+Each line starts with ok, warn or FAIL. The exit status is 1 when any check
+failed.`,
+		Example: `  # On the device, with the agent's configuration
+  sudo fleet-agent check --config /etc/fleet/agent.yaml
+
+  # Or with flags, as the systemd unit passes them
+  sudo fleet-agent check --broker tcp://10.0.0.5:1883 --device pi-1 --token-file /etc/fleet/token`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.resolve(cmd.Flags()); err != nil {
+				return err
+			}
+			if timeout <= 0 {
+				return fmt.Errorf("--timeout %s: must be positive", timeout)
+			}
+			return runCheck(cmd.Context(), cfg, stdout, timeout)
+		},
+	}
+	cfg.bind(cmd.Flags())
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "time limit of each check that uses the network or containerd")
+	return cmd
+}
+
+// checker prints one line per check and counts failures.
+type checker struct {
+	out      io.Writer
+	checks   int
+	failures int
+}
+
+func (c *checker) report(status, name, format string, args ...any) {
+	c.checks++
+	if status == "FAIL" {
+		c.failures++
+	}
+	fmt.Fprintf(c.out, "%-4s  %-13s  %s\n", status, name, fmt.Sprintf(format, args...))
+}
+
+func (c *checker) ok(name, format string, args ...any)   { c.report("ok", name, format, args...) }
+func (c *checker) warn(name, format string, args ...any) { c.report("warn", name, format, args...) }
+func (c *checker) fail(name, format string, args ...any) { c.report("FAIL", name, format, args...) }
+
+func runCheck(ctx context.Context, cfg config, out io.Writer, timeout time.Duration) error {
+	c := &checker{out: out}
+	u, tlsCfg, ok := checkConfig(c, cfg)
+	device, token, enrolled := checkIdentity(c, cfg)
+	applied := checkStateDir(c, cfg.StateDir)
+	checkContainerd(ctx, c, cfg, timeout)
+	switch {
+	case !ok:
+		c.fail("broker", "not checked: the broker settings are invalid")
+	case token == "":
+		checkReachable(ctx, c, u, tlsCfg, timeout, enrolled)
+	default:
+		checkBroker(ctx, c, brokerCheck{
+			url: u, tls: tlsCfg, device: device, token: token,
+			topics: schema.Topics{Prefix: cfg.TopicPrefix}, applied: applied, timeout: timeout,
+		})
+	}
+	if c.failures > 0 {
+		return fmt.Errorf("%d of %d checks failed", c.failures, c.checks)
+	}
+	fmt.Fprintf(out, "all %d checks passed\n", c.checks)
+	return nil
+}
+
+// checkConfig validates what the agent would refuse at start.
+func checkConfig(c *checker, cfg config) (*url.URL, *tls.Config, bool) {
+	var problems []string
+	u, err := session.ParseBroker(cfg.Broker)
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	tlsCfg, err := session.TLSConfigFromCA(cfg.CA)
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	if u != nil && cfg.CA != "" && u.Scheme != "ssl" && u.Scheme != "tls" && u.Scheme != "mqtts" {
+		problems = append(problems, fmt.Sprintf("--ca is set but --broker %s is not TLS (use ssl://, tls:// or mqtts://)", cfg.Broker))
+	}
+	if _, err := cfg.releasePages(); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if _, err := newLogger(cfg.LogLevel, io.Discard); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if len(problems) > 0 {
+		c.fail("config", "%s", strings.Join(problems, "; "))
+		return u, tlsCfg, u != nil && tlsCfg != nil
+	}
+	c.ok("config", "broker %s, topic prefix %s, containerd namespace %s", cfg.Broker, cfg.TopicPrefix, cfg.Namespace)
+	return u, tlsCfg, true
+}
+
+// checkIdentity finds the device's name and token as the agent would,
+// without enrolling. enrolled is false for a device that has yet to.
+func checkIdentity(c *checker, cfg config) (device, token string, enrolled bool) {
+	if cfg.Token != "" || cfg.TokenFile != "" {
+		tok, err := cfg.token()
+		if err != nil {
+			c.fail("identity", "device %s: %v", cfg.Device, err)
+			return cfg.Device, "", true
+		}
+		from := "--token"
+		if cfg.TokenFile != "" {
+			from = cfg.TokenFile
+			if fi, err := os.Stat(cfg.TokenFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+				c.warn("identity", "device %s, token from %s, which others can read (mode %04o): chmod 600 it", cfg.Device, from, fi.Mode().Perm())
+				return cfg.Device, tok, true
+			}
+		}
+		c.ok("identity", "device %s, token from %s", cfg.Device, from)
+		return cfg.Device, tok, true
+	}
+	stored, err := enroll.Stored(cfg.StateDir)
+	switch {
+	case err == nil:
+		if cfg.Device != "" && cfg.Device != stored.Device {
+			c.fail("identity", "the state dir %s holds the token of device %q, enrolled earlier, not of --device %s", cfg.StateDir, stored.Device, cfg.Device)
+			return stored.Device, "", true
+		}
+		c.ok("identity", "device %s, token saved at enrollment in %s", stored.Device, filepath.Join(cfg.StateDir, enroll.TokenFile))
+		return stored.Device, stored.Token, true
+	case !errors.Is(err, fs.ErrNotExist):
+		c.fail("identity", "%v", err)
+		return cfg.Device, "", true
+	case !cfg.bootstrap():
+		c.fail("identity", "device %s has no token: give --token-file, or a bootstrap token to enroll (the broker refuses a device without one)", cfg.Device)
+		return cfg.Device, "", true
+	}
+	bt, err := cfg.bootstrapToken()
+	if err == nil {
+		_, err = schema.ParseBootstrapToken(bt)
+	}
+	if err != nil {
+		c.fail("identity", "not enrolled yet, and the bootstrap token is unusable: %v", err)
+		return cfg.Device, "", false
+	}
+	name := cfg.Device
+	if name == "" {
+		src, err := enroll.ParseNameSource(cfg.NameFrom)
+		if err == nil {
+			name, err = enroll.DeviceName(src, enroll.NameOptions{})
+		}
+		if err != nil {
+			c.fail("identity", "not enrolled yet, and no device name: %v (set --device, or another --name-from)", err)
+			return "", "", false
+		}
+	}
+	c.warn("identity", "not enrolled yet: at start the agent enrolls as %s with the bootstrap token and saves its own token in %s", name, cfg.StateDir)
+	return name, "", false
+}
+
+// checkStateDir checks the state directory can be written, as the agent
+// does (a file, fsync, remove), and returns the generation the agent last
+// applied (0 if none).
+func checkStateDir(c *checker, dir string) int64 {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		c.warn("state dir", "%s does not exist yet: the agent creates it (0700) at start", dir)
+		return 0
+	case err != nil:
+		c.fail("state dir", "%v", err)
+		return 0
+	case !fi.IsDir():
+		c.fail("state dir", "%s is not a directory", dir)
+		return 0
+	}
+	f, err := os.CreateTemp(dir, ".check-")
+	if err == nil {
+		_, err = f.WriteString("fleet-agent check\n")
+		if err == nil {
+			err = f.Sync()
+		}
+		f.Close()
+		os.Remove(f.Name())
+	}
+	if err != nil {
+		c.fail("state dir", "%s is not writable: %v (run the check as the agent's user)", dir, err)
+		return 0
+	}
+	desired, agent, err := state.Inspect(dir)
+	switch {
+	case err != nil:
+		c.warn("state dir", "%s writable, but %v: at start the agent moves a corrupt file aside and waits for the hub's desired state", dir, err)
+	case desired == nil:
+		c.ok("state dir", "%s writable; no desired state persisted yet", dir)
+	case agent.AppliedGeneration == desired.Generation:
+		c.ok("state dir", "%s writable; desired state generation %d persisted (%d pods) and applied", dir, desired.Generation, len(desired.Pods))
+	default:
+		c.ok("state dir", "%s writable; desired state generation %d persisted (%d pods), generation %d applied", dir, desired.Generation, len(desired.Pods), agent.AppliedGeneration)
+	}
+	return agent.AppliedGeneration
+}
+
+func checkContainerd(ctx context.Context, c *checker, cfg config, timeout time.Duration) {
+	// gRPC would retry a missing socket until the timeout, and then say
+	// only that.
+	if fi, err := os.Stat(cfg.ContainerdSocket); err != nil {
+		c.fail("containerd", "%v (is containerd installed and running? apt-get install -y containerd runc; systemctl status containerd)", err)
+		return
+	} else if fi.Mode().Type() != fs.ModeSocket {
+		c.fail("containerd", "%s is not a socket", cfg.ContainerdSocket)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	rt, err := containerd.New(ctx, containerd.Options{
+		Socket: cfg.ContainerdSocket, Namespace: cfg.Namespace, Registry: cfg.Registry,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		hint := ""
+		if strings.Contains(err.Error(), "permission denied") {
+			hint = " (run the check as the agent runs, as root)"
+		}
+		c.fail("containerd", "%v%s", err, hint)
+		return
+	}
+	defer rt.Close()
+	v, err := rt.Client().Version(ctx)
+	if err != nil {
+		c.fail("containerd", "%s: version: %v", cfg.ContainerdSocket, err)
+		return
+	}
+	list, err := rt.List(ctx)
+	if err != nil {
+		c.fail("containerd", "%s %s: list the containers of namespace %s: %v", cfg.ContainerdSocket, v.Version, cfg.Namespace, err)
+		return
+	}
+	running := 0
+	for _, ct := range list {
+		if ct.State == runtime.StateRunning {
+			running++
+		}
+	}
+	c.ok("containerd", "%s: containerd %s; namespace %s has %d Fleet containers, %d running", cfg.ContainerdSocket, v.Version, cfg.Namespace, len(list), running)
+}
+
+// checkReachable dials the broker without logging in, for a device that
+// has no token yet.
+func checkReachable(ctx context.Context, c *checker, u *url.URL, tlsCfg *tls.Config, timeout time.Duration, enrolled bool) {
+	if enrolled {
+		c.fail("broker", "%s: not checked without a device token", u.Redacted())
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := session.Dial(ctx, u, tlsCfg, timeout)
+	if err != nil {
+		c.fail("broker", "%s: %v", u.Redacted(), err)
+		return
+	}
+	conn.Close()
+	c.ok("broker", "%s reachable (the login is checked once the device has its token)", u.Redacted())
+}
+
+type brokerCheck struct {
+	url            *url.URL
+	tls            *tls.Config
+	device, token  string
+	topics         schema.Topics
+	applied        int64
+	timeout        time.Duration
+	retainedWithin time.Duration // how long to wait for the retained desired state
+}
+
+// checkBroker logs in as the device under a client ID of its own (a
+// running agent keeps its session), subscribes to the desired topic and
+// reads what is retained there. It publishes nothing and sets no will.
+func checkBroker(ctx context.Context, c *checker, b brokerCheck) {
+	if b.retainedWithin <= 0 {
+		b.retainedWithin = 3 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	desired := make(chan []byte, 1)
+	topic := b.topics.Device(b.device, schema.TopicDesired)
+	opts := mqtt.NewClientOptions().
+		AddBroker(b.url.String()).
+		SetClientID(b.device + "-check-" + hex.EncodeToString(suffix)).
+		SetUsername(b.device).
+		SetPassword(b.token).
+		SetProtocolVersion(4).
+		SetCleanSession(true).
+		SetAutoReconnect(false).
+		SetConnectRetry(false).
+		SetConnectTimeout(b.timeout).
+		SetWriteTimeout(b.timeout).
+		SetCustomOpenConnectionFn(func(*url.URL, mqtt.ClientOptions) (net.Conn, error) {
+			return session.Dial(ctx, b.url, b.tls, b.timeout)
+		}).
+		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) {
+			if m.Topic() == topic {
+				select {
+				case desired <- append([]byte(nil), m.Payload()...):
+				default:
+				}
+			}
+		})
+	client := mqtt.NewClient(opts)
+	start := time.Now()
+	if err := waitToken(ctx, client.Connect()); err != nil {
+		hint := ""
+		if errors.Is(err, packets.ErrorRefusedNotAuthorised) || errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword) {
+			hint = fmt.Sprintf(" (the token is not device %s's: a rotated token stops working at once; fleet device rotate-token %s issues a new one)", b.device, b.device)
+		}
+		c.fail("broker", "%s as %s: %v%s", b.url.Redacted(), b.device, err, hint)
+		c.fail("desired state", "not checked: no connection to the broker")
+		return
+	}
+	defer client.Disconnect(100)
+	c.ok("broker", "%s: logged in as %s in %s", b.url.Redacted(), b.device, time.Since(start).Round(time.Millisecond))
+
+	sub := client.Subscribe(topic, 1, nil)
+	if err := waitToken(ctx, sub); err != nil {
+		c.fail("desired state", "subscribe to %s: %v", topic, err)
+		return
+	}
+	if st, ok := sub.(*mqtt.SubscribeToken); ok && st.Result()[topic] == 0x80 {
+		c.fail("desired state", "the broker refused the subscription to %s (does --topic-prefix match the hub's, and the broker's ACL the device's name?)", topic)
+		return
+	}
+	select {
+	case payload := <-desired:
+		checkDesired(c, topic, payload, b.device, b.applied)
+	case <-time.After(b.retainedWithin):
+		c.warn("desired state", "nothing retained on %s after %s: the hub has not published this device's desired state (is it registered with fleet device add, and the hub's topic prefix %s?)", topic, b.retainedWithin, b.topics.Prefix)
+	case <-ctx.Done():
+		c.fail("desired state", "%s: %v", topic, ctx.Err())
+	}
+}
+
+func checkDesired(c *checker, topic string, payload []byte, device string, applied int64) {
+	if len(payload) == 0 {
+		c.warn("desired state", "%s is cleared: the device was deleted from the hub", topic)
+		return
+	}
+	var ds schema.DesiredState
+	if err := json.Unmarshal(payload, &ds); err != nil {
+		c.fail("desired state", "%s: undecodable: %v", topic, err)
+		return
+	}
+	if err := schema.ValidateDesiredState(&ds); err != nil || ds.Device != device {
+		if err == nil {
+			err = fmt.Errorf("it names device %q", ds.Device)
+		}
+		c.fail("desired state", "%s: invalid: %v", topic, err)
+		return
+	}
+	msg := fmt.Sprintf("%s: generation %d, %d pods", topic, ds.Generation, len(ds.Pods))
+	switch {
+	case applied == ds.Generation:
+		msg += "; the agent has applied it"
+	case applied > 0:
+		msg += fmt.Sprintf("; the agent last applied generation %d", applied)
+	}
+	c.ok("desired state", "%s", msg)
+}
+
+func waitToken(ctx context.Context, t mqtt.Token) error {
+	select {
+	case <-t.Done():
+		return t.Error()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
