@@ -89,11 +89,11 @@ func TestRolloutStatusTimeout(t *testing.T) {
 	if err := e.hub.SetDeploymentStatus("web", &schema.DeploymentStatus{ObservedGeneration: gen, Targeted: 2, Updated: 1, Ready: 1, Pending: 1}); err != nil {
 		t.Fatal(err)
 	}
-	r := e.run("", "rollout", "status", "deploy/web", "--timeout", "300ms")
+	r := e.run("", "rollout", "status", "deploy/web", "--timeout", "1500ms")
 	if r.code != 1 {
 		t.Fatalf("exit %d, want 1\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
-	want := `error: timed out after 300ms waiting for deployment "web" to roll out: 1 of 2 devices ready, 1 pending (fleet get devices -l site=lab shows which)`
+	want := `error: timed out after 1.5s waiting for deployment "web" to roll out: 1 of 2 devices ready, 1 pending (fleet get devices -l site=lab shows which)`
 	if strings.TrimSpace(r.stderr) != want {
 		t.Errorf("stderr %q\nwant   %q", r.stderr, want)
 	}
