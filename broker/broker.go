@@ -302,9 +302,14 @@ func (b *Broker) Kick(name string) int {
 		b.idents.CompareAndDelete(key, value)
 		if !e.cl.Closed() {
 			n++
-			// mochi sends DISCONNECT (a v5 reason code, or a bare
-			// DISCONNECT for v3) and closes the connection.
-			_ = b.server.DisconnectClient(e.cl, packets.ErrNotAuthorized)
+			// Closing the network connection ends the client's read
+			// loop with an error, and mochi then publishes its will:
+			// the device shows offline. (DisconnectClient stops the
+			// client first, and a read loop that sees it stopped
+			// between two packets returns cleanly and drops the will.)
+			// A v3.1.1 client may not receive DISCONNECT anyway; the
+			// reconnect's CONNACK says "not authorized".
+			_ = e.cl.Net.Conn.Close()
 		}
 		b.forgetSession(e.cl)
 		return true

@@ -105,6 +105,30 @@ func TestEmbeddedRefusesForbiddenWill(t *testing.T) {
 	hub.expect(online1, schema.Offline)
 }
 
+// TestKickPublishesTheWill: a device kicked (its token rotated or
+// revoked) shows offline every time, even kicked the moment it connected.
+// mochi drops the will of a client stopped between two packets, which
+// DisconnectClient could do; Kick closes the connection instead.
+func TestKickPublishesTheWill(t *testing.T) {
+	b, _ := startBroker(t)
+	url := brokerURL(b)
+	hub := mustDial(t, url, hubID)
+	online1 := topics.Device(dev1.Name, schema.TopicOnline)
+	hub.mustSubscribe(online1)
+	for i := range 100 {
+		c, err := dial(t, url, dev1.Name, passwordOf(dev1.Name), clientOpts{will: &message{Topic: online1, Payload: schema.Offline, Retained: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := b.Kick(dev1.Name); n != 1 {
+			t.Fatalf("kick %d: %d connections closed, want 1", i, n)
+		}
+		c.awaitLost()
+		hub.expect(online1, schema.Offline)
+		delete(hub.seen, [2]string{online1, schema.Offline}) // expect the same message again
+	}
+}
+
 func TestEmbeddedClientIDNotSharedAcrossIdentities(t *testing.T) {
 	b, _ := startBroker(t)
 	url := brokerURL(b)
