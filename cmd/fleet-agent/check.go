@@ -19,7 +19,6 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
-	"github.com/eclipse/paho.mqtt.golang/packets"
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmq/fleet/edgeagent/enroll"
@@ -361,9 +360,9 @@ func checkBroker(ctx context.Context, c *checker, b brokerCheck) {
 		})
 	client := mqtt.NewClient(opts)
 	start := time.Now()
-	if err := waitToken(ctx, client.Connect()); err != nil {
+	if err := session.WaitToken(ctx, client.Connect()); err != nil {
 		hint := ""
-		if errors.Is(err, packets.ErrorRefusedNotAuthorised) || errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword) {
+		if session.IsNotAuthorized(err) {
 			hint = fmt.Sprintf(" (the token is not device %s's: a rotated token stops working at once; fleet device rotate-token %s issues a new one)", b.device, b.device)
 		}
 		c.fail("broker", "%s as %s: %v%s", b.url.Redacted(), b.device, err, hint)
@@ -374,7 +373,7 @@ func checkBroker(ctx context.Context, c *checker, b brokerCheck) {
 	c.ok("broker", "%s: logged in as %s in %s", b.url.Redacted(), b.device, time.Since(start).Round(time.Millisecond))
 
 	sub := client.Subscribe(topic, 1, nil)
-	if err := waitToken(ctx, sub); err != nil {
+	if err := session.WaitToken(ctx, sub); err != nil {
 		c.fail("desired state", "subscribe to %s: %v", topic, err)
 		return
 	}
@@ -417,13 +416,4 @@ func checkDesired(c *checker, topic string, payload []byte, device string, appli
 		msg += fmt.Sprintf("; the agent last applied generation %d", applied)
 	}
 	c.ok("desired state", "%s", msg)
-}
-
-func waitToken(ctx context.Context, t mqtt.Token) error {
-	select {
-	case <-t.Done():
-		return t.Error()
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -28,7 +28,6 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
-	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/edgeagent/session"
@@ -324,8 +323,8 @@ func exchange(ctx context.Context, o Options, req request) (schema.EnrollRespons
 		SetDefaultPublishHandler(func(mqtt.Client, mqtt.Message) {})
 	c := mqtt.NewClient(opts)
 	tok := c.Connect()
-	if err := wait(ctx, tok); err != nil {
-		if isNotAuthorized(err) {
+	if err := session.WaitToken(ctx, tok); err != nil {
+		if session.IsNotAuthorized(err) {
 			return schema.EnrollResponse{}, fmt.Errorf("connect to %s: %w", o.Broker, ErrBrokerRefused)
 		}
 		return schema.EnrollResponse{}, fmt.Errorf("connect to %s: %w", o.Broker, err)
@@ -340,7 +339,7 @@ func exchange(ctx context.Context, o Options, req request) (schema.EnrollRespons
 		default:
 		}
 	})
-	if err := wait(ctx, sub); err != nil {
+	if err := session.WaitToken(ctx, sub); err != nil {
 		return schema.EnrollResponse{}, fmt.Errorf("subscribe to the answer: %w", err)
 	}
 	if st, ok := sub.(*mqtt.SubscribeToken); ok {
@@ -355,7 +354,7 @@ func exchange(ctx context.Context, o Options, req request) (schema.EnrollRespons
 	if err != nil {
 		return schema.EnrollResponse{}, err
 	}
-	if err := wait(ctx, c.Publish(o.Topics.Enroll(req.ID, schema.TopicEnrollRequest), 1, false, payload)); err != nil {
+	if err := session.WaitToken(ctx, c.Publish(o.Topics.Enroll(req.ID, schema.TopicEnrollRequest), 1, false, payload)); err != nil {
 		return schema.EnrollResponse{}, fmt.Errorf("send the request: %w", err)
 	}
 	select {
@@ -378,20 +377,6 @@ func exchange(ctx context.Context, o Options, req request) (schema.EnrollRespons
 	case <-ctx.Done():
 		return schema.EnrollResponse{}, fmt.Errorf("no answer from the hub: %w", ctx.Err())
 	}
-}
-
-func wait(ctx context.Context, t mqtt.Token) error {
-	select {
-	case <-t.Done():
-		return t.Error()
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// isNotAuthorized recognises paho's CONNACK refusals of credentials.
-func isNotAuthorized(err error) bool {
-	return errors.Is(err, packets.ErrorRefusedNotAuthorised) || errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword)
 }
 
 // dialer opens the network connection for paho and closes it when ctx

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/edgeagent/clock"
@@ -409,6 +410,21 @@ func (s *Session) offline(epoch uint64) {
 	if s.epoch == epoch {
 		s.client = nil
 	}
+}
+
+// WaitToken waits until paho's token completes or ctx is done.
+func WaitToken(ctx context.Context, t mqtt.Token) error {
+	select {
+	case <-t.Done():
+		return t.Error()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// IsNotAuthorized recognises paho's CONNACK refusals of credentials.
+func IsNotAuthorized(err error) bool {
+	return errors.Is(err, packets.ErrorRefusedNotAuthorised) || errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword)
 }
 
 func wait(ctx context.Context, t mqtt.Token, timeout time.Duration) error {
