@@ -219,3 +219,38 @@ func TestValidFilter(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAllowedFilters: a subscription filter the policy allows must not
+// match any topic the same identity may not read. That is what lets the
+// broker check a filter once, at SUBSCRIBE, instead of every delivery.
+func FuzzAllowedFilters(f *testing.F) {
+	for _, s := range [][2]string{
+		{"fleet/v1/devices/+/status", "fleet/v1/devices/pi/status"},
+		{"fleet/v1/devices/+/+", "fleet/v1/devices/pi/desired"},
+		{"fleet/v1/devices/#", "fleet/v1/devices/pi/desired"},
+		{"fleet/v1/+/pi/status", "fleet/v1/enroll/pi/status"},
+		{"fleet/v1/deployments/+/status", "fleet/v1/deployments/web/status"},
+		{"fleet/v1/devices/pi/desired", "fleet/v1/devices/pi/desired"},
+		{"+/v1/devices/pi/desired", "x/v1/devices/pi/desired"},
+		{"fleet/v1/enroll/req-1/response", "fleet/v1/enroll/req-1/response"},
+		{"fleet/v1/enroll/+/response", "fleet/v1/enroll/req-2/response"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	topics := schema.Topics{}
+	ids := []Identity{
+		{Name: "mon", Role: RoleMonitor},
+		{Name: "pi", Role: RoleDevice},
+		{Name: "bootstrap.req-1", Role: RoleBootstrap, Request: "req-1"},
+	}
+	f.Fuzz(func(t *testing.T, filter, topic string) {
+		if !validFilter(filter) || !validTopicName(topic) || !matchTopic(filter, topic) {
+			return
+		}
+		for _, id := range ids {
+			if Allowed(topics, id, filter, false) && !Allowed(topics, id, topic, false) {
+				t.Fatalf("%s (%s) may subscribe to %q, which matches %q, which it may not read", id.Name, id.Role, filter, topic)
+			}
+		}
+	})
+}

@@ -419,18 +419,6 @@ func testAccess(t *testing.T, tg target) {
 	})
 }
 
-// awaitCount waits until f returns at least n.
-func awaitCount(t testing.TB, what string, n int, f func() int) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for f() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d, want at least %d after %v", what, f(), n, waitTimeout)
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
-	}
-}
-
 func ctxTimeout(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	t.Cleanup(cancel)

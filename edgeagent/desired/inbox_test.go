@@ -140,3 +140,45 @@ func BenchmarkOfferRedelivered(b *testing.B) {
 		}
 	}
 }
+
+// FuzzOffer: whatever arrives on the desired topic, Offer does not panic,
+// and what it accepts is a valid state for this device, newer than the
+// last, handed to the reconciler with the very bytes received.
+func FuzzOffer(f *testing.F) {
+	f.Add(payload(f, "dev1", "s1", 6))
+	f.Add(payload(f, "dev2", "s1", 6))
+	f.Add([]byte(`{"apiVersion":"fleet/v1","kind":"DesiredState","device":"dev1","generation":9,"pods":[{"name":"web","spec":{"containers":[{"name":"c","image":"nginx","ports":[{"containerPort":80}],"env":[{"name":"A","value":"b"}],"resources":{"limits":{"memory":"64Mi","cpu":"500m"}}}]}}]}`))
+	f.Add([]byte(`{"apiVersion":"fleet/v1","kind":"DesiredState","device":"dev1","generation":-1,"pods":null}`))
+	f.Add([]byte(`{"device":"dev1","generation":1e400}`))
+	f.Add([]byte("  \n"))
+	f.Add([]byte(`[`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		in := New("dev1", &schema.DesiredState{Device: "dev1", Generation: 5, Store: "s1"})
+		out, ds, err := in.Offer(b)
+		if (err != nil) != (out == Invalid) {
+			t.Fatalf("outcome %v with error %v", out, err)
+		}
+		if out != Accepted {
+			if _, _, ok := in.Take(); ok {
+				t.Fatalf("outcome %v left a pending state", out)
+			}
+			return
+		}
+		if ds.Device != "dev1" {
+			t.Fatalf("accepted a state for %q", ds.Device)
+		}
+		if verr := schema.ValidateDesiredState(ds); verr != nil {
+			t.Fatalf("accepted an invalid state: %v", verr)
+		}
+		if ds.Store == "s1" && ds.Generation <= 5 {
+			t.Fatalf("accepted generation %d of the store it has applied 5 from", ds.Generation)
+		}
+		got, raw, ok := in.Take()
+		if !ok || got != ds || string(raw) != string(b) {
+			t.Fatalf("Take = %v, %q, %v; want the accepted state and its bytes", got, raw, ok)
+		}
+		if again, _, _ := in.Offer(b); again != Duplicate {
+			t.Fatalf("the same bytes again: %v, want Duplicate", again)
+		}
+	})
+}

@@ -59,7 +59,7 @@ type fixture struct {
 	clock *clock
 }
 
-func newFixture(t *testing.T, devices ...string) *fixture {
+func newFixture(t testing.TB, devices ...string) *fixture {
 	t.Helper()
 	st, err := store.Open(store.Options{Dir: t.TempDir(), GCInterval: -1})
 	if err != nil {
@@ -368,4 +368,57 @@ func TestHeartbeatDoesNotWakeTheController(t *testing.T) {
 	if st, _ := f.in.DeviceState("pi", ""); st == nil || !st.Time.Equal(time.Date(2024, 1, 1, 0, 2, 10, 0, time.UTC)) {
 		t.Errorf("the hub's copy is not the latest report: %+v", st)
 	}
+}
+
+// FuzzHandle: whatever a device publishes on its own topics, the ingest
+// does not panic, keeps only a valid report of that device, and what it
+// writes to the store is that report.
+func FuzzHandle(f *testing.F) {
+	kinds := []string{"status", "online", "events", "desired", "status/x"}
+	f.Add(uint8(0), []byte(statusJSON("pi", 3, "arm64")))
+	f.Add(uint8(0), []byte(`{"device":"pi","observedGeneration":1,"time":"2024-01-01T00:00:00Z","pods":[{"name":"a","phase":"Failed","containers":[{"name":"c","state":"terminated","exitCode":-1}]}],"node":{"memoryBytes":-5}}`))
+	f.Add(uint8(0), []byte(`{"device":"pi","agent":{"arch":"arm64 bad"}}`))
+	f.Add(uint8(1), []byte("online"))
+	f.Add(uint8(1), []byte("offline"))
+	f.Add(uint8(2), []byte(`{"device":"pi","type":"Warning","reason":"BackOff","pod":"web","container":"c","message":"x","time":"2024-01-01T00:00:00Z"}`))
+	f.Add(uint8(2), []byte(`{"device":"pi","type":"Normal","reason":""}`))
+	f.Add(uint8(3), []byte(`{}`))
+	f.Add(uint8(4), []byte(`{}`))
+	fx := newFixture(f, "pi")
+	f.Fuzz(func(t *testing.T, kind uint8, b []byte) {
+		f := fx
+		f.in.Handle(topicPrefix+"pi/"+kinds[int(kind)%len(kinds)], b)
+		if st, _ := f.in.DeviceState("pi", ""); st != nil {
+			if st.Device != "pi" {
+				t.Fatalf("kept a report of %q", st.Device)
+			}
+			if err := schema.ValidateDeviceStatus(st); err != nil {
+				t.Fatalf("kept an invalid report: %v", err)
+			}
+		}
+		for _, ev := range f.in.Events("pi", "") {
+			if ev.Device != "pi" {
+				t.Fatalf("kept an event of %q", ev.Device)
+			}
+			if err := schema.ValidateEvent(&ev); err != nil {
+				t.Fatalf("kept an invalid event: %v", err)
+			}
+		}
+		var info schema.DeviceObservedInfo
+		if err := json.Unmarshal(f.in.DeviceInfoJSON("pi", ""), &info); err != nil {
+			t.Fatalf("device info: %v", err)
+		}
+		f.in.Flush(t.Context())
+		_ = f.st.View(t.Context(), func(tx *store.Txn) error {
+			raw, err := tx.Get(store.StatusKey("pi"))
+			if err != nil {
+				return nil
+			}
+			var st schema.DeviceStatus
+			if err := json.Unmarshal(raw, &st); err != nil || st.Device != "pi" {
+				t.Fatalf("stored status %q: %v", raw, err)
+			}
+			return nil
+		})
+	})
 }

@@ -746,8 +746,14 @@ func (s *suite) dump(phase string, lat []time.Duration) {
 		}
 		fmt.Fprintf(&b, "%s %.3f\n", name, v)
 	}
-	if err := os.MkdirAll(s.o.DumpDir, 0o755); err == nil {
+	err := os.MkdirAll(s.o.DumpDir, 0o755)
+	if err == nil {
 		err = os.WriteFile(filepath.Join(s.o.DumpDir, phase+".txt"), []byte(b.String()), 0o644)
+	}
+	if err != nil {
+		// -dump is for looking at a run afterwards: say so, but keep
+		// measuring.
+		fmt.Fprintf(os.Stderr, "scale: -dump %s: %v\n", phase, err)
 	}
 }
 

@@ -222,7 +222,7 @@ func compile(ctx context.Context, work string, opts Options) (string, error) {
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(goruntime.GOROOT(), "bin", "go")
+		return "", fmt.Errorf("build the test image's program: the go command is not on PATH: %w", err)
 	}
 	out := filepath.Join(work, "app")
 	cmd := exec.CommandContext(ctx, goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", out, ".")
