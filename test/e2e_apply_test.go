@@ -54,6 +54,18 @@ func e2eApplyConverges(t *testing.T, f *Fleet) {
 		}
 	}
 
+	// The operator's view of the same: one Running line per pod per
+	// device, nothing else.
+	out = f.CLI(t, "get", "pods", "-l", "fleet/device="+devs[0]+",role=sensor", "--no-headers")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 ||
+		!slices.Equal(strings.Fields(lines[0])[:5], []string{devs[0], "e2e-everywhere", "1/1", "Running", "0"}) ||
+		!slices.Equal(strings.Fields(lines[1])[:5], []string{devs[0], "e2e-hello", "1/1", "Running", "0"}) {
+		t.Errorf("fleet get pods on %s:\n%s", devs[0], out)
+	}
+	if out := f.CLI(t, "get", "pods", "e2e-hello", "-o", "name"); out != "pod/"+devs[0]+"/e2e-hello\npod/"+devs[2]+"/e2e-hello\n" {
+		t.Errorf("fleet get pods e2e-hello -o name:\n%s", out)
+	}
+
 	// The agent's events reach the CLI: describe ends with the pull and
 	// the start of the pod it just ran.
 	awaitDescribeEvents(t, f, devs[0], "Pulled", "e2e-hello/app", "Started", "e2e-hello/app")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -24,12 +25,12 @@ type getOptions struct {
 func newGetCmd(cli *cliContext) *cobra.Command {
 	var o getOptions
 	cmd := &cobra.Command{
-		Use:   "get (deployments|devices) [NAME...] [-l key=value,...] [-o table|wide|json|yaml|name] [-w]",
-		Short: "List deployments or devices",
-		Long: `List deployments or devices, or show the named ones.
+		Use:   "get (deployments|devices|pods) [NAME...] [-l key=value,...] [-o table|wide|json|yaml|name] [-w]",
+		Short: "List deployments, devices or the pods on them",
+		Long: `List deployments, devices or pods, or show the named ones.
 
-Resource types: deployments (also deployment, deploy) and devices (also device,
-dev). Objects can also be named as KIND/NAME.
+Resource types: deployments (also deployment, deploy), devices (also device,
+dev) and pods (also pod, po). Objects can also be named as KIND/NAME.
 
 Deployments: NAME, TARGETED (devices the selector matches), UPDATED (running
 the latest pod), READY, PENDING (offline devices count as pending), GENERATION
@@ -41,8 +42,17 @@ Devices: NAME, ONLINE, LAST-SEEN (last status from the agent), GENERATION
 are equal), PODS (ready/total), CONVERGED and AGE; -o wide adds LABELS, ARCH
 and AGENT. A device whose agent never reported shows false, <never> and 0/0.
 
+Pods: one line per pod per device, as the devices last reported them:
+DEVICE, POD (the deployment's name), READY (running containers/total),
+STATUS (the reason of the first container not running, such as
+ErrImagePull, CrashLoopBackOff or ContainerCreating, else the pod's phase;
+Unknown when the device is offline or silent), RESTARTS and AGE (since its
+containers started); -o wide adds IMAGES and MESSAGE. NAME keeps the pods
+of that name; -l selects devices, e.g. -l fleet/device=pi-1 for one device.
+
 -o json and -o yaml print one object for a single NAME, else the list
-(DeploymentList, DeviceList) with the resourceVersion it was read at.
+(DeploymentList, DeviceList) with the resourceVersion it was read at; for
+pods, always a PodList (items: device, reachable and the pod's status).
 -w prints the list, then a line (or a JSON/YAML object) per change until
 interrupted.`,
 		Example: `  # All deployments, and all devices with more columns
@@ -58,10 +68,25 @@ interrupted.`,
   # Watch devices come online and converge
   fleet get devices -w
 
+  # Every pod that is not running well, across the fleet
+  fleet get pods | grep -v Running
+
+  # The pods of one site, with images and messages
+  fleet get pods -l site=lab -o wide
+
   # Names only, for scripts
   fleet get devices -o name`,
-		Args:              cobra.MinimumNArgs(1),
-		ValidArgsFunction: cli.completeResources,
+		Args: cobra.MinimumNArgs(1),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			if _, ok, _ := podArgs(args); ok {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			kinds, dir := cli.completeResources(cmd, args, toComplete)
+			if len(args) == 0 && strings.HasPrefix("pods", toComplete) {
+				kinds = append(kinds, "pods")
+			}
+			return kinds, dir
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runGet(cmd.Context(), cli, args, o)
 		},
@@ -76,6 +101,17 @@ interrupted.`,
 }
 
 func runGet(ctx context.Context, cli *cliContext, args []string, o getOptions) error {
+	if names, ok, err := podArgs(args); ok || err != nil {
+		if err != nil {
+			return err
+		}
+		return runGetPods(ctx, cli, names, o)
+	}
+	if k, _, _ := strings.Cut(args[0], "/"); k != "" {
+		if _, err := parseKind(k); err != nil {
+			return fmt.Errorf("unknown resource type %q: valid types are %s and pods (pod, po)", k, strings.Replace(validKinds, " and ", ", ", 1))
+		}
+	}
 	kind, refs, err := parseRefs(args)
 	if err != nil {
 		return err
@@ -199,4 +235,112 @@ func watchObjects(ctx context.Context, cl *client.Client, p *printers.Printer, k
 			return p.PrintEvent(ev)
 		},
 	})
+}
+
+// podArgs reads "pods [NAME...]" or "pod/NAME..." arguments: ok is false
+// when the arguments name another resource type.
+func podArgs(args []string) (names []string, ok bool, err error) {
+	isPods := func(k string) bool {
+		switch strings.ToLower(k) {
+		case "pods", "pod", "po":
+			return true
+		}
+		return false
+	}
+	if len(args) == 0 {
+		return nil, false, nil
+	}
+	if k, _, slash := strings.Cut(args[0], "/"); !slash {
+		if !isPods(args[0]) {
+			return nil, false, nil
+		}
+		for _, name := range args[1:] {
+			if strings.Contains(name, "/") {
+				return nil, true, fmt.Errorf("there is no need to name the resource type in %q: it is pods", name)
+			}
+			if err := schema.ValidateName(name); err != nil {
+				return nil, true, fmt.Errorf("pod name %w", err)
+			}
+			names = append(names, name)
+		}
+		return names, true, nil
+	} else if !isPods(k) {
+		if slices.ContainsFunc(args, func(a string) bool { k, _, _ := strings.Cut(a, "/"); return isPods(k) }) {
+			return nil, true, errors.New("pods cannot be listed together with other resource types")
+		}
+		return nil, false, nil
+	}
+	for _, a := range args {
+		k, name, ok := strings.Cut(a, "/")
+		if !ok || !isPods(k) {
+			return nil, true, fmt.Errorf("%q: pods cannot be listed together with other resource types; use pod/NAME for every argument", a)
+		}
+		if err := schema.ValidateName(name); err != nil {
+			return nil, true, fmt.Errorf("%s: name %w", a, err)
+		}
+		names = append(names, name)
+	}
+	return names, true, nil
+}
+
+// runGetPods lists the pods the selected devices last reported: the hub
+// keeps them in each device's status.
+func runGetPods(ctx context.Context, cli *cliContext, names []string, o getOptions) error {
+	if err := checkSelector(o.selector); err != nil {
+		return err
+	}
+	if o.watchEvents {
+		return errors.New("--output-watch-events is not supported for pods")
+	}
+	p, err := cli.printer(o.output, o.noHeaders)
+	if err != nil {
+		return err
+	}
+	cl, err := cli.Client()
+	if err != nil {
+		return err
+	}
+	selector := normSelector(o.selector)
+	if o.watch {
+		w := p.NewPodWatch(names)
+		err := cl.Follow(ctx, client.Devices, selector, client.FollowHandler{
+			List: func(objs []schema.Object) error {
+				devs := make([]*schema.Device, 0, len(objs))
+				for _, obj := range objs {
+					if d, ok := obj.(*schema.Device); ok {
+						devs = append(devs, d)
+					}
+				}
+				return w.List(devs)
+			},
+			Event: func(ev client.Event) error {
+				d, ok := ev.Object.(*schema.Device)
+				if !ok {
+					return nil
+				}
+				return w.Device(d, ev.Type == schema.WatchDeleted)
+			},
+		})
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil // interrupted (Ctrl-C): the way a watch ends
+		}
+		return err
+	}
+	rctx, cancel := cli.requestContext(ctx)
+	defer cancel()
+	objs, _, err := cl.List(rctx, client.Devices, selector)
+	if err != nil {
+		return err
+	}
+	var pods []printers.DevicePod
+	for _, obj := range objs {
+		if d, ok := obj.(*schema.Device); ok {
+			pods = append(pods, printers.PodsOf(d, names)...)
+		}
+	}
+	if len(pods) == 0 && p.Format != printers.JSON && p.Format != printers.YAML {
+		fmt.Fprintln(cli.stderr(), "No resources found.")
+		return nil
+	}
+	return p.PrintPods(pods)
 }

@@ -80,7 +80,8 @@ func TestGetErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"get"}, "requires at least 1 arg"},
-		{[]string{"get", "pods"}, `unknown resource type "pods"`},
+		{[]string{"get", "services"}, `unknown resource type "services": valid types are deployments (deployment, deploy), devices (device, dev) and pods (pod, po)`},
+		{[]string{"get", "service/web"}, `unknown resource type "service"`},
 		{[]string{"get", "deployment", "missing"}, `Error from server (NotFound): Deployment "missing" not found`},
 		{[]string{"get", "deployment", "Bad_Name"}, "DNS-1123"},
 		{[]string{"get", "devices", "-l", "site"}, "must be key=value"},
@@ -143,5 +144,113 @@ func waitFor(t *testing.T, b *syncBuffer, substr string) {
 			t.Fatalf("no %q within 10s in\n%s", substr, b.String())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestGetPods: the pods come from the devices' statuses, one line per pod
+// per device, kubectl's columns; NAME keeps one pod, -l picks devices.
+func TestGetPods(t *testing.T) {
+	e := newEnv(t)
+	e.ok("", "apply", "-f", e.file("app.yaml", webYAML+"---\n"+deviceYAML+"---\n"+strings.ReplaceAll(deviceYAML, "pi-1", "pi-2")+"---\n"+
+		strings.ReplaceAll(strings.ReplaceAll(deviceYAML, "pi-1", "pi-3"), "site: lab", "site: hall")))
+	if r := e.run("", "get", "pods"); r.code != 0 || r.stdout != "" || r.stderr != "No resources found.\n" {
+		t.Errorf("no reports yet: %+v", r)
+	}
+	seen := time.Now().Add(-3 * time.Second)
+	started := time.Now().Add(-5 * time.Minute)
+	for name, st := range map[string]*schema.DeviceObservedInfo{
+		"pi-1": {Online: true, LastSeen: &seen, Pods: []schema.PodStatus{{Name: "web", Phase: schema.PhaseRunning, Ready: true,
+			Containers: []schema.ContainerStatus{{Name: "nginx", Image: "nginx:1.25", State: schema.ContainerRunning, StartedAt: &started}}}}},
+		"pi-2": {Online: true, LastSeen: &seen, Pods: []schema.PodStatus{{Name: "web", Phase: schema.PhasePending, Restarts: 2, Message: "pull failed",
+			Containers: []schema.ContainerStatus{{Name: "nginx", Image: "nginx:1.25", State: schema.ContainerWaiting, Reason: "ErrImagePull"}}}}},
+		"pi-3": {Online: false, LastSeen: &seen, Pods: []schema.PodStatus{{Name: "cam", Phase: schema.PhaseRunning, Ready: true,
+			Containers: []schema.ContainerStatus{{Name: "cam", Image: "cam:2", State: schema.ContainerRunning, StartedAt: &started}}}}},
+	} {
+		if err := e.hub.SetDeviceStatus(name, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "pods"}, "" +
+			"DEVICE   POD   READY   STATUS         RESTARTS   AGE\n" +
+			"pi-1     web   1/1     Running        0          5m\n" +
+			"pi-2     web   0/1     ErrImagePull   2          <unknown>\n" +
+			"pi-3     cam   1/1     Unknown        0          5m\n"},
+		{[]string{"get", "po", "web", "-l", "site=lab", "--no-headers"}, "" +
+			"pi-1   web   1/1   Running        0     5m\n" +
+			"pi-2   web   0/1   ErrImagePull   2     <unknown>\n"},
+		{[]string{"get", "pod/cam", "-o", "name"}, "pod/pi-3/cam\n"},
+		{[]string{"get", "pods", "-l", "fleet/device=pi-2", "-o", "wide"}, "" +
+			"DEVICE   POD   READY   STATUS         RESTARTS   AGE         IMAGES       MESSAGE\n" +
+			"pi-2     web   0/1     ErrImagePull   2          <unknown>   nginx:1.25   pull failed\n"},
+	} {
+		if out := e.ok("", tt.args...); out != tt.want {
+			t.Errorf("fleet %s:\n%s\nwant\n%s", strings.Join(tt.args, " "), out, tt.want)
+		}
+	}
+	var l struct {
+		Kind  string `json:"kind"`
+		Items []struct {
+			Device    string `json:"device"`
+			Name      string `json:"name"`
+			Reachable bool   `json:"reachable"`
+		} `json:"items"`
+	}
+	mustJSON(t, e.ok("", "get", "pods", "web", "-o", "json"), &l)
+	if l.Kind != "PodList" || len(l.Items) != 2 || l.Items[1].Device != "pi-2" || !l.Items[1].Reachable {
+		t.Fatalf("json: %+v", l)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "pods", "pi-1/web"}, "no need to name the resource type"},
+		{[]string{"get", "pod/web", "device/pi-1"}, "pods cannot be listed together"},
+		{[]string{"get", "device/pi-1", "pod/web"}, "pods cannot be listed together"},
+		{[]string{"get", "pods", "Bad_Name"}, "pod name"},
+		{[]string{"get", "pods", "-l", "site"}, "label selector"},
+	} {
+		r := e.run("", tt.args...)
+		if r.code == 0 || !strings.Contains(r.stderr, tt.want) {
+			t.Errorf("fleet %s: exit %d, stderr %q; want an error with %q", strings.Join(tt.args, " "), r.code, r.stderr, tt.want)
+		}
+	}
+}
+
+// TestGetPodsWatch: -w prints the pods, then each pod whose line changed.
+func TestGetPodsWatch(t *testing.T) {
+	e := newEnv(t)
+	e.ok("", "apply", "-f", e.file("app.yaml", webYAML+"---\n"+deviceYAML))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out, done := e.background(ctx, "get", "pods", "-w")
+	waitFor(t, out, "DEVICE")
+	pending := &schema.DeviceObservedInfo{Online: true, Pods: []schema.PodStatus{{Name: "web", Phase: schema.PhasePending,
+		Containers: []schema.ContainerStatus{{Name: "nginx", State: schema.ContainerWaiting, Reason: "ContainerCreating"}}}}}
+	if err := e.hub.SetDeviceStatus("pi-1", pending); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, out, "ContainerCreating")
+	if err := e.hub.SetDeviceStatus("pi-1", pending); err != nil { // the same report again
+		t.Fatal(err)
+	}
+	running := &schema.DeviceObservedInfo{Online: true, Pods: []schema.PodStatus{{Name: "web", Phase: schema.PhaseRunning, Ready: true,
+		Containers: []schema.ContainerStatus{{Name: "nginx", State: schema.ContainerRunning}}}}}
+	if err := e.hub.SetDeviceStatus("pi-1", running); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, out, "Running")
+	e.ok("", "delete", "device", "pi-1")
+	waitFor(t, out, "Deleted")
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("watch ended with exit %d after interrupt, want 0\n%s", code, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[1], "0/1") || !strings.Contains(lines[2], "1/1") {
+		t.Fatalf("want the header and one line per change:\n%s", out)
 	}
 }

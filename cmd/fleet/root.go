@@ -29,6 +29,7 @@ A config file is YAML: "hub: http://127.0.0.1:8080" and "token: ...".`,
   fleet get deployments
   fleet get devices -l site=lab -o wide
   fleet rollout status deployment/web
+  fleet get pods -l site=lab
   fleet describe deployment web
   fleet diff -f web.yaml`,
 		SilenceUsage:  true,

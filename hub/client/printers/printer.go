@@ -205,16 +205,8 @@ func (p *Printer) PrintEvent(ev client.Event) error {
 		v = WatchEventOutput{Type: ev.Type, Object: obj}
 	}
 	switch p.Format {
-	case JSON:
-		return writeJSON(p.Out, v)
-	case YAML:
-		if p.events > 0 {
-			if _, err := io.WriteString(p.Out, "---\n"); err != nil {
-				return err
-			}
-		}
-		p.events++
-		return writeYAML(p.Out, v)
+	case JSON, YAML:
+		return p.writeWatchObject(v)
 	case Name:
 		if p.WatchEvents {
 			_, err := fmt.Fprintf(p.Out, "%s %s\n", ev.Type, ResourceName(obj))

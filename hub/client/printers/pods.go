@@ -1,0 +1,311 @@
+package printers
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fleetmq/fleet/schema"
+)
+
+// KindPodList is the kind of `fleet get pods -o json|yaml`.
+const KindPodList = "PodList"
+
+// DevicePod is one pod as its device last reported it: the items of
+// `fleet get pods -o json|yaml`. The hub keeps pods inside each device's
+// status; the CLI lists them from there, so there is no pod resource in
+// the API.
+type DevicePod struct {
+	Device string `json:"device"`
+	// Reachable: the device is online and its last status is fresh. When
+	// it is not, the pod is shown as Unknown: it is what the device last
+	// said, not what runs now.
+	Reachable bool `json:"reachable"`
+	// Deleted is set only by `fleet get pods -w`, for a pod its device no
+	// longer reports (or of a deleted device).
+	Deleted          bool `json:"deleted,omitempty"`
+	schema.PodStatus `json:",inline"`
+}
+
+// DevicePodList is what `fleet get pods -o json|yaml` prints.
+type DevicePodList struct {
+	schema.TypeMeta `json:",inline"`
+	Items           []DevicePod `json:"items"`
+}
+
+// Headers of the pod table.
+var (
+	podHeaders     = []string{"DEVICE", "POD", "READY", "STATUS", "RESTARTS", "AGE"}
+	podWideHeaders = []string{"IMAGES", "MESSAGE"}
+)
+
+// PodHeaders returns the column headers of a pod table.
+func PodHeaders(wide bool) []string {
+	if wide {
+		return slices.Concat(podHeaders, podWideHeaders)
+	}
+	return slices.Clone(podHeaders)
+}
+
+// PodsOf returns the pods d last reported, by name. names, if not empty,
+// keeps only the pods with those names.
+func PodsOf(d *schema.Device, names []string) []DevicePod {
+	st := d.Status
+	if st == nil {
+		return nil
+	}
+	reachable := st.Online && !st.Stale
+	var out []DevicePod
+	for _, p := range st.Pods {
+		if len(names) > 0 && !slices.Contains(names, p.Name) {
+			continue
+		}
+		out = append(out, DevicePod{Device: d.Metadata.Name, Reachable: reachable, PodStatus: p})
+	}
+	slices.SortFunc(out, func(a, b DevicePod) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// PodName is the name form of a pod: "pod/DEVICE/POD".
+func PodName(p DevicePod) string { return "pod/" + p.Device + "/" + p.Name }
+
+// PodStatusText is the STATUS column, in kubectl's manner: the reason of
+// the first container that is not running (ErrImagePull,
+// CrashLoopBackOff, ContainerCreating, Completed, Error…), else the pod's
+// phase; Unknown for a device that is offline or has not reported for too
+// long.
+func PodStatusText(p DevicePod) string {
+	if p.Deleted {
+		return "Deleted"
+	}
+	if !p.Reachable {
+		return string(schema.PhaseUnknown)
+	}
+	for _, c := range p.Containers {
+		if c.State != schema.ContainerRunning && c.Reason != "" {
+			return c.Reason
+		}
+	}
+	if p.Phase == "" {
+		return string(schema.PhaseUnknown)
+	}
+	return string(p.Phase)
+}
+
+// PodRow returns the table cells of one pod at time now: READY counts the
+// running containers, AGE is since the earliest of them started.
+func PodRow(p DevicePod, wide bool, now time.Time) []string {
+	running := 0
+	var started *time.Time
+	var images []string
+	for _, c := range p.Containers {
+		if c.State == schema.ContainerRunning {
+			running++
+		}
+		if c.StartedAt != nil && (started == nil || c.StartedAt.Before(*started)) {
+			started = c.StartedAt
+		}
+		images = append(images, c.Image)
+	}
+	row := []string{
+		p.Device,
+		p.Name,
+		fmt.Sprintf("%d/%d", running, len(p.Containers)),
+		PodStatusText(p),
+		fmt.Sprint(p.Restarts),
+		Age(started, now),
+	}
+	if !wide {
+		return row
+	}
+	msg := p.Message
+	if !p.Reachable && !p.Deleted {
+		msg = strings.TrimSuffix("device unreachable; last reported "+string(p.Phase)+"; "+msg, "; ")
+	}
+	return append(row, orNone(strings.Join(images, ",")), orNone(msg))
+}
+
+// PrintPods prints pods: a table, pod/DEVICE/POD lines, or a PodList in
+// json and yaml. A table of no pods prints nothing; the caller says "No
+// resources found", as kubectl does.
+func (p *Printer) PrintPods(pods []DevicePod) error {
+	if pods == nil {
+		pods = []DevicePod{}
+	}
+	switch p.Format {
+	case JSON:
+		return writeJSON(p.Out, podList(pods))
+	case YAML:
+		return writeYAML(p.Out, podList(pods))
+	case Name:
+		for _, pod := range pods {
+			if _, err := fmt.Fprintln(p.Out, PodName(pod)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(pods) == 0 {
+		return nil
+	}
+	rows := make([][]string, len(pods))
+	now := p.now()
+	for i, pod := range pods {
+		rows[i] = PodRow(pod, p.wide(), now)
+	}
+	var h []string
+	if !p.NoHeaders {
+		h = PodHeaders(p.wide())
+	}
+	return WriteTable(p.Out, h, rows)
+}
+
+func podList(pods []DevicePod) DevicePodList {
+	return DevicePodList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: KindPodList}, Items: pods}
+}
+
+// PodWatch prints pods as `fleet get pods -w` follows the devices: all of
+// them first, then each pod whose line changed (in json and yaml: whose
+// reported state changed). Pods that a device stopped reporting, or of a
+// deleted device, are printed once more with the status Deleted.
+type PodWatch struct {
+	p      *Printer
+	names  []string
+	last   map[string]string // pod/DEVICE/POD → what was printed
+	byDev  map[string][]DevicePod
+	stream *StreamTable
+}
+
+// NewPodWatch returns a watch printer that keeps only pods named names
+// (all of them when empty).
+func (p *Printer) NewPodWatch(names []string) *PodWatch {
+	return &PodWatch{p: p, names: names, last: map[string]string{}, byDev: map[string][]DevicePod{}}
+}
+
+// List prints the pods of every device, the start of a watch. After a
+// relist, only what changed is printed.
+func (w *PodWatch) List(devices []*schema.Device) error {
+	seen := map[string]bool{}
+	for _, d := range devices {
+		seen[d.Metadata.Name] = true
+		if err := w.Device(d, false); err != nil {
+			return err
+		}
+	}
+	for _, dev := range slices.Sorted(maps.Keys(w.byDev)) {
+		if !seen[dev] {
+			if err := w.Device(&schema.Device{Metadata: schema.ObjectMeta{Name: dev}}, true); err != nil {
+				return err
+			}
+		}
+	}
+	if w.stream == nil && (w.p.Format == Table || w.p.Format == Wide) {
+		// No pods yet: the header still tells the watch has started.
+		return w.table().Write()
+	}
+	return nil
+}
+
+// Device prints what changed in one device's pods; deleted says the
+// device itself is gone.
+func (w *PodWatch) Device(d *schema.Device, deleted bool) error {
+	var pods []DevicePod
+	if !deleted {
+		pods = PodsOf(d, w.names)
+	}
+	now := w.p.now()
+	var out []DevicePod
+	for _, old := range w.byDev[d.Metadata.Name] {
+		if !slices.ContainsFunc(pods, func(p DevicePod) bool { return p.Name == old.Name }) {
+			gone := old
+			gone.Deleted = true
+			out = append(out, gone)
+			delete(w.last, PodName(old))
+		}
+	}
+	for _, pod := range pods {
+		key := w.key(pod, now)
+		if w.last[PodName(pod)] == key {
+			continue
+		}
+		w.last[PodName(pod)] = key
+		out = append(out, pod)
+	}
+	if len(pods) == 0 {
+		delete(w.byDev, d.Metadata.Name)
+	} else {
+		w.byDev[d.Metadata.Name] = pods
+	}
+	return w.print(out, now)
+}
+
+// key is what, once printed, is not printed again: the line without its
+// age, or the pod's state.
+func (w *PodWatch) key(pod DevicePod, now time.Time) string {
+	switch w.p.Format {
+	case Table, Wide:
+		row := PodRow(pod, w.p.wide(), now)
+		row[5] = ""
+		return strings.Join(row, "\x00")
+	}
+	b, _ := json.Marshal(pod)
+	return string(b)
+}
+
+func (w *PodWatch) print(pods []DevicePod, now time.Time) error {
+	switch w.p.Format {
+	case JSON, YAML:
+		for _, pod := range pods {
+			if err := w.p.writeWatchObject(pod); err != nil {
+				return err
+			}
+		}
+		return nil
+	case Name:
+		for _, pod := range pods {
+			if _, err := fmt.Fprintln(w.p.Out, PodName(pod)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(pods) == 0 {
+		return nil
+	}
+	rows := make([][]string, len(pods))
+	for i, pod := range pods {
+		rows[i] = PodRow(pod, w.p.wide(), now)
+	}
+	return w.table().Write(rows...)
+}
+
+func (w *PodWatch) table() *StreamTable {
+	if w.stream == nil {
+		var h []string
+		if !w.p.NoHeaders {
+			h = PodHeaders(w.p.wide())
+		}
+		w.stream = NewStreamTable(w.p.Out, h)
+	}
+	return w.stream
+}
+
+// writeWatchObject writes one object of a json or yaml watch stream (yaml
+// documents separated by ---).
+func (p *Printer) writeWatchObject(v any) error {
+	if p.Format == JSON {
+		return writeJSON(p.Out, v)
+	}
+	if p.events > 0 {
+		if _, err := io.WriteString(p.Out, "---\n"); err != nil {
+			return err
+		}
+	}
+	p.events++
+	return writeYAML(p.Out, v)
+}
