@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/fleetmq/fleet/hub/api"
 	"github.com/fleetmq/fleet/hub/store"
@@ -40,6 +41,7 @@ type EventList = schema.EventList
 func (h *Hub) routes() {
 	h.api.Handle("/v1/info", api.Methods{http.MethodGet: h.serveInfo})
 	h.api.Handle("/v1/devices/{name}/events", api.Methods{http.MethodGet: h.serveEvents})
+	h.api.Handle("/v1/events", api.Methods{http.MethodGet: h.serveAllEvents})
 	h.api.Handle("/v1/mosquitto/passwd", api.Methods{http.MethodGet: h.serveMosquitto(true)})
 	h.api.Handle("/v1/mosquitto/acl", api.Methods{http.MethodGet: h.serveMosquitto(false)})
 	h.api.Handle("/metrics", api.Methods{http.MethodGet: h.metrics.Handler().ServeHTTP})
@@ -67,6 +69,42 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	api.WriteJSON(w, http.StatusOK, schema.EventList{
 		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "EventList"},
 		Items:    h.ingest.Events(name, obj.GetMetadata().UID),
+	})
+}
+
+// serveAllEvents answers the recent events of every device the
+// labelSelector selects, of one type if type is set, the newest limit
+// (default schema.DefaultEventsLimit, 0 for all) of them, oldest first.
+func (h *Hub) serveAllEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	sel, err := api.ParseSelector(q.Get("labelSelector"))
+	if err != nil {
+		api.WriteError(w, r, h.log, err)
+		return
+	}
+	typ := q.Get("type")
+	if typ != "" && typ != schema.EventNormal && typ != schema.EventWarning {
+		api.WriteError(w, r, h.log, &schema.ValidationError{Errors: []schema.FieldError{{Field: "type", Message: fmt.Sprintf("unsupported value %q: want Normal or Warning", typ)}}})
+		return
+	}
+	limit := schema.DefaultEventsLimit
+	if v := q.Get("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 0 {
+			api.WriteError(w, r, h.log, &schema.ValidationError{Errors: []schema.FieldError{{Field: "limit", Message: fmt.Sprintf("%q: want a number ≥ 0", v)}}})
+			return
+		}
+	}
+	var evs []schema.Event
+	for _, d := range h.ctrl.Devices(sel) {
+		for _, ev := range h.ingest.Events(d.Name, d.UID) {
+			if typ == "" || ev.Type == typ {
+				evs = append(evs, ev)
+			}
+		}
+	}
+	api.WriteJSON(w, http.StatusOK, schema.EventList{
+		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "EventList"},
+		Items:    append([]schema.Event{}, schema.NewestEvents(evs, limit)...),
 	})
 }
 

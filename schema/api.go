@@ -1,6 +1,9 @@
 package schema
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"slices"
+)
 
 // Wire types of the hub HTTP API (see API.md beside this file).
 
@@ -31,11 +34,27 @@ type DeviceList struct {
 	Items    []Device `json:"items"`
 }
 
-// EventList is the body of GET /v1/devices/{name}/events: the device's
-// recent events as the hub heard them, oldest first.
+// EventList is the body of GET /v1/devices/{name}/events (the device's
+// recent events as the hub heard them) and of GET /v1/events (those of
+// every selected device), oldest first.
 type EventList struct {
 	TypeMeta `json:",inline"`
 	Items    []Event `json:"items"`
+}
+
+// DefaultEventsLimit is how many events GET /v1/events answers at most
+// unless its limit parameter says otherwise.
+const DefaultEventsLimit = 500
+
+// NewestEvents orders evs by time (events of the same instant keep their
+// order) and returns the newest limit of them, oldest first; limit 0 keeps
+// them all. It reorders evs in place.
+func NewestEvents(evs []Event, limit int) []Event {
+	slices.SortStableFunc(evs, func(a, b Event) int { return a.Time.Compare(b.Time) })
+	if limit > 0 && len(evs) > limit {
+		evs = evs[len(evs)-limit:]
+	}
+	return evs
 }
 
 // DeploymentList is the body of GET /v1/deployments.

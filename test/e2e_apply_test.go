@@ -69,6 +69,13 @@ func e2eApplyConverges(t *testing.T, f *Fleet) {
 	// The agent's events reach the CLI: describe ends with the pull and
 	// the start of the pod it just ran.
 	awaitDescribeEvents(t, f, devs[0], "Pulled", "e2e-hello/app", "Started", "e2e-hello/app")
+	// The fleet-wide list has them too.
+	out = f.CLI(t, "events", "--for", "device/"+devs[0], "--no-headers")
+	for _, want := range []string{"Pulled    pod/" + devs[0] + "/e2e-hello/app", "Started   pod/" + devs[0] + "/e2e-hello/app"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("fleet events --for device/%s: no %q in\n%s", devs[0], want, out)
+		}
+	}
 
 	// Idempotent apply: nothing is configured, no generation moves, no
 	// container is touched.

@@ -404,3 +404,62 @@ func TestMQTTMonitorWithMosquittoSub(t *testing.T) {
 		t.Errorf("mosquitto_sub printed %q", out)
 	}
 }
+
+// TestMQTTFleetEvents: GET /v1/events merges the events the hub heard from
+// every selected device, oldest first, filtered by type and cut to the
+// newest limit; bad parameters are a 400 naming them.
+func TestMQTTFleetEvents(t *testing.T) {
+	t.Parallel()
+	h := StartHub(t, HubOptions{})
+	devs := map[string]map[string]string{"pi-a": {"site": "lab"}, "pi-b": {"site": "lab"}, "pi-c": {"site": "hall"}}
+	// Each device's events, at the times the agents stamped: the list
+	// interleaves them.
+	at := map[string][]string{
+		"pi-a": {"2025-01-01T00:00:01Z Normal Pulled", "2025-01-01T00:00:04Z Warning BackOff"},
+		"pi-b": {"2025-01-01T00:00:02Z Normal Started", "2025-01-01T00:00:05Z Warning ErrImagePull"},
+		"pi-c": {"2025-01-01T00:00:03Z Normal Started"},
+	}
+	for name, labels := range devs {
+		tok := addDevice(t, h, name, labels)
+		c := mustDialMQTT(t, h.MQTTURL, name, tok, dialOpts{})
+		for _, e := range at[name] {
+			f := strings.Fields(e)
+			c.mustPublish(topics.Device(name, schema.TopicEvents), false,
+				fmt.Appendf(nil, `{"apiVersion":"fleet/v1","kind":"Event","device":%q,"time":%q,"type":%q,"reason":%q,"pod":"web"}`, name, f[0], f[1], f[2]))
+		}
+	}
+	list := func(query string) []string {
+		t.Helper()
+		var l schema.EventList
+		if err := json.Unmarshal(mustDo(t, h, http.MethodGet, "/v1/events"+query, nil, http.StatusOK), &l); err != nil {
+			t.Fatal(err)
+		}
+		if l.Kind != "EventList" || l.Items == nil {
+			t.Fatalf("GET /v1/events%s: %+v", query, l)
+		}
+		var out []string
+		for _, ev := range l.Items {
+			out = append(out, ev.Device+":"+ev.Reason)
+		}
+		return out
+	}
+	awaitf(t, mqttWait, func() bool { return len(list("")) == 5 }, "5 events")
+	for query, want := range map[string]string{
+		"":                                   "pi-a:Pulled pi-b:Started pi-c:Started pi-a:BackOff pi-b:ErrImagePull",
+		"?labelSelector=site%3Dlab":          "pi-a:Pulled pi-b:Started pi-a:BackOff pi-b:ErrImagePull",
+		"?type=Warning":                      "pi-a:BackOff pi-b:ErrImagePull",
+		"?limit=2":                           "pi-a:BackOff pi-b:ErrImagePull",
+		"?limit=0&type=Normal":               "pi-a:Pulled pi-b:Started pi-c:Started",
+		"?labelSelector=fleet/device%3Dpi-c": "pi-c:Started",
+		"?labelSelector=site%3Dnowhere":      "",
+	} {
+		if got := strings.Join(list(query), " "); got != want {
+			t.Errorf("GET /v1/events%s: %s, want %s", query, got, want)
+		}
+	}
+	for query, field := range map[string]string{"?type=Loud": "type", "?limit=-1": "limit", "?limit=many": "limit", "?labelSelector=site": "labelSelector"} {
+		if b := mustDo(t, h, http.MethodGet, "/v1/events"+query, nil, http.StatusBadRequest); !strings.Contains(string(b), field) {
+			t.Errorf("GET /v1/events%s: %s, want the field %s named", query, b, field)
+		}
+	}
+}

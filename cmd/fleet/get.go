@@ -109,6 +109,9 @@ func runGet(ctx context.Context, cli *cliContext, args []string, o getOptions) e
 	}
 	if k, _, _ := strings.Cut(args[0], "/"); k != "" {
 		if _, err := parseKind(k); err != nil {
+			if strings.HasPrefix(strings.ToLower(k), "ev") {
+				return fmt.Errorf("unknown resource type %q: events are listed with fleet events", k)
+			}
 			return fmt.Errorf("unknown resource type %q: valid types are %s and pods (pod, po)", k, strings.Replace(validKinds, " and ", ", ", 1))
 		}
 	}

@@ -106,6 +106,11 @@ func invalidParam(name, format string, args ...any) error {
 	return &schema.ValidationError{Errors: []schema.FieldError{{Field: name, Message: fmt.Sprintf(format, args...)}}}
 }
 
+// ParseSelector parses the labelSelector query parameter of a route added
+// with Handle, as the list routes do; its error answers 400 through
+// WriteError.
+func ParseSelector(s string) (map[string]string, error) { return parseSelector(s) }
+
 // parseSelector parses a labelSelector "k=v,k2=v2". Every pair must be a
 // valid label key and value; "k==v" is accepted as "k=v".
 func parseSelector(s string) (map[string]string, error) {

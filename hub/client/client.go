@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/fleetmq/fleet/schema"
@@ -272,6 +273,22 @@ func (c *Client) DeviceEvents(ctx context.Context, name string) ([]schema.Event,
 	}
 	var l schema.EventList
 	if err := c.do(ctx, http.MethodGet, objectPath(Devices, name)+"/events", nil, nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+// Events reads the recent events of the devices selector selects ("" for
+// every device), of type typ ("Normal", "Warning" or "" for both): the
+// newest limit of them (0 for all the hub keeps), oldest first.
+func (c *Client) Events(ctx context.Context, selector, typ string, limit int) ([]schema.Event, error) {
+	q := selectorQuery(selector)
+	if typ != "" {
+		q.Set("type", typ)
+	}
+	q.Set("limit", strconv.Itoa(limit))
+	var l schema.EventList
+	if err := c.do(ctx, http.MethodGet, "/v1/events", q, nil, &l); err != nil {
 		return nil, err
 	}
 	return l.Items, nil

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -201,6 +202,25 @@ func (c *Controller) Device(name string) (uid string, labels map[string]string, 
 	defer c.mu.RUnlock()
 	d, ok := c.devices[name]
 	return d.UID, d.Labels, ok
+}
+
+// DeviceRef names a registered device.
+type DeviceRef struct{ Name, UID string }
+
+// Devices returns the registered devices whose labels contain every pair
+// of sel (all of them for an empty sel), by name.
+func (c *Controller) Devices(sel map[string]string) []DeviceRef {
+	match := schema.LabelSelector{MatchLabels: sel}
+	c.mu.RLock()
+	out := make([]DeviceRef, 0, len(c.devices))
+	for name, d := range c.devices {
+		if match.Matches(d.Labels) {
+			out = append(out, DeviceRef{Name: name, UID: d.UID})
+		}
+	}
+	c.mu.RUnlock()
+	slices.SortFunc(out, func(a, b DeviceRef) int { return cmp.Compare(a.Name, b.Name) })
+	return out
 }
 
 // Desired returns the device's current desired state (nil if none). It

@@ -269,6 +269,7 @@ up() {
 	note "export FLEET_CONFIG=$FLEET_CONFIG"
 	note "$BIN/fleet get devices -w        # watch the fleet"
 	note "$BIN/fleet get pods -o wide      # every pod on every device"
+	note "$BIN/fleet events                # what the agents did lately"
 	note "$BIN/fleet describe device demo-pi-1   # its pods, then its events"
 	note "$BIN/fleet rollout status deployment/heartbeat"
 	note "ctr -a $(socket_path) -n fleet-demo-pi-1 tasks ls"

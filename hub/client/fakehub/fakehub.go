@@ -151,6 +151,44 @@ func (h *Hub) deviceEvents(w http.ResponseWriter, name string) {
 	writeJSON(w, http.StatusOK, schema.EventList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "EventList"}, Items: evs})
 }
 
+// allEvents answers GET /v1/events as the hub does: the events of the
+// selected devices, of one type, the newest limit of them.
+func (h *Hub) allEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	typ := q.Get("type")
+	if typ != "" && typ != schema.EventNormal && typ != schema.EventWarning {
+		writeStatus(w, http.StatusBadRequest, "Invalid", fmt.Sprintf("type: unsupported value %q", typ), nil)
+		return
+	}
+	limit := schema.DefaultEventsLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeStatus(w, http.StatusBadRequest, "Invalid", fmt.Sprintf("limit: %q", v), nil)
+			return
+		}
+		limit = n
+	}
+	h.mu.Lock()
+	var evs []schema.Event
+	for _, name := range slices.Sorted(maps.Keys(h.devices)) {
+		ok, err := matches(q.Get("labelSelector"), h.devices[name].Metadata.Labels)
+		if err != nil {
+			h.mu.Unlock()
+			writeStatus(w, http.StatusBadRequest, "Invalid", err.Error(), nil)
+			return
+		}
+		for _, ev := range h.events[name] {
+			if ok && (typ == "" || ev.Type == typ) {
+				evs = append(evs, ev)
+			}
+		}
+	}
+	h.mu.Unlock()
+	writeJSON(w, http.StatusOK, schema.EventList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "EventList"},
+		Items: append([]schema.Event{}, schema.NewestEvents(evs, limit)...)})
+}
+
 // SetDeploymentStatus sets a deployment's aggregated status, as the
 // controller would, and notifies watchers.
 func (h *Hub) SetDeploymentStatus(name string, st *schema.DeploymentStatus) error {
@@ -230,6 +268,10 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.apply(w, r)
+		return
+	}
+	if parts[0] == "events" && len(parts) == 1 && r.Method == http.MethodGet {
+		h.allEvents(w, r)
 		return
 	}
 	kind := parts[0]
