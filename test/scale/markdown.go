@@ -38,6 +38,12 @@ the hub. The hub is ` + "`cmd/fleet-hub`" + ` built from the tree, with its stor
 | single-change (B7) | 1,000 changes of a Deployment pinned to one device (` + "`fleet/device`" + `), each from the apply's answer to the device's status; that device starts containers instantly. After each, the hub's API must report the device converged within 2 s ("hub says": p99 of when it did; lost: changes it did not). |
 | storm (B4) | SIGTERM the hub (and Mosquitto in that mode) under N converged agents, start it again on the same data; per device, from the stop to the first post-restart status showing the pod ready; lost = devices that never report; redundant = container starts the storm caused. |
 
+"host steal" is the share of the machine's CPU time its hypervisor took
+during the phase (` + "`/proc/stat`" + `'s steal). On a shared virtual machine it is the
+noise in every other figure: two cores that lose half their time to a
+neighbour halve the suite's machine. A phase with more than 5 % steal
+measured the host as much as Fleet; the suite warns about it.
+
 Agents run with ` + "`-status-interval 1ms`" + ` unless the table says otherwise: the
 agent's default StatusInterval (1 s) holds the converged status back for up
 to a second after the "Pending" one, which would dominate every latency
@@ -242,12 +248,12 @@ func renderRun(o options, rs []Result, now time.Time, load string) string {
 		fmt.Fprintf(&b, "; hub environment %q", o.HubEnv)
 	}
 	b.WriteString(".\n\n")
-	b.WriteString("| phase | wall | p50 | p99 | max | hub says | ratio | lost | redundant restarts | hub bytes/device | target | result | vs published |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| phase | wall | p50 | p99 | max | hub says | ratio | lost | redundant restarts | hub bytes/device | host steal | target | result | vs published |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %d | %d | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %d | %d | %s | %s | %s | %s | %s |\n",
 			r.Name, msCell(r.WallMS), msCell(r.P50MS), msCell(r.P99MS), msCell(r.MaxMS), msCell(r.HubConfirmMS), ratioCell(r.Ratio),
-			r.Lost, r.RedundantRestarts, bytesCell(r.HubBytesPerDevice), dash(r.Target), verdictMD(r), published(r))
+			r.Lost, r.RedundantRestarts, bytesCell(r.HubBytesPerDevice), stealCell(r.StealPct), dash(r.Target), verdictMD(r), published(r))
 	}
 	b.WriteString("\n<details><summary>JSON</summary>\n\n```json\n")
 	for _, r := range rs {

@@ -114,7 +114,7 @@ func (s *suite) floor(ctx context.Context) Result {
 	if s.mosq != nil {
 		brokerPID = s.mosq.cmd.Process.Pid
 	}
-	cpuBroker, cpuClients, cpuSelf := cpuTime(brokerPID), cpuTime(clients.cmd.Process.Pid), cpuTime(os.Getpid())
+	cpuBroker, cpuClients, cpuSelf, host := cpuTime(brokerPID), cpuTime(clients.cmd.Process.Pid), cpuTime(os.Getpid()), readHostCPU()
 	if err := fl.call(ctx, floorRun{Op: "run", Timeout: max(left, time.Second)}, "result", &res); err != nil {
 		return fail(err)
 	}
@@ -127,6 +127,7 @@ func (s *suite) floor(ctx context.Context) Result {
 	if c := cpuTime(os.Getpid()); c >= 0 && cpuSelf >= 0 {
 		r.SuiteCPUMS = ms(c - cpuSelf)
 	}
+	r.StealPct = stealPercent(host, readHostCPU())
 	r.fill(res.Lat)
 	s.dump(phaseFloor, res.Lat)
 	r.WallMS = ms(res.Wall)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -423,11 +424,62 @@ func cpuTime(pid int) time.Duration {
 	return time.Duration(u+st) * time.Second / ticks
 }
 
-// cpuMeter measures the CPU the hub and the agents use over a phase.
-type cpuMeter struct{ hub, agents, self time.Duration }
+// cpuMeter measures the CPU the hub and the agents use over a phase, and
+// what the machine's hypervisor took from it meanwhile.
+type cpuMeter struct {
+	hub, agents, self time.Duration
+	host              hostCPU
+}
 
 func (s *suite) cpuStart() cpuMeter {
-	return cpuMeter{hub: cpuTime(s.hub.pid()), agents: cpuTime(s.agents.cmd.Process.Pid), self: cpuTime(os.Getpid())}
+	return cpuMeter{hub: cpuTime(s.hub.pid()), agents: cpuTime(s.agents.cmd.Process.Pid), self: cpuTime(os.Getpid()), host: readHostCPU()}
+}
+
+// hostCPU is the machine-wide CPU time from /proc/stat's "cpu" line, in
+// ticks: all of it, and the part "steal" (time a virtual CPU was ready to
+// run while the hypervisor ran something else).
+type hostCPU struct{ total, steal int64 }
+
+func readHostCPU() hostCPU {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return hostCPU{}
+	}
+	return parseHostCPU(string(b))
+}
+
+// parseHostCPU reads the first line, "cpu user nice system idle iowait
+// irq softirq steal guest guest_nice". Guest time is already counted in
+// user and nice, so the total is the first eight fields. A kernel too old
+// to report steal gives a zero steal.
+func parseHostCPU(stat string) hostCPU {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return hostCPU{}
+	}
+	var h hostCPU
+	for i, v := range f[1:min(len(f), 9)] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return hostCPU{}
+		}
+		h.total += n
+		if i == 7 {
+			h.steal = n
+		}
+	}
+	return h
+}
+
+// stealPercent is the share of the machine's CPU time the hypervisor
+// stole between a and b, or -1 when it cannot tell.
+func stealPercent(a, b hostCPU) float64 {
+	dt := b.total - a.total
+	if a.total == 0 || dt <= 0 {
+		return -1
+	}
+	return math.Round(1000*float64(b.steal-a.steal)/float64(dt)) / 10
 }
 
 // cpuStop fills in the CPU used since m (the hub's since m or, after a
@@ -446,6 +498,7 @@ func (s *suite) cpuStop(m cpuMeter, r *Result, restarted bool) {
 	if self := cpuTime(os.Getpid()); self >= 0 && m.self >= 0 {
 		r.SuiteCPUMS = ms(self - m.self)
 	}
+	r.StealPct = stealPercent(m.host, readHostCPU())
 }
 
 // rss reads a process's VmRSS.

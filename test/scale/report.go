@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"os/exec"
@@ -73,6 +74,11 @@ type Result struct {
 	// SuiteCPUMS: CPU time this process used meanwhile, mostly the
 	// monitor decoding every report: the observer's share of the machine.
 	SuiteCPUMS float64 `json:"suite_cpu_ms,omitempty"`
+	// StealPct: the share of the machine's CPU time its hypervisor took
+	// during the phase (/proc/stat "steal"; -1 when unknown). On a shared
+	// virtual machine it is the noise in every other figure: a phase
+	// with more than a few percent measured the host, not Fleet.
+	StealPct float64 `json:"steal_pct"`
 	// HubCounters: what the hub's /metrics counted during the phase
 	// (messages received by kind, desired publishes, controller passes
 	// and their time, status flushes).
@@ -146,12 +152,12 @@ func writeJSON(w io.Writer, rs []Result) error {
 // writeTable writes the results for a human.
 func writeTable(w io.Writer, rs []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "phase\tagents\tbroker\twall\tp50\tp99\tmax\thub says\tratio\tlost\tredundant\thub/device\thub cpu\tagents cpu\ttarget\tresult")
+	fmt.Fprintln(tw, "phase\tagents\tbroker\twall\tp50\tp99\tmax\thub says\tratio\tlost\tredundant\thub/device\thub cpu\tagents cpu\tsteal\ttarget\tresult")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			r.Name, r.Agents, r.Broker, msCell(r.WallMS), msCell(r.P50MS), msCell(r.P99MS), msCell(r.MaxMS), msCell(r.HubConfirmMS),
 			ratioCell(r.Ratio), r.Lost, r.RedundantRestarts, bytesCell(r.HubBytesPerDevice),
-			msCell(r.HubCPUMS), msCell(r.AgentsCPUMS), dash(r.Target), verdict(r))
+			msCell(r.HubCPUMS), msCell(r.AgentsCPUMS), stealCell(r.StealPct), dash(r.Target), verdict(r))
 	}
 	return tw.Flush()
 }
@@ -180,6 +186,28 @@ func bytesCell(v float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f KiB", v/1024)
+}
+
+func stealCell(v float64) string {
+	if v < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", v)
+}
+
+// noisyStealPct is the steal above which a phase's figures say more about
+// the host than about Fleet. On a quiet machine steal stays under 1%.
+const noisyStealPct = 5
+
+// warnSteal tells the reader which phases ran on a machine whose
+// hypervisor took a noticeable share of the CPU.
+func warnSteal(log *slog.Logger, rs []Result) {
+	for _, r := range rs {
+		if r.StealPct > noisyStealPct {
+			log.Warn("the hypervisor took CPU from this machine during the phase: its figures measure the host as much as Fleet; run it again when steal is low",
+				"phase", r.Name, "steal_pct", r.StealPct)
+		}
+	}
 }
 
 func dash(s string) string {

@@ -343,3 +343,34 @@ func TestHollowMemoryLimit(t *testing.T) {
 		t.Errorf("machine size unknown: limit %d, want %d", got, want)
 	}
 }
+
+func TestHostSteal(t *testing.T) {
+	a := parseHostCPU("cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 1 2 3 4\n")
+	if a != (hostCPU{total: 1000, steal: 35}) {
+		t.Fatalf("parseHostCPU = %+v, want total 1000 and steal 35", a)
+	}
+	// Guest time is inside user: it must not be counted twice.
+	b := parseHostCPU("cpu  300 0 100 1335 20 0 10 235 50 0\n")
+	if got := stealPercent(a, b); got != 20 {
+		t.Errorf("stealPercent = %v, want 20 (200 of 1000 ticks)", got)
+	}
+	for _, bad := range []string{"", "intr 1 2 3", "cpu 1 2 x 4 5", "cpu 1 2"} {
+		if h := parseHostCPU(bad); h != (hostCPU{}) {
+			t.Errorf("parseHostCPU(%q) = %+v, want zero", bad, h)
+		}
+	}
+	// A kernel without the steal field reports none.
+	if h := parseHostCPU("cpu 1 2 3 4 5\n"); h != (hostCPU{total: 15}) {
+		t.Errorf("parseHostCPU(old kernel) = %+v", h)
+	}
+	if got := stealPercent(hostCPU{}, b); got != -1 {
+		t.Errorf("stealPercent from nothing = %v, want -1", got)
+	}
+	if got := stealPercent(b, b); got != -1 {
+		t.Errorf("stealPercent over no time = %v, want -1", got)
+	}
+	// This machine's own /proc/stat parses, if it has one.
+	if _, err := os.Stat("/proc/stat"); err == nil && readHostCPU().total == 0 {
+		t.Error("readHostCPU read nothing from /proc/stat")
+	}
+}

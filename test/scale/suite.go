@@ -211,6 +211,7 @@ func runSuite(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	} else {
 		results, runErr = runOnce(ctx, o, log)
+		warnSteal(log, results)
 	}
 	if o.JSON {
 		err = writeJSON(stdout, results)
@@ -237,7 +238,7 @@ func readResults(o options) ([]Result, error) {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		var r Result
+		r := Result{StealPct: -1} // older runs did not measure it
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			return nil, fmt.Errorf("%s: %w", o.FromJSON, err)
 		}
@@ -379,7 +380,7 @@ func (s *suite) result(name string) Result {
 	if s.o.RuntimeLatency > 0 {
 		lat = s.o.RuntimeLatency.String()
 	}
-	return Result{Name: name, Agents: s.o.Agents, Broker: s.o.Broker, RuntimeLatency: lat, StatusInterval: s.o.StatusInterval.String()}
+	return Result{Name: name, Agents: s.o.Agents, Broker: s.o.Broker, RuntimeLatency: lat, StatusInterval: s.o.StatusInterval.String(), StealPct: -1}
 }
 
 func (s *suite) teardown() {
