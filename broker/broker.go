@@ -134,6 +134,7 @@ type Broker struct {
 	opts   Options
 	log    *slog.Logger
 	server *mqtt.Server
+	pacer  *retainedPacer
 	plain  *listener
 	tls    *listener
 
@@ -194,9 +195,15 @@ func New(opts Options) (*Broker, error) {
 	if !slowHousekeeping(b.server) {
 		b.log.Warn("mqtt broker: could not slow mochi's retained-message sweep; it runs every second")
 	}
-	if err := b.server.AddHook(&hook{b: b}, nil); err != nil {
+	auth := &hook{b: b}
+	if err := b.server.AddHook(auth, nil); err != nil {
 		b.cancel()
 		return nil, fmt.Errorf("mqtt broker: add auth hook: %w", err)
+	}
+	b.pacer = newRetainedPacer(b, auth)
+	if err := b.server.AddHook(b.pacer, nil); err != nil {
+		b.cancel()
+		return nil, fmt.Errorf("mqtt broker: add retained pacer: %w", err)
 	}
 
 	ln, err := net.Listen("tcp", opts.Addr)

@@ -13,4 +13,10 @@
 // are still there and reconnect to the next broker, which starts with no
 // retained state of its own; an "offline" for every device would only
 // flash on monitors that are being disconnected at the same moment.
+//
+// Retained messages: a QoS 1 subscription with a wildcard (a monitor's
+// fleet/v1/devices/+/status) receives every matching retained message,
+// paced by its acknowledgements, with at most half of the client's
+// in-flight window unacknowledged. mochi alone sends them in one burst and
+// drops those beyond the window: 1,024 of a fleet's statuses.
 package broker

@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -328,4 +329,44 @@ func TestEmbeddedPacketsLargerThanReadBuffer(t *testing.T) {
 			t.Fatalf("packet %d (%d bytes) not delivered", i, len(w))
 		}
 	}
+}
+
+// TestWildcardMonitorGetsEveryRetainedStatus: a monitoring tool that
+// subscribes to every device's status receives the retained status of each
+// device of a large fleet, not only the first in-flight window's worth.
+func TestWildcardMonitorGetsEveryRetainedStatus(t *testing.T) {
+	b, _ := startBroker(t)
+	const devices = 5000 // about five times the default in-flight window
+	for i := range devices {
+		if err := b.Publish(topics.Device(fmt.Sprintf("pi-%04d", i), schema.TopicStatus), []byte(fmt.Sprintf(`{"device":"pi-%04d"}`, i)), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mon, err := dial(t, brokerURL(b), monitorID.Name, passwordOf(monitorID.Name), clientOpts{buffer: 2 * devices})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mon.mustSubscribe(topics.DeviceFilter(schema.TopicStatus))
+	got := map[string]bool{}
+	deadline := time.After(waitTimeout)
+	for len(got) < devices {
+		select {
+		case m := <-mon.msgs:
+			if !m.Retained {
+				t.Fatalf("%s arrived without the retain flag", m.Topic)
+			}
+			if got[m.Topic] {
+				t.Fatalf("%s arrived twice", m.Topic)
+			}
+			got[m.Topic] = true
+		case <-deadline:
+			t.Fatalf("the monitor received %d of %d retained statuses within %v", len(got), devices, waitTimeout)
+		}
+	}
+	// A live status after the burst still reaches it.
+	live := topics.Device("pi-0000", schema.TopicStatus)
+	if err := b.Publish(live, []byte(`{"device":"pi-0000","live":true}`), true); err != nil {
+		t.Fatal(err)
+	}
+	mon.expectLive(live, `{"device":"pi-0000","live":true}`)
 }
