@@ -125,35 +125,45 @@ func (c *rawClient) read() packets.Packet {
 	return pk
 }
 
+// startWithStatuses runs a broker (maxInflight 0: the default) holding a
+// retained status for each of n devices, until the test ends, and returns
+// it with a monitor identity whose password is "monitor-token".
+func startWithStatuses(t *testing.T, maxInflight, n int) (*Broker, Identity) {
+	t.Helper()
+	auth := NewStaticAuth()
+	mon := Identity{Name: "grafana", Role: RoleMonitor}
+	auth.Set(mon, "monitor-token")
+	b, err := New(Options{Addr: "127.0.0.1:0", Auth: auth, Logger: discard, MaxInflight: maxInflight})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	var topics schema.Topics
+	for i := range n {
+		if err := b.Publish(topics.Device(fmt.Sprintf("pi-%03d", i), schema.TopicStatus), []byte(`{"n":1}`), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b, mon
+}
+
 // TestRetainedPacedByAcks: the retained messages of a wildcard
 // subscription come after the SUBACK, at most half the in-flight window
 // unacknowledged at a time, and the rest follow the acknowledgements;
 // live messages still get through meanwhile; a subscriber that goes away
 // ends the delivery.
 func TestRetainedPacedByAcks(t *testing.T) {
-	auth := NewStaticAuth()
-	mon := Identity{Name: "grafana", Role: RoleMonitor}
-	auth.Set(mon, "monitor-token")
 	const inflight, devices = 64, 300
-	b, err := New(Options{Addr: "127.0.0.1:0", Auth: auth, Logger: discard, MaxInflight: inflight})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	ran := make(chan error, 1)
-	go func() { ran <- b.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	b, mon := startWithStatuses(t, inflight, devices)
 	var topics schema.Topics
-	for i := range devices {
-		if err := b.Publish(topics.Device(fmt.Sprintf("pi-%03d", i), schema.TopicStatus), []byte(`{"n":1}`), true); err != nil {
-			t.Fatal(err)
-		}
-	}
 
 	c := dialRaw(t, b.Addr().String(), mon.Name, "monitor-token")
 	filter := topics.DeviceFilter(schema.TopicStatus)
@@ -253,29 +263,9 @@ func TestRetainedPacedByAcks(t *testing.T) {
 // TestRetainedPacingHonoursReceiveMaximum: an MQTT 5 client that can take
 // only 8 unacknowledged messages gets at most 4 retained ones at a time.
 func TestRetainedPacingHonoursReceiveMaximum(t *testing.T) {
-	auth := NewStaticAuth()
-	mon := Identity{Name: "grafana", Role: RoleMonitor}
-	auth.Set(mon, "monitor-token")
-	b, err := New(Options{Addr: "127.0.0.1:0", Auth: auth, Logger: discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	ran := make(chan error, 1)
-	go func() { ran <- b.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	var topics schema.Topics
 	const devices = 20
-	for i := range devices {
-		if err := b.Publish(topics.Device(fmt.Sprintf("pi-%02d", i), schema.TopicStatus), []byte(`{}`), true); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b, mon := startWithStatuses(t, 0, devices)
+	var topics schema.Topics
 	c := dialRawVersion(t, b.Addr().String(), mon.Name, "monitor-token", 5, packets.Properties{ReceiveMaximum: 8})
 	c.write(packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
