@@ -315,6 +315,7 @@ func (s *suite) singleChange(ctx context.Context) Result {
 	defer s.profileStop(ctx)
 	counters, _ := s.hub.counters(ctx)
 	cpu := s.cpuStart()
+	began := time.Now()
 	for i := range s.o.Changes {
 		dep := deployment(probeDeployment, map[string]string{schema.LabelDevice: s.names[0]},
 			schema.EnvVar{Name: "CHANGE", Value: strconv.Itoa(i)})
@@ -356,6 +357,7 @@ func (s *suite) singleChange(ctx context.Context) Result {
 	s.cpuStop(cpu, &r, false)
 	s.countersStop(ctx, counters, &r)
 	r.fill(lat)
+	r.WallMS = ms(time.Since(began))
 	s.dump(phaseSingle, lat)
 	var hub Result
 	hub.fill(confirm)

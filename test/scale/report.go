@@ -26,11 +26,13 @@ type Result struct {
 	RuntimeLatency string `json:"runtime_latency"`
 	StatusInterval string `json:"status_interval"`
 	// Samples is how many latencies the percentiles are over.
-	Samples int     `json:"samples"`
-	WallMS  float64 `json:"wall_ms"`
-	P50MS   float64 `json:"p50_ms"`
-	P99MS   float64 `json:"p99_ms"`
-	MaxMS   float64 `json:"max_ms"`
+	Samples int `json:"samples"`
+	// WallMS: floor, converge and storm: until the last device reported;
+	// single-change: the whole series of changes, one after the other.
+	WallMS float64 `json:"wall_ms"`
+	P50MS  float64 `json:"p50_ms"`
+	P99MS  float64 `json:"p99_ms"`
+	MaxMS  float64 `json:"max_ms"`
 	// Ratio: converge wall / floor wall.
 	Ratio float64 `json:"ratio"`
 	// Lost: devices that never reported what the phase waits for.

@@ -117,8 +117,8 @@ func TestSmoke(t *testing.T) {
 						t.Errorf("storm: reconnect %q, want jittered", r.Reconnect)
 					}
 				case phaseSingle:
-					if r.Samples != o.Changes {
-						t.Errorf("%s: %d samples of %d changes", r.Name, r.Samples, o.Changes)
+					if r.Samples != o.Changes || r.WallMS < r.MaxMS {
+						t.Errorf("%s: %d samples of %d changes, wall %v ms (longest change %v ms)", r.Name, r.Samples, o.Changes, r.WallMS, r.MaxMS)
 					}
 				case phaseMemory:
 					if r.HubRSSBytes <= 0 || r.HubRSSEmptyBytes <= 0 || r.HubRSSConvergedBytes <= 0 || r.HubRSSPeakBytes < r.HubRSSBytes {
