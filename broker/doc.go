@@ -14,9 +14,11 @@
 // retained state of its own; an "offline" for every device would only
 // flash on monitors that are being disconnected at the same moment.
 //
-// Retained messages: a QoS 1 subscription with a wildcard (a monitor's
+// Retained messages: a subscription with a wildcard (a monitor's
 // fleet/v1/devices/+/status) receives every matching retained message,
-// paced by its acknowledgements, with at most half of the client's
-// in-flight window unacknowledged. mochi alone sends them in one burst and
-// drops those beyond the window: 1,024 of a fleet's statuses.
+// written at the pace the subscriber reads and, at QoS 1, acknowledges
+// them, with at most half of the client's in-flight window unacknowledged.
+// mochi alone sends them in one burst and drops those beyond the window
+// (QoS 1: 1,024 of a fleet's statuses) or beyond the client's outbound
+// queue (QoS 0: 128 waiting to be written).
 package broker

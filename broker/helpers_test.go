@@ -165,7 +165,13 @@ func mustDial(t testing.TB, url string, id broker.Identity) *client {
 // subscribe subscribes at QoS 1 and returns the SUBACK return code.
 func (c *client) subscribe(filter string) byte {
 	c.t.Helper()
-	tok := c.c.Subscribe(filter, 1, nil)
+	return c.subscribeQoS(filter, 1)
+}
+
+// subscribeQoS subscribes at qos and returns the SUBACK's code.
+func (c *client) subscribeQoS(filter string, qos byte) byte {
+	c.t.Helper()
+	tok := c.c.Subscribe(filter, qos, nil)
 	if !tok.WaitTimeout(waitTimeout) {
 		c.t.Fatalf("%s: subscribe %q: no SUBACK", c.name, filter)
 	}
