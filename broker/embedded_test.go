@@ -53,6 +53,34 @@ func TestEmbeddedAccess(t *testing.T) {
 	testAccess(t, target{url: brokerURL(b), refusesSubscriptions: true})
 }
 
+// TestEmbeddedSharedSubscriptions: consumers that split the status stream
+// between them ($share/{group}/{filter}) get what the filter alone would
+// give them, and nothing the filter alone would not.
+func TestEmbeddedSharedSubscriptions(t *testing.T) {
+	b, _ := startBroker(t)
+	mon, err := dial(t, brokerURL(b), monitorID.Name, passwordOf(monitorID.Name), clientOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mon.mustSubscribe("$share/telegraf/" + topics.DeviceFilter(schema.TopicStatus))
+	for _, f := range []string{
+		"$share/telegraf/" + topics.DeviceFilter(schema.TopicDesired),
+		"$share/telegraf/#",
+		"$share/+/" + topics.DeviceFilter(schema.TopicStatus),
+		"$share//" + topics.DeviceFilter(schema.TopicStatus),
+	} {
+		mon.mustBeRefused(f)
+	}
+	dev, err := dial(t, brokerURL(b), dev1.Name, passwordOf(dev1.Name), clientOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev.mustBeRefused("$share/g/" + topics.Device(dev2.Name, schema.TopicDesired))
+	status := topics.Device(dev1.Name, schema.TopicStatus)
+	dev.publish(status, 1, false, `{"device":"pi-1"}`)
+	mon.expectLive(status, `{"device":"pi-1"}`)
+}
+
 func TestEmbeddedKickRevokedDevice(t *testing.T) {
 	b, auth := startBroker(t)
 	url := brokerURL(b)

@@ -178,7 +178,11 @@ func (c *client) subscribeQoS(filter string, qos byte) byte {
 	if err := tok.Error(); err != nil {
 		c.t.Fatalf("%s: subscribe %q: %v", c.name, filter, err)
 	}
-	code, ok := tok.(*paho.SubscribeToken).Result()[filter]
+	key := filter
+	if strings.HasPrefix(key, "$share/") { // paho reports it under the filter alone
+		key = strings.Join(strings.Split(key, "/")[2:], "/")
+	}
+	code, ok := tok.(*paho.SubscribeToken).Result()[key]
 	if !ok {
 		c.t.Fatalf("%s: subscribe %q: no result", c.name, filter)
 	}

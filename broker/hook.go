@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"strings"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -175,11 +176,36 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		return false
 	}
 	id := v.(identEntry).id
+	if !write {
+		// A shared subscription ($share/{group}/{filter}: consumers that
+		// split a stream between them, as Telegraf or Node-RED instances
+		// do) reads what its filter reads.
+		if f, ok := sharedFilter(topic); ok {
+			topic = f
+		} else if strings.HasPrefix(topic, "$share/") {
+			return false
+		}
+	}
 	if Allowed(h.b.opts.Topics, id, topic, write) {
 		return true
 	}
 	h.b.log.Debug("mqtt access denied", "client", cl.ID, "identity", id.Name, "role", id.Role.String(), "topic", topic, "write", write)
 	return false
+}
+
+// sharedFilter returns the filter of a well-formed shared subscription
+// filter, $share/{group}/{filter}: a group name without wildcards and a
+// filter that is not empty.
+func sharedFilter(s string) (string, bool) {
+	rest, ok := strings.CutPrefix(s, "$share/")
+	if !ok {
+		return "", false
+	}
+	group, filter, ok := strings.Cut(rest, "/")
+	if !ok || group == "" || strings.ContainsAny(group, "+#") || filter == "" {
+		return "", false
+	}
+	return filter, true
 }
 
 // OnDisconnect forgets the identity of a client whose session ends with the
