@@ -241,9 +241,6 @@ func (p *retainedPacer) deliver(cl *mqtt.Client, pc *pacerClient, subs []packets
 	defer recheck.Stop()
 	for _, sub := range subs {
 		for _, m := range p.b.server.Topics.Messages(sub.Filter) {
-			if !p.current(m) {
-				continue
-			}
 			for min(m.FixedHeader.Qos, sub.Qos) > 0 && cl.State.Inflight.Len() >= window {
 				select {
 				case <-pc.wake:
@@ -256,6 +253,9 @@ func (p *retainedPacer) deliver(cl *mqtt.Client, pc *pacerClient, subs []packets
 			case <-pc.gone:
 				return
 			default:
+			}
+			if !p.current(m) { // checked after the wait, which may be long
+				continue
 			}
 			if err := p.send(cl, sub, m); err != nil {
 				p.b.log.Debug("mqtt retained delivery stopped", "client", cl.ID, "filter", sub.Filter, "err", err)
