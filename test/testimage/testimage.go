@@ -5,7 +5,8 @@
 // containerd namespace and unpacks it for a snapshotter.
 //
 // Built archives are cached on disk, keyed by the program source, the
-// options and the Go version, so repeated test runs do not rebuild.
+// options and the Go version, so repeated test runs do not rebuild
+// (FLEET_TESTIMAGE_CACHE moves the cache; CI gives it an empty directory).
 package testimage
 
 import (
@@ -135,12 +136,20 @@ func cacheKey(opts Options) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:24], nil
 }
 
+// CacheEnv names a directory that replaces the default cache
+// ($XDG_CACHE_HOME/fleet-testimage). CI points it at an empty directory so
+// that no image left by an earlier run can hide a broken build path.
+const CacheEnv = "FLEET_TESTIMAGE_CACHE"
+
 func cacheDir() (string, error) {
-	base, err := os.UserCacheDir()
-	if err != nil {
-		base = os.TempDir()
+	dir := os.Getenv(CacheEnv)
+	if dir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			base = os.TempDir()
+		}
+		dir = filepath.Join(base, "fleet-testimage")
 	}
-	dir := filepath.Join(base, "fleet-testimage")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("build test image: %w", err)
 	}
