@@ -33,10 +33,8 @@ if [[ ! $VERSION =~ ^[A-Za-z0-9][A-Za-z0-9._+~-]*$ ]]; then
 	exit 2
 fi
 
-# schema.Version is what fleet-agent reports. The fleet CLI reads
-# main.buildVersion instead; -X of a symbol a binary lacks is a no-op, so
-# both are set for both binaries.
-ldflags="-s -w -X github.com/fleetmq/fleet/schema.Version=$VERSION -X main.buildVersion=$VERSION"
+# schema.Version is what every Fleet binary reports (schema.BuildVersion).
+ldflags="-s -w -X github.com/fleetmq/fleet/schema.Version=$VERSION"
 # -tags grpcnotrace (with gRPC 1.62 or later): gRPC, which the agent's
 # containerd client links, leaves out golang.org/x/net/trace. Its
 # html/template keeps the linker from dropping unused methods: the arm64

@@ -10,15 +10,13 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/schema"
+	"github.com/fleetmq/fleet/test/sysdeps"
 )
 
 // mosquittoCLI runs mosquitto_sub or mosquitto_pub against the broker.
 func mosquittoCLI(t *testing.T, port int, tool string, args ...string) (string, error) {
 	t.Helper()
-	bin, err := exec.LookPath(tool)
-	if err != nil {
-		t.Fatalf("%s not found (%v): install it with `apt-get install -y mosquitto-clients`", tool, err)
-	}
+	bin := sysdeps.Require(t, tool)
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	args = append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(port)}, args...)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fleetmq/fleet/schema"
+	"github.com/fleetmq/fleet/test/sysdeps"
 )
 
 func TestMosquittoPasswordHashFormat(t *testing.T) {
@@ -36,10 +37,7 @@ func TestMosquittoPasswordHashFormat(t *testing.T) {
 // mosquitto_passwd writes (the broker itself accepting Go hashes is proven
 // by TestMosquittoAccess).
 func TestMosquittoPasswdCompatible(t *testing.T) {
-	bin, err := exec.LookPath("mosquitto_passwd")
-	if err != nil {
-		t.Fatalf("mosquitto_passwd not found (%v): install it with `apt-get install -y mosquitto mosquitto-clients`", err)
-	}
+	bin := sysdeps.Require(t, "mosquitto_passwd")
 	f := filepath.Join(t.TempDir(), "passwd")
 	if err := os.WriteFile(f, nil, 0o600); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/schema"
+	"github.com/fleetmq/fleet/test/sysdeps"
 )
 
 // Tests of the hub's MQTT side against a real fleet-hub process with its
@@ -382,10 +383,7 @@ func TestMQTTApplyPublishesOnlyWhatChanges(t *testing.T) {
 
 func TestMQTTMonitorWithMosquittoSub(t *testing.T) {
 	t.Parallel()
-	sub, err := exec.LookPath("mosquitto_sub")
-	if err != nil {
-		t.Fatal("mosquitto_sub not found: apt-get install -y mosquitto-clients")
-	}
+	sub := sysdeps.Require(t, "mosquitto_sub")
 	h := StartHub(t, HubOptions{})
 	tok := addDevice(t, h, "pi", nil)
 	dev := mustDialMQTT(t, h.MQTTURL, "pi", tok, dialOpts{})

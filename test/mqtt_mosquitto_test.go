@@ -19,6 +19,7 @@ import (
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/broker/mosquittotest"
 	"github.com/fleetmq/fleet/schema"
+	"github.com/fleetmq/fleet/test/sysdeps"
 )
 
 // Tests of the hub against a real Mosquitto 2 (external broker mode).
@@ -90,10 +91,7 @@ func TestMQTTMosquittoExternalBroker(t *testing.T) {
 	}
 
 	// mosquitto_sub reads status with the monitor credential.
-	sub, err := exec.LookPath("mosquitto_sub")
-	if err != nil {
-		t.Fatal("mosquitto_sub not found: apt-get install -y mosquitto-clients")
-	}
+	sub := sysdeps.Require(t, "mosquitto_sub")
 	host, port, _ := net.SplitHostPort(m.Addr)
 	out, err := exec.CommandContext(t.Context(), sub, "-h", host, "-p", port, "-u", "grafana", "-P", mtok,
 		"-t", topics.Device("dev-a", schema.TopicStatus), "-C", "1", "-W", "10").CombinedOutput()
@@ -220,10 +218,7 @@ type mosquittoProc struct {
 
 func startMosquittoConf(t *testing.T, conf string, addr string) *mosquittoProc {
 	t.Helper()
-	bin, err := mosquittotest.Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := sysdeps.Require(t, "mosquitto")
 	p := &mosquittoProc{out: &lockedBuffer{}, addr: addr}
 	p.cmd = exec.Command(bin, "-c", conf)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

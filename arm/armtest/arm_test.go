@@ -9,6 +9,7 @@ import (
 	"debug/elf"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetmq/fleet/test/sysdeps"
 )
 
 // testVersion is stamped into the binaries the tests build; fixed, so the
@@ -53,6 +56,13 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		// Every test here cross-builds the release binaries or runs them
+		// under qemu: integration tests, which `make test` runs.
+		fmt.Println("armtest: skipped under -short (cross-builds and qemu; make test runs them)")
+		os.Exit(0)
+	}
 	os.Exit(runTests(m))
 }
 
@@ -119,19 +129,15 @@ func targetByArch(t testing.TB, arch string) target {
 
 // lookTool finds a tool the tests cannot do without, or fails t with the
 // package that provides it.
-func lookTool(t testing.TB, name, pkg string) string {
+func lookTool(t testing.TB, name string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		t.Fatalf("%s not found (%v): apt-get install -y %s", name, err, pkg)
-	}
-	return p
+	return sysdeps.Require(t, name)
 }
 
 // qemuCmd returns a command that runs bin under tg's qemu and CPU model.
 func qemuCmd(ctx context.Context, t testing.TB, tg target, bin string, args ...string) *exec.Cmd {
 	t.Helper()
-	q := lookTool(t, tg.qemu, "qemu-user-static")
+	q := lookTool(t, tg.qemu)
 	return exec.CommandContext(ctx, q, append([]string{"-cpu", tg.cpu, bin}, args...)...)
 }
 

@@ -38,7 +38,7 @@ func TestEdgeagentSuiteUnderQemu(t *testing.T) {
 	for _, arch := range []string{"armv7", "armv6"} {
 		tg := targetByArch(t, arch)
 		t.Run(arch, func(t *testing.T) {
-			q := lookTool(t, tg.qemu, "qemu-user-static")
+			q := lookTool(t, tg.qemu)
 			pkgs := testPackages(t, tg)
 			if len(pkgs) == 0 {
 				t.Fatalf("no packages with tests in %s", suitePackages)

@@ -140,7 +140,7 @@ type rssSample struct {
 func measureIdleRSS(t *testing.T, scenario string, connected bool) (fig rssFigure, ok bool) {
 	tg := targetByArch(t, "armv6")
 	bin := binPath(t, "fleet-agent", tg)
-	q := lookTool(t, tg.qemu, "qemu-user-static")
+	q := lookTool(t, tg.qemu)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 

@@ -583,7 +583,7 @@ func TestInstallRejectsBadUsage(t *testing.T) {
 
 // TestShellcheck lints the scripts in arm/.
 func TestShellcheck(t *testing.T) {
-	sc := lookTool(t, "shellcheck", "shellcheck")
+	sc := lookTool(t, "shellcheck")
 	scripts, err := filepath.Glob(filepath.Join(repoRoot, "arm", "*.sh"))
 	if err != nil || len(scripts) == 0 {
 		t.Fatalf("no arm/*.sh: %v", err)
@@ -638,7 +638,7 @@ func TestServiceUnit(t *testing.T) {
 		}
 	}
 
-	analyze := lookTool(t, "systemd-analyze", "systemd")
+	analyze := lookTool(t, "systemd-analyze")
 	// verify checks that ExecStart exists: point it at a stand-in.
 	dir := t.TempDir()
 	stub := filepath.Join(dir, "fleet-agent")

@@ -4,7 +4,6 @@ package mosquittotest
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/schema"
+	"github.com/fleetmq/fleet/test/sysdeps"
 )
 
 // Config is what the broker is started with.
@@ -46,28 +46,16 @@ type Mosquitto struct {
 
 // Binary returns the path of the mosquitto binary, or an error telling how
 // to install it.
-func Binary() (string, error) {
-	if p, err := exec.LookPath("mosquitto"); err == nil {
-		return p, nil
-	}
-	for _, p := range []string{"/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto"} {
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	return "", errors.New("mosquitto binary not found in PATH, /usr/sbin or /usr/local/sbin: install it with `apt-get install -y mosquitto mosquitto-clients`")
-}
+func Binary() (string, error) { return sysdeps.Path("mosquitto") }
 
 // Start writes the configuration into a temporary directory, starts
 // `mosquitto -c mosquitto.conf` on a free loopback port and waits until it
 // accepts connections. The process is killed when the test ends. A missing
-// binary fails the test.
+// binary fails the test (skips it under -short).
 func Start(t testing.TB, cfg Config) *Mosquitto {
 	t.Helper()
-	bin, err := Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := sysdeps.Require(t, "mosquitto")
+	var err error
 	dir := t.TempDir()
 	var lastErr error
 	// The free port is found by binding port 0 and closing it; another

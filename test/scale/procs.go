@@ -23,6 +23,7 @@ import (
 	"github.com/fleetmq/fleet/hub/client"
 	"github.com/fleetmq/fleet/schema"
 	"github.com/fleetmq/fleet/test/scale/hollow"
+	"github.com/fleetmq/fleet/test/sysdeps"
 )
 
 // ---- fleet-hub -------------------------------------------------------------------
@@ -206,17 +207,7 @@ type mosquittoProc struct {
 	changed chan struct{}
 }
 
-func mosquittoBinary() (string, error) {
-	if p, err := exec.LookPath("mosquitto"); err == nil {
-		return p, nil
-	}
-	for _, p := range []string{"/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto"} {
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	return "", errors.New("mosquitto not found in PATH, /usr/sbin or /usr/local/sbin (apt-get install -y mosquitto)")
-}
+func mosquittoBinary() (string, error) { return sysdeps.Path("mosquitto") }
 
 func startMosquitto(ctx context.Context, dir string, topics schema.Topics, extra []string, accounts []broker.MosquittoAccount) (*mosquittoProc, error) {
 	bin, err := mosquittoBinary()
