@@ -81,7 +81,7 @@ win over the environment, which wins over the file.`,
 		Short: "Print the agent's version, OS and architecture",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "fleet-agent %s %s/%s (%s)\n", schema.Version, goruntime.GOOS, goruntime.GOARCH, goruntime.Version())
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "fleet-agent %s %s/%s (%s)\n", schema.BuildVersion(), goruntime.GOOS, goruntime.GOARCH, goruntime.Version())
 			return err
 		},
 	})
@@ -150,7 +150,7 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 		Topics:         schema.Topics{Prefix: cfg.TopicPrefix},
 		Runtime:        rt,
 		Logger:         log,
-		Version:        schema.Version,
+		Version:        schema.BuildVersion(),
 		ResyncInterval: resync,
 	})
 	if err != nil {

@@ -3,30 +3,21 @@ package main
 import (
 	"fmt"
 	"runtime"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fleetmq/fleet/schema"
 )
 
-// buildVersion is set at link time: -ldflags "-X main.buildVersion=v1.2.3".
-var buildVersion = ""
-
-// version is the link-time version, else the module version, else "dev".
-func version() string {
-	if buildVersion != "" {
-		return buildVersion
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
+// version is the version `make build` stamps into schema.Version.
+func version() string { return schema.BuildVersion() }
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version of fleet-hub",
-		Args:  cobra.NoArgs,
+		Use:     "version",
+		Short:   "Print the version of fleet-hub",
+		Example: "  fleet-hub version",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprintf(cmd.OutOrStdout(), "fleet-hub %s %s %s/%s\n", version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return err

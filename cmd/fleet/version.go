@@ -3,30 +3,14 @@ package main
 import (
 	"fmt"
 	"runtime"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmq/fleet/schema"
 )
 
-// buildVersion is set at link time: -ldflags "-X main.buildVersion=v1.2.3".
-var buildVersion string
-
-// version is buildVersion, else schema.Version as `make build` stamps it,
-// else the module version Go recorded, else "devel".
-func version() string {
-	if buildVersion != "" {
-		return buildVersion
-	}
-	if schema.Version != "" && schema.Version != "dev" {
-		return schema.Version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
-}
+// version is the version `make build` stamps into schema.Version.
+func version() string { return schema.BuildVersion() }
 
 func newVersionCmd(cli *cliContext) *cobra.Command {
 	return &cobra.Command{
