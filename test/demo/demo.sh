@@ -178,7 +178,11 @@ build() {
 		say "Building fleet, fleet-hub and fleet-agent (make build -> ./bin)"
 		make -C "$REPO" --no-print-directory build >/dev/null
 	fi
-	(cd "$REPO" && go build -o "$DEMO_DIR/imagebuilder" ./test/demo/imagebuilder)
+	# The same flags as `make build` (static, -trimpath, grpcnotrace), so the
+	# packages it shares with fleet-agent (the containerd client) come from
+	# the build cache instead of compiling twice: about 30 s on a fresh
+	# machine with two cores.
+	(cd "$REPO" && CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -o "$DEMO_DIR/imagebuilder" ./test/demo/imagebuilder)
 }
 
 start_containerd() {
