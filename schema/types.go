@@ -1,6 +1,11 @@
 package schema
 
-import "time"
+import (
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
 
 // APIVersion is the only API version Fleet speaks today.
 const APIVersion = "fleet/v1"
@@ -23,27 +28,49 @@ const (
 	LabelPrefix = "fleet/"
 )
 
-// TypeMeta names the schema of a serialised object.
+// TypeMeta names the schema of a serialised object: its apiVersion and
+// kind.
 type TypeMeta struct {
+	// APIVersion is the version of the schema the object follows: always
+	// "fleet/v1". Manifests must set it.
 	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
+	// Kind is the type of the object, such as Deployment or Device.
+	// Manifests must set it.
+	Kind string `json:"kind"`
 }
 
-// ObjectMeta is carried by every stored object. Name and Labels are the
-// user's; the rest is set by the hub.
+// ObjectMeta is carried by every stored object. Its name, labels and
+// annotations are the user's; the rest is set by the hub.
 type ObjectMeta struct {
-	Name        string            `json:"name"`
-	Labels      map[string]string `json:"labels,omitempty"`
+	// Name identifies the object among those of its kind: a DNS-1123 label of
+	// at most 63 lower-case letters, digits and '-', starting and ending with a
+	// letter or digit. A Deployment's pods are named after it; a Device's name
+	// is its MQTT username. Required.
+	Name string `json:"name"`
+	// Labels are key/value pairs that Deployments select devices by
+	// (spec.selector). A key is a name of at most 63 letters, digits, '-', '_'
+	// or '.', starting and ending with a letter or digit, optionally after a DNS
+	// subdomain prefix and '/' (site, example.com/site); a value is empty or a
+	// name.
+	// The "fleet/" prefix is the hub's on devices: it sets fleet/device=<name>
+	// on every device, and fleet/arch=<GOARCH> once the agent reports.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Annotations are free-form key/value notes for people and tools; Fleet
+	// does not interpret them. At most 64 KiB in all.
 	Annotations map[string]string `json:"annotations,omitempty"`
 
 	// UID is unique for the lifetime of the object; a deleted and
-	// re-created object gets a new one.
+	// re-created object gets a new one. Set by the hub.
 	UID string `json:"uid,omitempty"`
-	// Generation is bumped when the spec changes, and only then.
+	// Generation is bumped when the spec changes, and only then. Set by the
+	// hub.
 	Generation int64 `json:"generation,omitempty"`
 	// ResourceVersion is the store revision of the object's last write, as
-	// a decimal string. A write that carries a stale one is refused.
-	ResourceVersion   string     `json:"resourceVersion,omitempty"`
+	// a decimal string. A write that carries a stale one is refused with 409
+	// Conflict; one without it is not checked. Set by the hub.
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+	// CreationTimestamp is when the hub first stored the object, an RFC 3339
+	// time. Set by the hub.
 	CreationTimestamp *time.Time `json:"creationTimestamp,omitempty"`
 }
 
@@ -55,12 +82,19 @@ type Object interface {
 
 // ---- Device ----------------------------------------------------------------
 
-// Device is a registered edge device.
+// Device is a registered edge device: the labels Deployments select it by,
+// and the status its agent reports. "fleet device add" registers one and
+// issues its token.
 type Device struct {
 	TypeMeta `json:",inline"`
-	Metadata ObjectMeta          `json:"metadata"`
-	Spec     DeviceSpec          `json:"spec,omitempty"`
-	Status   *DeviceObservedInfo `json:"status,omitempty"`
+	// Metadata names the device and holds the labels Deployments select it
+	// by. Required.
+	Metadata ObjectMeta `json:"metadata"`
+	// Spec is what an operator says about the device beyond its labels.
+	Spec DeviceSpec `json:"spec,omitempty"`
+	// Status is the hub's view of the device, from what its agent reports.
+	// Read-only: the hub fills it in and ignores it in manifests.
+	Status *DeviceObservedInfo `json:"status,omitempty"`
 }
 
 // DeviceSpec is what an operator may say about a device beyond its labels.
@@ -72,18 +106,35 @@ type DeviceSpec struct {
 // DeviceObservedInfo is the hub's view of a device, derived from what the
 // agent reports. It is read-only through the API.
 type DeviceObservedInfo struct {
-	Online             bool       `json:"online"`
-	LastSeen           *time.Time `json:"lastSeen,omitempty"`
-	DesiredGeneration  int64      `json:"desiredGeneration"`
-	ObservedGeneration int64      `json:"observedGeneration"`
-	// Converged: the agent reports the latest desired generation and every
-	// pod is in its wanted phase.
+	// Online is the device's last word on its online topic: true after it
+	// connected and said "online", false after it said "offline" or its
+	// connection dropped (its last will).
+	Online bool `json:"online"`
+	// LastSeen is when the hub last heard from the device's agent, an RFC
+	// 3339 time. Unset until the agent first reports.
+	LastSeen *time.Time `json:"lastSeen,omitempty"`
+	// DesiredGeneration is the generation of the latest desired state the hub
+	// published for the device.
+	DesiredGeneration int64 `json:"desiredGeneration"`
+	// ObservedGeneration is the generation of the desired state the agent
+	// last reported acting on; the device is up to date when it equals
+	// desiredGeneration.
+	ObservedGeneration int64 `json:"observedGeneration"`
+	// Converged is true when the agent reports the latest desired generation
+	// and every pod is in its wanted phase: ready, or finished for a pod that
+	// is not restarted.
 	Converged bool `json:"converged"`
-	// Stale: no status has been heard within the stale threshold.
-	Stale bool       `json:"stale,omitempty"`
+	// Stale is true when nothing has been heard from the agent for the hub's
+	// --stale-after (default 90 s, three agent heartbeats). A stale device
+	// counts as offline.
+	Stale bool `json:"stale,omitempty"`
+	// Agent describes the agent binary, as last reported.
 	Agent *AgentInfo `json:"agent,omitempty"`
-	Node  *NodeInfo  `json:"node,omitempty"`
-	// Pods as last reported by the agent.
+	// Node holds facts about the device (memory, disk, uptime), as last
+	// reported.
+	Node *NodeInfo `json:"node,omitempty"`
+	// Pods are the device's pods as its agent last reported them; "fleet get
+	// pods" lists them.
 	Pods []PodStatus `json:"pods,omitempty"`
 }
 
@@ -96,9 +147,15 @@ func (d *Device) GetMetadata() *ObjectMeta { return &d.Metadata }
 // Kubernetes DaemonSet over devices.
 type Deployment struct {
 	TypeMeta `json:",inline"`
-	Metadata ObjectMeta        `json:"metadata"`
-	Spec     DeploymentSpec    `json:"spec"`
-	Status   *DeploymentStatus `json:"status,omitempty"`
+	// Metadata names the deployment; its pod on every device has the same
+	// name. Required.
+	Metadata ObjectMeta `json:"metadata"`
+	// Spec says which devices run the pod, what the pod is and how a changed
+	// pod rolls out. Required.
+	Spec DeploymentSpec `json:"spec"`
+	// Status counts the targeted devices by how far they are. Read-only: the
+	// hub fills it in and ignores it in manifests.
+	Status *DeploymentStatus `json:"status,omitempty"`
 }
 
 func (d *Deployment) GetTypeMeta() *TypeMeta   { return &d.TypeMeta }
@@ -106,15 +163,64 @@ func (d *Deployment) GetMetadata() *ObjectMeta { return &d.Metadata }
 
 // DeploymentSpec says where the pod runs and what it is.
 type DeploymentSpec struct {
+	// Selector picks the devices the pod runs on, by their labels. An empty
+	// selector matches every device.
 	Selector LabelSelector `json:"selector"`
-	Template PodTemplate   `json:"template"`
-	Strategy Strategy      `json:"strategy,omitempty"`
+	// Template is the pod every selected device runs. Required.
+	Template PodTemplate `json:"template"`
+	// Strategy governs how a changed template reaches the devices: all at
+	// once, or a few devices at a time.
+	Strategy Strategy `json:"strategy,omitempty"`
 }
 
-// LabelSelector matches devices whose labels contain every MatchLabels pair.
-// An empty selector matches every device.
+// LabelSelector selects by labels as a Kubernetes label selector does: a
+// set of labels matches when it contains every MatchLabels pair and
+// satisfies every MatchExpressions requirement. An empty selector matches
+// every set of labels, the empty one included.
 type LabelSelector struct {
+	// MatchLabels selects the devices that carry every one of these
+	// labels with exactly this value: {site: lab, role: kiosk}.
 	MatchLabels map[string]string `json:"matchLabels,omitempty"`
+	// MatchExpressions are requirements that must all hold as well, such
+	// as {key: site, operator: In, values: [north, south]} or {key: gpu,
+	// operator: DoesNotExist}.
+	MatchExpressions []LabelSelectorRequirement `json:"matchExpressions,omitempty"`
+}
+
+// LabelSelectorRequirement is one requirement on the value of one label.
+type LabelSelectorRequirement struct {
+	// Key is the label the requirement is about, such as site or
+	// fleet/arch. Required.
+	Key string `json:"key"`
+	// Operator relates the label to values: In (set to one of them),
+	// NotIn (not set, or set to none of them), Exists (set) or
+	// DoesNotExist (not set). Required.
+	Operator LabelSelectorOperator `json:"operator"`
+	// Values are the label values of In and NotIn, at least one; Exists
+	// and DoesNotExist take none.
+	Values []string `json:"values,omitempty"`
+}
+
+// LabelSelectorOperator relates a label to the values of a requirement.
+type LabelSelectorOperator string
+
+// The operators of a requirement, as Kubernetes names them.
+const (
+	// LabelSelectorOpIn: the label is set to one of the values.
+	LabelSelectorOpIn LabelSelectorOperator = "In"
+	// LabelSelectorOpNotIn: the label is not set, or set to none of the
+	// values.
+	LabelSelectorOpNotIn LabelSelectorOperator = "NotIn"
+	// LabelSelectorOpExists: the label is set, to any value.
+	LabelSelectorOpExists LabelSelectorOperator = "Exists"
+	// LabelSelectorOpDoesNotExist: the label is not set.
+	LabelSelectorOpDoesNotExist LabelSelectorOperator = "DoesNotExist"
+)
+
+// Empty reports whether the selector has no requirement: it matches
+// everything.
+func (s LabelSelector) Empty() bool {
+	return len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0
 }
 
 // Matches reports whether labels satisfy the selector.
@@ -124,17 +230,73 @@ func (s LabelSelector) Matches(labels map[string]string) bool {
 			return false
 		}
 	}
+	for _, r := range s.MatchExpressions {
+		if !r.Matches(labels) {
+			return false
+		}
+	}
 	return true
 }
 
-// PodTemplate is the pod a Deployment stamps onto each device.
-type PodTemplate struct {
-	Metadata *TemplateMeta `json:"metadata,omitempty"`
-	Spec     PodSpec       `json:"spec"`
+// Matches reports whether labels satisfy the requirement. A requirement
+// with an unknown operator matches nothing (validation refuses it).
+func (r LabelSelectorRequirement) Matches(labels map[string]string) bool {
+	v, ok := labels[r.Key]
+	switch r.Operator {
+	case LabelSelectorOpIn:
+		return ok && slices.Contains(r.Values, v)
+	case LabelSelectorOpNotIn:
+		return !ok || !slices.Contains(r.Values, v)
+	case LabelSelectorOpExists:
+		return ok
+	case LabelSelectorOpDoesNotExist:
+		return !ok
+	}
+	return false
 }
 
-// TemplateMeta carries labels for the pod's containers.
+// String is the selector in the labelSelector form kubectl's -l takes:
+// the MatchLabels pairs by key ("site=lab"), then the expressions in
+// order ("tier in (a,b)", "tier notin (c)", "gpu", "!gpu"), joined by
+// commas. It is "" for an empty selector.
+func (s LabelSelector) String() string {
+	parts := make([]string, 0, len(s.MatchLabels)+len(s.MatchExpressions))
+	for _, k := range slices.Sorted(maps.Keys(s.MatchLabels)) {
+		parts = append(parts, k+"="+s.MatchLabels[k])
+	}
+	for _, r := range s.MatchExpressions {
+		parts = append(parts, r.String())
+	}
+	return strings.Join(parts, ",")
+}
+
+// String is the requirement in kubectl's -l form.
+func (r LabelSelectorRequirement) String() string {
+	switch r.Operator {
+	case LabelSelectorOpIn:
+		return r.Key + " in (" + strings.Join(r.Values, ",") + ")"
+	case LabelSelectorOpNotIn:
+		return r.Key + " notin (" + strings.Join(r.Values, ",") + ")"
+	case LabelSelectorOpExists:
+		return r.Key
+	case LabelSelectorOpDoesNotExist:
+		return "!" + r.Key
+	}
+	return r.Key + " " + string(r.Operator) + " (" + strings.Join(r.Values, ",") + ")"
+}
+
+// PodTemplate is the pod a Deployment runs on each selected device.
+type PodTemplate struct {
+	// Metadata holds the template's labels.
+	Metadata *TemplateMeta `json:"metadata,omitempty"`
+	// Spec is the pod: its containers and restart policy. Required.
+	Spec PodSpec `json:"spec"`
+}
+
+// TemplateMeta holds the labels of a Deployment's pod template.
 type TemplateMeta struct {
+	// Labels are key/value pairs that describe the pod, with the syntax of
+	// metadata.labels. "fleet describe deployment" shows them.
 	Labels map[string]string `json:"labels,omitempty"`
 }
 
@@ -149,26 +311,42 @@ const (
 
 // Strategy governs how a changed template reaches the devices.
 type Strategy struct {
-	Type          string         `json:"type,omitempty"`
+	// Type is AllAtOnce or RollingUpdate. AllAtOnce publishes a changed pod
+	// to every targeted device at once; RollingUpdate moves at most
+	// rollingUpdate.maxUnavailable devices at a time, waiting for each batch to
+	// converge. Defaults to AllAtOnce.
+	Type string `json:"type,omitempty"`
+	// RollingUpdate tunes the RollingUpdate strategy; it may be set only when
+	// type is RollingUpdate.
 	RollingUpdate *RollingUpdate `json:"rollingUpdate,omitempty"`
 }
 
-// RollingUpdate tunes StrategyRollingUpdate.
+// RollingUpdate tunes the RollingUpdate strategy.
 type RollingUpdate struct {
 	// MaxUnavailable is how many targeted devices may be moving to the new
-	// pod at once: a count ("2") or a percentage ("25%"). Default "25%".
+	// pod at once: a count ("2") or a percentage of the targeted devices
+	// ("25%"), rounded down but at least one. Default "25%".
 	MaxUnavailable string `json:"maxUnavailable,omitempty"`
 }
 
 // DeploymentStatus aggregates the state of the deployment's devices.
 // An offline device counts as pending, never as failed.
 type DeploymentStatus struct {
+	// ObservedGeneration is the deployment's generation these counts are
+	// for.
 	ObservedGeneration int64 `json:"observedGeneration"`
-	Targeted           int   `json:"targeted"`
-	Updated            int   `json:"updated"`
-	Ready              int   `json:"ready"`
-	Pending            int   `json:"pending"`
-	Failed             int   `json:"failed"`
+	// Targeted is how many devices the selector matches.
+	Targeted int `json:"targeted"`
+	// Updated is how many targeted devices report the current template.
+	Updated int `json:"updated"`
+	// Ready is how many updated devices have the pod ready, or finished
+	// successfully.
+	Ready int `json:"ready"`
+	// Pending is how many targeted devices are neither ready nor failed:
+	// not on the current template yet, starting it, or offline.
+	Pending int `json:"pending"`
+	// Failed is how many online updated devices report the pod failed.
+	Failed int `json:"failed"`
 }
 
 // ---- Pods --------------------------------------------------------------------
@@ -193,48 +371,86 @@ const (
 
 // PodSpec is what runs on a device. Pods use host networking.
 type PodSpec struct {
-	Containers    []Container   `json:"containers"`
+	// Containers are the pod's containers: at least one, at most 32, with
+	// distinct names. Required.
+	Containers []Container `json:"containers"`
+	// RestartPolicy says when the agent restarts an exited container: Always,
+	// OnFailure (after a non-zero exit code) or Never, with a growing back-off
+	// between restarts. Defaults to Always.
 	RestartPolicy RestartPolicy `json:"restartPolicy,omitempty"`
-	// HostNetwork must be true (the default): Fleet does not manage
-	// container networks on devices.
+	// HostNetwork must be true: Fleet does not manage container networks on
+	// devices, so containers use the device's network. Defaults to true.
 	HostNetwork *bool `json:"hostNetwork,omitempty"`
 }
 
 // Container is one process in a pod.
 type Container struct {
-	Name            string     `json:"name"`
-	Image           string     `json:"image"`
+	// Name identifies the container in its pod: a DNS-1123 label, distinct
+	// from the pod's other containers. Required.
+	Name string `json:"name"`
+	// Image is the image reference to run, as docker and kubectl take it:
+	// nginx:1.25, ghcr.io/acme/sensor:2.1 or one pinned by @sha256 digest.
+	// Required.
+	Image string `json:"image"`
+	// ImagePullPolicy says when the agent pulls the image: IfNotPresent pulls
+	// only an image the device does not have, Always pulls on every container
+	// start. Defaults to IfNotPresent.
 	ImagePullPolicy PullPolicy `json:"imagePullPolicy,omitempty"`
-	Command         []string   `json:"command,omitempty"`
-	Args            []string   `json:"args,omitempty"`
-	WorkingDir      string     `json:"workingDir,omitempty"`
-	Env             []EnvVar   `json:"env,omitempty"`
-	Mounts          []Mount    `json:"mounts,omitempty"`
-	Resources       Resources  `json:"resources,omitempty"`
+	// Command replaces the image's entrypoint; unset, the image's runs.
+	Command []string `json:"command,omitempty"`
+	// Args replace the image's default arguments (its CMD); they follow
+	// command when command is set.
+	Args []string `json:"args,omitempty"`
+	// WorkingDir is the absolute path the container's process starts in;
+	// unset, the image's.
+	WorkingDir string `json:"workingDir,omitempty"`
+	// Env sets environment variables in the container, each name once.
+	Env []EnvVar `json:"env,omitempty"`
+	// Mounts bind paths of the device into the container, each mountPath
+	// once.
+	Mounts []Mount `json:"mounts,omitempty"`
+	// Resources limits the container's memory and CPU.
+	Resources Resources `json:"resources,omitempty"`
 }
 
 // EnvVar is one environment variable.
 type EnvVar struct {
-	Name  string `json:"name"`
+	// Name of the variable: a letter or '_', then letters, digits, '_', '-'
+	// or '.'. Required.
+	Name string `json:"name"`
+	// Value of the variable; may be empty.
 	Value string `json:"value"`
 }
 
 // Mount binds a host path into the container.
 type Mount struct {
-	HostPath  string `json:"hostPath"`
+	// HostPath is the path on the device to mount: absolute and clean (no
+	// '..', '//' or trailing '/'). It must exist: the agent creates the
+	// container only once it does. Required.
+	HostPath string `json:"hostPath"`
+	// MountPath is where the host path appears in the container: absolute and
+	// clean. Required.
 	MountPath string `json:"mountPath"`
-	ReadOnly  bool   `json:"readOnly,omitempty"`
+	// ReadOnly mounts it read-only. Defaults to false.
+	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
 // Resources holds the container's limits.
 type Resources struct {
+	// Limits caps the container's memory and CPU; a limit left out is no
+	// limit.
 	Limits ResourceList `json:"limits,omitempty"`
 }
 
 // ResourceList uses Kubernetes quantity notation: memory "64Mi", cpu "500m".
 type ResourceList struct {
+	// Memory is the most memory the container may use, in bytes with an
+	// optional binary (Ki, Mi, Gi) or decimal (k, M, G) suffix: 64Mi, 1G. At least
+	// 4Mi.
 	Memory string `json:"memory,omitempty"`
-	CPU    string `json:"cpu,omitempty"`
+	// CPU is the most CPU time the container may use, in cores or
+	// millicores: 500m is half a core, 2 is two cores. At least 1m.
+	CPU string `json:"cpu,omitempty"`
 }
 
 // ---- Wire payloads (MQTT) ---------------------------------------------------
@@ -243,24 +459,32 @@ type ResourceList struct {
 // fleet/v1/devices/{device}/desired. Never a delta.
 type DesiredState struct {
 	TypeMeta `json:",inline"`
-	Device   string `json:"device"`
+	// Device is the name of the device the state is for.
+	Device string `json:"device"`
 	// Generation grows strictly for a device within one hub store.
 	Generation int64 `json:"generation"`
 	// Store identifies the hub store that issued Generation; an agent that
 	// sees a new Store accepts any generation from it.
 	Store string `json:"store,omitempty"`
-	Pods  []Pod  `json:"pods"`
+	// Pods are every pod the device should run; the agent removes the pods
+	// it runs that are not listed.
+	Pods []Pod `json:"pods"`
 }
 
 // Pod is one pod in a DesiredState, named after its Deployment.
 type Pod struct {
-	Name string  `json:"name"`
+	// Name is the pod's name: that of the Deployment it comes from.
+	Name string `json:"name"`
+	// Spec is the pod, as the Deployment's spec.template.spec with its
+	// defaults filled in.
 	Spec PodSpec `json:"spec"`
-	// Hash is PodSpecHash(Spec), set by the hub; agents recompute it.
+	// Hash identifies the spec: the hub sets it (schema.PodSpecHash) and the
+	// agent recomputes it. When it changes, the agent replaces the pod's
+	// containers.
 	Hash string `json:"hash,omitempty"`
 }
 
-// Pod phases.
+// PodPhase sums up the state of a pod's containers.
 type PodPhase string
 
 const (
@@ -281,14 +505,23 @@ const (
 // DeviceStatus is what an agent publishes retained on
 // fleet/v1/devices/{device}/status.
 type DeviceStatus struct {
-	TypeMeta           `json:",inline"`
-	Device             string      `json:"device"`
-	ObservedGeneration int64       `json:"observedGeneration"`
-	Store              string      `json:"store,omitempty"`
-	Time               time.Time   `json:"time"`
-	Agent              AgentInfo   `json:"agent"`
-	Node               *NodeInfo   `json:"node,omitempty"`
-	Pods               []PodStatus `json:"pods"`
+	TypeMeta `json:",inline"`
+	// Device is the name of the reporting device: that of the topic.
+	Device string `json:"device"`
+	// ObservedGeneration is the generation of the desired state the agent
+	// last acted on.
+	ObservedGeneration int64 `json:"observedGeneration"`
+	// Store is the hub store that issued that generation (the desired
+	// state's store).
+	Store string `json:"store,omitempty"`
+	// Time is when the agent made the report, an RFC 3339 time.
+	Time time.Time `json:"time"`
+	// Agent describes the agent binary.
+	Agent AgentInfo `json:"agent"`
+	// Node holds facts about the device.
+	Node *NodeInfo `json:"node,omitempty"`
+	// Pods are the observed states of the desired pods.
+	Pods []PodStatus `json:"pods"`
 	// Message explains a state the agent cannot act on (a desired state it
 	// refused, for example).
 	Message string `json:"message,omitempty"`
@@ -296,41 +529,72 @@ type DeviceStatus struct {
 
 // AgentInfo describes the agent binary.
 type AgentInfo struct {
+	// Version is the agent's release.
 	Version string `json:"version"`
-	OS      string `json:"os"`
-	Arch    string `json:"arch"`
+	// OS is the device's operating system, as Go names it (GOOS): linux.
+	OS string `json:"os"`
+	// Arch is the device's architecture, as Go names it (GOARCH): arm64, arm
+	// or amd64. The hub copies it into the device's fleet/arch label.
+	Arch string `json:"arch"`
 }
 
 // NodeInfo carries the device's facts.
 type NodeInfo struct {
-	Hostname         string `json:"hostname,omitempty"`
+	// Hostname is the device's host name.
+	Hostname string `json:"hostname,omitempty"`
+	// MemoryTotalBytes is the device's memory.
 	MemoryTotalBytes uint64 `json:"memoryTotalBytes,omitempty"`
+	// MemoryAvailBytes is the memory available to new processes.
 	MemoryAvailBytes uint64 `json:"memoryAvailableBytes,omitempty"`
-	DiskTotalBytes   uint64 `json:"diskTotalBytes,omitempty"`
-	DiskFreeBytes    uint64 `json:"diskFreeBytes,omitempty"`
-	UptimeSeconds    int64  `json:"uptimeSeconds,omitempty"`
+	// DiskTotalBytes is the size of the file system that holds the agent's
+	// state directory.
+	DiskTotalBytes uint64 `json:"diskTotalBytes,omitempty"`
+	// DiskFreeBytes is the space left on that file system.
+	DiskFreeBytes uint64 `json:"diskFreeBytes,omitempty"`
+	// UptimeSeconds is how long the device has been up.
+	UptimeSeconds int64 `json:"uptimeSeconds,omitempty"`
 }
 
 // PodStatus is the observed state of one pod.
 type PodStatus struct {
-	Name       string            `json:"name"`
-	Hash       string            `json:"hash,omitempty"`
-	Phase      PodPhase          `json:"phase"`
-	Ready      bool              `json:"ready"`
-	Restarts   int32             `json:"restarts"`
-	Message    string            `json:"message,omitempty"`
+	// Name is the pod's name: that of its Deployment.
+	Name string `json:"name"`
+	// Hash is the hash of the spec the pod runs (the desired pod's hash).
+	Hash string `json:"hash,omitempty"`
+	// Phase sums the pod up: Pending while a container is being created or
+	// waits to be, Running while one runs, Succeeded when all exited with
+	// code 0, Failed when one exited with another code and is not restarted,
+	// Unknown when the agent cannot tell.
+	Phase PodPhase `json:"phase"`
+	// Ready is true when every container is running.
+	Ready bool `json:"ready"`
+	// Restarts counts the restarts of the pod's containers.
+	Restarts int32 `json:"restarts"`
+	// Message says what holds the pod up, such as an image that cannot be
+	// pulled and when the agent tries again.
+	Message string `json:"message,omitempty"`
+	// Containers are the states of the pod's containers.
 	Containers []ContainerStatus `json:"containers"`
 }
 
 // ContainerStatus is the observed state of one container.
 type ContainerStatus struct {
-	Name      string     `json:"name"`
-	Image     string     `json:"image"`
-	State     string     `json:"state"`
-	ExitCode  int32      `json:"exitCode"`
+	// Name is the container's name.
+	Name string `json:"name"`
+	// Image is the container's image reference.
+	Image string `json:"image"`
+	// State is waiting, running or exited.
+	State string `json:"state"`
+	// ExitCode is the code the container's process last exited with.
+	ExitCode int32 `json:"exitCode"`
+	// StartedAt is when the container's process started, an RFC 3339 time.
 	StartedAt *time.Time `json:"startedAt,omitempty"`
-	Restarts  int32      `json:"restarts,omitempty"`
-	Reason    string     `json:"reason,omitempty"`
+	// Restarts counts the container's restarts.
+	Restarts int32 `json:"restarts,omitempty"`
+	// Reason says why the container waits or exited, in kubectl's words,
+	// such as ContainerCreating, ErrImagePull, ImagePullBackOff,
+	// CrashLoopBackOff, Completed or Error.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Event types.
@@ -341,12 +605,20 @@ const (
 
 // Event is published (not retained) on fleet/v1/devices/{device}/events.
 type Event struct {
-	TypeMeta  `json:",inline"`
-	Device    string    `json:"device"`
-	Time      time.Time `json:"time"`
-	Type      string    `json:"type"`
-	Reason    string    `json:"reason"`
-	Pod       string    `json:"pod,omitempty"`
-	Container string    `json:"container,omitempty"`
-	Message   string    `json:"message,omitempty"`
+	TypeMeta `json:",inline"`
+	// Device is the name of the device the event happened on.
+	Device string `json:"device"`
+	// Time is when the agent recorded the event, an RFC 3339 time.
+	Time time.Time `json:"time"`
+	// Type is Normal or Warning.
+	Type string `json:"type"`
+	// Reason is one word for programs, such as Pulled, Started, BackOff,
+	// ErrImagePull or RuntimeUnavailable.
+	Reason string `json:"reason"`
+	// Pod is the pod the event is about, if any.
+	Pod string `json:"pod,omitempty"`
+	// Container is the container the event is about, if any.
+	Container string `json:"container,omitempty"`
+	// Message says what happened, for people; at most 4096 characters.
+	Message string `json:"message,omitempty"`
 }

@@ -156,6 +156,41 @@ func validateLabels(labels map[string]string, field string, errs *errList) {
 	}
 }
 
+// validateSelector checks a label selector as Kubernetes does: valid keys
+// and values, a known operator, values for In and NotIn only.
+func validateSelector(s LabelSelector, field string, errs *errList) {
+	validateLabels(s.MatchLabels, field+".matchLabels", errs)
+	for i, r := range s.MatchExpressions {
+		f := fmt.Sprintf("%s.matchExpressions[%d]", field, i)
+		if r.Key == "" {
+			errs.add(f+".key", "required")
+		} else if err := ValidateLabelKey(r.Key); err != nil {
+			errs.add(f+".key", "%v", err)
+		}
+		switch r.Operator {
+		case LabelSelectorOpIn, LabelSelectorOpNotIn:
+			if len(r.Values) == 0 {
+				errs.add(f+".values", "must have at least one value when operator is %s", r.Operator)
+			}
+		case LabelSelectorOpExists, LabelSelectorOpDoesNotExist:
+			if len(r.Values) > 0 {
+				errs.add(f+".values", "must be empty when operator is %s", r.Operator)
+			}
+		case "":
+			errs.add(f+".operator", "required: want %s, %s, %s or %s",
+				LabelSelectorOpIn, LabelSelectorOpNotIn, LabelSelectorOpExists, LabelSelectorOpDoesNotExist)
+		default:
+			errs.add(f+".operator", "unsupported value %q: want %s, %s, %s or %s", truncate(string(r.Operator)),
+				LabelSelectorOpIn, LabelSelectorOpNotIn, LabelSelectorOpExists, LabelSelectorOpDoesNotExist)
+		}
+		for j, v := range r.Values {
+			if err := ValidateLabelValue(v); err != nil {
+				errs.add(fmt.Sprintf("%s.values[%d]", f, j), "%v", err)
+			}
+		}
+	}
+}
+
 func validateMeta(m *ObjectMeta, errs *errList) {
 	if err := ValidateName(m.Name); err != nil {
 		errs.add("metadata.name", "%v", err)
@@ -209,7 +244,7 @@ func ValidateDeployment(d *Deployment) error {
 	var errs errList
 	validateTypeMeta(d.TypeMeta, KindDeployment, &errs)
 	validateMeta(&d.Metadata, &errs)
-	validateLabels(d.Spec.Selector.MatchLabels, "spec.selector.matchLabels", &errs)
+	validateSelector(d.Spec.Selector, "spec.selector", &errs)
 	if t := d.Spec.Template.Metadata; t != nil {
 		validateLabels(t.Labels, "spec.template.metadata.labels", &errs)
 	}

@@ -455,7 +455,7 @@ func TestMQTTFleetEvents(t *testing.T) {
 			t.Errorf("GET /v1/events%s: %s, want %s", query, got, want)
 		}
 	}
-	for query, field := range map[string]string{"?type=Loud": "type", "?limit=-1": "limit", "?limit=many": "limit", "?labelSelector=site": "labelSelector"} {
+	for query, field := range map[string]string{"?type=Loud": "type", "?limit=-1": "limit", "?limit=many": "limit", "?labelSelector=site!": "labelSelector"} {
 		if b := mustDo(t, h, http.MethodGet, "/v1/events"+query, nil, http.StatusBadRequest); !strings.Contains(string(b), field) {
 			t.Errorf("GET /v1/events%s: %s, want the field %s named", query, b, field)
 		}

@@ -61,7 +61,7 @@ func (s *Server) listOrWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	sel, err := parseSelector(q.Get("labelSelector"))
+	sel, err := ParseSelector(q.Get("labelSelector"))
 	if err != nil {
 		WriteError(w, r, s.log, err)
 		return
@@ -80,11 +80,11 @@ func (s *Server) listOrWatch(w http.ResponseWriter, r *http.Request) {
 
 // list writes the stored JSON of the objects as they are: no decoding
 // (but for the labels, with a selector) and no re-encoding.
-func (s *Server) list(w http.ResponseWriter, r *http.Request, kind string, sel map[string]string) {
+func (s *Server) list(w http.ResponseWriter, r *http.Request, kind string, sel schema.LabelSelector) {
 	var items bytes.Buffer
 	n := 0
 	rev, err := s.store.ListRawNamed(r.Context(), kind, func(name string, raw []byte) error {
-		if len(sel) > 0 && !matches(raw, sel) {
+		if !sel.Empty() && !matches(raw, sel) {
 			return nil
 		}
 		if n > 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -72,6 +73,15 @@ func TestApplyFlow(t *testing.T) {
 		{"?labelSelector=site%3Db,fleet/device%3Dpi-3", []string{"pi-3"}},
 		{"?labelSelector=site==a", []string{"pi-1"}},
 		{"?labelSelector=site=c", []string{}},
+		// Set-based selectors, as kubectl's -l sends them.
+		{"?labelSelector=" + url.QueryEscape("site!=a"), []string{"pi-2", "pi-3"}},
+		{"?labelSelector=" + url.QueryEscape("site in (a,b)"), []string{"pi-1", "pi-2", "pi-3"}},
+		{"?labelSelector=" + url.QueryEscape("site notin (b)"), []string{"pi-1"}},
+		{"?labelSelector=" + url.QueryEscape("fleet/device in (pi-1,pi-3),site!=b"), []string{"pi-1"}},
+		{"?labelSelector=site", []string{"pi-1", "pi-2", "pi-3"}},
+		{"?labelSelector=" + url.QueryEscape("!site"), []string{}},
+		{"?labelSelector=" + url.QueryEscape("!gpu,site=b"), []string{"pi-2", "pi-3"}},
+		{"?labelSelector=" + url.QueryEscape("site=a,site=b"), []string{}},
 	}
 	for _, l := range lists {
 		r := h.admin(t, "GET", "/v1/devices"+l.query, "")
@@ -145,9 +155,11 @@ func TestErrorCodes(t *testing.T) {
 		{"bad resourceVersion", "DELETE", "/v1/deployments/web?resourceVersion=abc", "", 400, ReasonInvalid, "resourceVersion"},
 		{"bad dryRun", "POST", "/v1/apply?dryRun=yes", deploymentYAML("web", "nginx:1"), 400, ReasonInvalid, "dryRun"},
 		{"bad watch", "GET", "/v1/devices?watch=maybe", "", 400, ReasonInvalid, "watch"},
-		{"bad selector", "GET", "/v1/devices?labelSelector=site", "", 400, ReasonInvalid, "labelSelector"},
+		{"bad selector", "GET", "/v1/devices?labelSelector=site!", "", 400, ReasonInvalid, "labelSelector"},
 		{"bad selector key", "GET", "/v1/devices?labelSelector=-x-%3Dy", "", 400, ReasonInvalid, "labelSelector"},
-		{"bad selector op", "GET", "/v1/devices?labelSelector=a!%3Db", "", 400, ReasonInvalid, "labelSelector"},
+		{"bad selector op", "GET", "/v1/devices?labelSelector=a%3E1", "", 400, ReasonInvalid, "labelSelector"},
+		{"bad selector set", "GET", "/v1/devices?labelSelector=" + url.PathEscape("site in (a"), "", 400, ReasonInvalid, "labelSelector"},
+		{"bad watch selector", "GET", "/v1/devices?watch=true&labelSelector=a%3D%3D%3Db", "", 400, ReasonInvalid, "labelSelector"},
 		{"bad watch resourceVersion", "GET", "/v1/devices?watch=true&resourceVersion=-1", "", 400, ReasonInvalid, "resourceVersion"},
 		{"name does not match path", "PUT", "/v1/deployments/other", deploymentYAML("web", "nginx:1"), 400, ReasonInvalid, "metadata.name"},
 		{"kind does not match path", "POST", "/v1/devices", deploymentYAML("web2", "nginx:1"), 400, ReasonInvalid, "kind"},

@@ -6,8 +6,8 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 
+	"github.com/fleetmq/fleet/hub/selector"
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -107,47 +107,13 @@ func invalidParam(name, format string, args ...any) error {
 }
 
 // ParseSelector parses the labelSelector query parameter of a route added
-// with Handle, as the list routes do; its error answers 400 through
-// WriteError.
-func ParseSelector(s string) (map[string]string, error) { return parseSelector(s) }
-
-// parseSelector parses a labelSelector "k=v,k2=v2". Every pair must be a
-// valid label key and value; "k==v" is accepted as "k=v".
-func parseSelector(s string) (map[string]string, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return nil, nil
-	}
-	sel := map[string]string{}
-	var errs []schema.FieldError
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		k, v, ok := strings.Cut(part, "=")
-		v = strings.TrimPrefix(v, "=")
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		switch {
-		case !ok:
-			errs = append(errs, schema.FieldError{Field: "labelSelector", Message: fmt.Sprintf("%q: want key=value", truncate(part))})
-			continue
-		case strings.ContainsAny(v, "=!"):
-			errs = append(errs, schema.FieldError{Field: "labelSelector", Message: fmt.Sprintf("%q: only key=value pairs are supported", truncate(part))})
-			continue
-		}
-		if err := schema.ValidateLabelKey(k); err != nil {
-			errs = append(errs, schema.FieldError{Field: "labelSelector", Message: err.Error()})
-			continue
-		}
-		if err := schema.ValidateLabelValue(v); err != nil {
-			errs = append(errs, schema.FieldError{Field: "labelSelector", Message: err.Error()})
-			continue
-		}
-		if old, dup := sel[k]; dup && old != v {
-			errs = append(errs, schema.FieldError{Field: "labelSelector", Message: fmt.Sprintf("key %q given twice with different values", k)})
-		}
-		sel[k] = v
-	}
-	if len(errs) > 0 {
-		return nil, &schema.ValidationError{Errors: errs}
+// with Handle, as the list routes do: the Kubernetes label-selector syntax
+// (hub/selector), "" for everything. Its error answers 400 Invalid naming
+// labelSelector through WriteError.
+func ParseSelector(s string) (schema.LabelSelector, error) {
+	sel, err := selector.Parse(s)
+	if err != nil {
+		return schema.LabelSelector{}, invalidParam("labelSelector", "%q: %v", truncate(s), err)
 	}
 	return sel, nil
 }

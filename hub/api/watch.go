@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 
 // watch streams newline-delimited schema.WatchEvents until the client goes
 // away, the server shuts down or the store ends the watch.
-func (s *Server) watch(w http.ResponseWriter, r *http.Request, kind string, sel map[string]string) {
+func (s *Server) watch(w http.ResponseWriter, r *http.Request, kind string, sel schema.LabelSelector) {
 	from, hasRV, err := parseRV(r)
 	if err != nil {
 		WriteError(w, r, s.log, err)
@@ -35,10 +36,12 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, kind string, sel 
 	// Without a resourceVersion the stream starts with every object.
 	var initial []schema.Object
 	if !hasRV {
-		if initial, from, err = s.store.List(ctx, kind, sel); err != nil {
+		if initial, from, err = s.store.List(ctx, kind, sel.MatchLabels); err != nil {
 			WriteError(w, r, s.log, err)
 			return
 		}
+		// The store filters by matchLabels only.
+		initial = slices.DeleteFunc(initial, func(o schema.Object) bool { return !sel.Matches(o.GetMetadata().Labels) })
 	}
 	events, err := s.store.Watch(ctx, kind, from, store.WithBookmarks(s.opts.BookmarkInterval))
 	if err != nil && !errors.Is(err, store.ErrExpired) {
@@ -88,7 +91,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, kind string, sel 
 // forward writes one store event, translated for the label selector: an
 // object that starts matching is ADDED, one that stops matching DELETED.
 // It returns an error when the stream must end.
-func (s *Server) forward(st *stream, kind string, sel map[string]string, ev store.Event) error {
+func (s *Server) forward(st *stream, kind string, sel schema.LabelSelector, ev store.Event) error {
 	switch ev.Type {
 	case store.EventBookmark:
 		raw, err := json.Marshal(bookmark{
@@ -104,7 +107,7 @@ func (s *Server) forward(st *stream, kind string, sel map[string]string, ev stor
 		return errors.New("watch ended by the store")
 	}
 	typ := string(ev.Type)
-	if len(sel) > 0 {
+	if !sel.Empty() {
 		now, was := matches(ev.Object, sel), ev.Prev != nil && matches(ev.Prev, sel)
 		switch {
 		case ev.Type == store.EventDeleted:
@@ -149,8 +152,9 @@ type bookmarkMeta struct {
 	ResourceVersion string `json:"resourceVersion"`
 }
 
-// matches reports whether the labels of a stored object's JSON contain sel.
-func matches(raw []byte, sel map[string]string) bool {
+// matches reports whether the labels of a stored object's JSON satisfy
+// sel.
+func matches(raw []byte, sel schema.LabelSelector) bool {
 	var o struct {
 		Metadata struct {
 			Labels map[string]string `json:"labels"`
@@ -159,7 +163,7 @@ func matches(raw []byte, sel map[string]string) bool {
 	if json.Unmarshal(raw, &o) != nil {
 		return false
 	}
-	return schema.LabelSelector{MatchLabels: sel}.Matches(o.Metadata.Labels)
+	return sel.Matches(o.Metadata.Labels)
 }
 
 // stream writes and flushes watch events one by one.

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ func TestWatchStream(t *testing.T) {
 	}
 	all := h.watch(t, "/v1/devices?watch=true")
 	siteA := h.watch(t, "/v1/devices?watch=true&labelSelector=site%3Da")
+	notA := h.watch(t, "/v1/devices?watch=true&labelSelector="+url.QueryEscape("site!=a"))
 
 	type want struct{ typ, name string }
 	expect := func(ws *watchStream, wants ...want) string {
@@ -40,6 +42,7 @@ func TestWatchStream(t *testing.T) {
 	}
 	expect(all, want{"ADDED", "pi-1"}, want{"ADDED", "pi-2"})
 	expect(siteA, want{"ADDED", "pi-1"})
+	expect(notA, want{"ADDED", "pi-2"})
 
 	// pi-2 moves into site a, pi-1 out of it, then pi-1 is deleted.
 	for _, body := range []string{deviceYAML("pi-2", "site", "a"), deviceYAML("pi-1", "site", "c")} {
@@ -53,6 +56,8 @@ func TestWatchStream(t *testing.T) {
 	expect(all, want{"MODIFIED", "pi-2"}, want{"MODIFIED", "pi-1"})
 	rvDelete := expect(all, want{"DELETED", "pi-1"})
 	expect(siteA, want{"ADDED", "pi-2"}, want{"DELETED", "pi-1"})
+	// A set-based selector: pi-2 stops matching, pi-1 starts, then goes.
+	expect(notA, want{"DELETED", "pi-2"}, want{"ADDED", "pi-1"}, want{"DELETED", "pi-1"})
 
 	// Bookmarks arrive on an idle stream and carry the latest revision.
 	deadline := time.Now().Add(10 * time.Second)

@@ -35,9 +35,28 @@ func TestDesiredPodsSelectors(t *testing.T) {
 		deployment("web", "nginx", nil),
 		deployment("collector", "collector:1", map[string]string{"role": "sensor"}),
 		deployment("pinned", "gate:1", map[string]string{schema.LabelDevice: "c"}),
+		deployment("any-role", "x:1", nil),
+		deployment("no-role", "x:1", nil),
+		deployment("not-sensor", "x:1", nil),
+		deployment("either", "x:1", nil),
+	}
+	exprs := map[string]schema.LabelSelectorRequirement{
+		"any-role":   {Key: "role", Operator: schema.LabelSelectorOpExists},
+		"no-role":    {Key: "role", Operator: schema.LabelSelectorOpDoesNotExist},
+		"not-sensor": {Key: "role", Operator: schema.LabelSelectorOpNotIn, Values: []string{"sensor"}},
+		"either":     {Key: "role", Operator: schema.LabelSelectorOpIn, Values: []string{"sensor", "kiosk"}},
+	}
+	for i := range deps {
+		if r, ok := exprs[deps[i].Metadata.Name]; ok {
+			deps[i].Spec.Selector.MatchExpressions = []schema.LabelSelectorRequirement{r}
+		}
 	}
 	got := DesiredPods(devs, deps)
-	want := map[string][]string{"a": {"collector", "web"}, "b": {"web"}, "c": {"pinned", "web"}}
+	want := map[string][]string{
+		"a": {"any-role", "collector", "either", "web"},
+		"b": {"any-role", "either", "not-sensor", "web"},
+		"c": {"no-role", "not-sensor", "pinned", "web"},
+	}
 	for dev, names := range want {
 		if len(got[dev]) != len(names) {
 			t.Fatalf("device %s: got %d pods %v, want %v", dev, len(got[dev]), got[dev], names)

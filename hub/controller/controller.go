@@ -207,14 +207,13 @@ func (c *Controller) Device(name string) (uid string, labels map[string]string, 
 // DeviceRef names a registered device.
 type DeviceRef struct{ Name, UID string }
 
-// Devices returns the registered devices whose labels contain every pair
-// of sel (all of them for an empty sel), by name.
-func (c *Controller) Devices(sel map[string]string) []DeviceRef {
-	match := schema.LabelSelector{MatchLabels: sel}
+// Devices returns the registered devices whose labels satisfy sel (all of
+// them for an empty sel), by name.
+func (c *Controller) Devices(sel schema.LabelSelector) []DeviceRef {
 	c.mu.RLock()
 	out := make([]DeviceRef, 0, len(c.devices))
 	for name, d := range c.devices {
-		if match.Matches(d.Labels) {
+		if sel.Matches(d.Labels) {
 			out = append(out, DeviceRef{Name: name, UID: d.UID})
 		}
 	}

@@ -97,7 +97,11 @@ func incrementalVsFull(t *testing.T, seed uint64) {
 		case op < 3:
 			name := devName()
 			what = "device " + name
-			write(dev(name, "site", sites[rng.IntN(len(sites))], "tier", fmt.Sprint(rng.IntN(2))))
+			labels := []string{"site", sites[rng.IntN(len(sites))]}
+			if rng.IntN(3) > 0 { // some devices have no tier
+				labels = append(labels, "tier", fmt.Sprint(rng.IntN(2)))
+			}
+			write(dev(name, labels...))
 		case op < 4:
 			name := devName()
 			what = "delete device " + name
@@ -106,15 +110,36 @@ func incrementalVsFull(t *testing.T, seed uint64) {
 			name := depName()
 			what = "deployment " + name
 			var d *schema.Deployment
-			switch rng.IntN(4) {
+			site := func() string { return sites[rng.IntN(len(sites))] }
+			img := fmt.Sprintf("img:%d", rng.IntN(3))
+			switch rng.IntN(8) {
 			case 0:
-				d = depl(name, fmt.Sprintf("img:%d", rng.IntN(3)))
+				d = depl(name, img)
 			case 1:
-				d = depl(name, fmt.Sprintf("img:%d", rng.IntN(3)), "site", sites[rng.IntN(len(sites))])
+				d = depl(name, img, "site", site())
 			case 2:
-				d = depl(name, fmt.Sprintf("img:%d", rng.IntN(3)), "tier", fmt.Sprint(rng.IntN(2)))
+				d = depl(name, img, "tier", fmt.Sprint(rng.IntN(2)))
+			case 3:
+				d = depl(name, img, "site", site(), "tier", fmt.Sprint(rng.IntN(2)))
+			// matchExpressions, alone (placement finds every device
+			// without the label index) and with the pairs the index uses.
+			case 4:
+				d = depl(name, img)
+				d.Spec.Selector.MatchExpressions = []schema.LabelSelectorRequirement{
+					{Key: "site", Operator: schema.LabelSelectorOpIn, Values: []string{site(), site()}}}
+			case 5:
+				d = depl(name, img, "tier", fmt.Sprint(rng.IntN(2)))
+				d.Spec.Selector.MatchExpressions = []schema.LabelSelectorRequirement{
+					{Key: "site", Operator: schema.LabelSelectorOpNotIn, Values: []string{site()}}}
+			case 6:
+				d = depl(name, img, "site", site())
+				d.Spec.Selector.MatchExpressions = []schema.LabelSelectorRequirement{
+					{Key: "tier", Operator: schema.LabelSelectorOpDoesNotExist}}
 			default:
-				d = depl(name, fmt.Sprintf("img:%d", rng.IntN(3)), "site", sites[rng.IntN(len(sites))], "tier", fmt.Sprint(rng.IntN(2)))
+				d = depl(name, img)
+				d.Spec.Selector.MatchExpressions = []schema.LabelSelectorRequirement{
+					{Key: "tier", Operator: schema.LabelSelectorOpExists},
+					{Key: "site", Operator: schema.LabelSelectorOpNotIn, Values: []string{site()}}}
 			}
 			if rng.IntN(2) == 0 {
 				d.Spec.Strategy = schema.Strategy{Type: schema.StrategyRollingUpdate,
@@ -162,7 +187,7 @@ func checkFixpoint(t *testing.T, c *Controller, when string) {
 		if !SamePods(got.Pods, want[v.Name]) {
 			for i := range deps {
 				d := &deps[i]
-				t.Logf("dep %s strategy %+v hash %s sel %v", d.Metadata.Name, d.Spec.Strategy, schema.PodSpecHash(d.Spec.Template.Spec)[:6], d.Spec.Selector.MatchLabels)
+				t.Logf("dep %s strategy %+v hash %s sel %v", d.Metadata.Name, d.Spec.Strategy, schema.PodSpecHash(d.Spec.Template.Spec)[:6], d.Spec.Selector)
 			}
 			for _, v := range views {
 				st := ""

@@ -36,23 +36,63 @@ func (ix labelIndex) remove(name string, labels map[string]string) {
 	}
 }
 
-// selectNames returns, sorted, the devices sel matches.
+// selectNames returns, sorted, the devices sel matches. The index narrows
+// the candidates to the smallest of the device sets that the matchLabels
+// pairs and the In requirements name (an In requirement's set is the union
+// over its values); every candidate is then checked against the whole
+// selector, so the other requirements (NotIn, Exists, DoesNotExist) hold
+// too. A selector with neither pairs nor In looks at every device.
 func (c *Controller) selectNames(sel schema.LabelSelector) []string {
-	if len(sel.MatchLabels) == 0 {
+	if sel.Empty() {
 		return c.names()
 	}
-	var smallest map[string]struct{}
-	first := true
-	for k, v := range sel.MatchLabels {
-		set := c.index[labelKey(k, v)]
-		if first || len(set) < len(smallest) {
-			smallest, first = set, false
+	var (
+		best     []map[string]struct{}
+		bestSize int
+		narrowed bool
+	)
+	consider := func(sets []map[string]struct{}) {
+		n := 0
+		for _, set := range sets {
+			n += len(set)
+		}
+		if !narrowed || n < bestSize {
+			best, bestSize, narrowed = sets, n, true
 		}
 	}
-	out := make([]string, 0, len(smallest))
-	for name := range smallest {
-		if d, ok := c.devices[name]; ok && sel.Matches(d.Labels) {
-			out = append(out, name)
+	for k, v := range sel.MatchLabels {
+		consider([]map[string]struct{}{c.index[labelKey(k, v)]})
+	}
+	for _, r := range sel.MatchExpressions {
+		if r.Operator != schema.LabelSelectorOpIn {
+			continue
+		}
+		sets := make([]map[string]struct{}, 0, len(r.Values))
+		for _, v := range r.Values {
+			sets = append(sets, c.index[labelKey(r.Key, v)])
+		}
+		consider(sets)
+	}
+	if !narrowed {
+		var out []string
+		for _, name := range c.names() {
+			if sel.Matches(c.devices[name].Labels) {
+				out = append(out, name)
+			}
+		}
+		return out
+	}
+	out := make([]string, 0, bestSize)
+	seen := make(map[string]struct{}, bestSize)
+	for _, set := range best {
+		for name := range set {
+			if _, dup := seen[name]; dup {
+				continue
+			}
+			seen[name] = struct{}{}
+			if d, ok := c.devices[name]; ok && sel.Matches(d.Labels) {
+				out = append(out, name)
+			}
 		}
 	}
 	slices.Sort(out)

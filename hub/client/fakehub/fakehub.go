@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetmq/fleet/hub/selector"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -175,7 +176,7 @@ func (h *Hub) allEvents(w http.ResponseWriter, r *http.Request) {
 		ok, err := matches(q.Get("labelSelector"), h.devices[name].Metadata.Labels)
 		if err != nil {
 			h.mu.Unlock()
-			writeStatus(w, http.StatusBadRequest, "Invalid", err.Error(), nil)
+			writeInvalid(w, err)
 			return
 		}
 		for _, ev := range h.events[name] {
@@ -478,26 +479,21 @@ func sameContent(cur, o schema.Object) bool {
 		reflect.DeepEqual(specOf(o), specOf(cur))
 }
 
-func matches(selector string, labels map[string]string) (bool, error) {
-	if selector == "" {
-		return true, nil
+// matches reports whether labels satisfy the label selector, parsed as
+// the hub parses it (hub/selector); its error is the hub's 400 Invalid
+// naming labelSelector.
+func matches(sel string, labels map[string]string) (bool, error) {
+	parsed, err := selector.Parse(sel)
+	if err != nil {
+		return false, &schema.ValidationError{Errors: []schema.FieldError{{Field: "labelSelector", Message: fmt.Sprintf("%q: %v", sel, err)}}}
 	}
-	for _, term := range strings.Split(selector, ",") {
-		k, v, ok := strings.Cut(term, "=")
-		if !ok || k == "" {
-			return false, fmt.Errorf("labelSelector term %q: want key=value", term)
-		}
-		if got, ok := labels[k]; !ok || got != v {
-			return false, nil
-		}
-	}
-	return true, nil
+	return parsed.Matches(labels), nil
 }
 
 func (h *Hub) list(w http.ResponseWriter, r *http.Request, kind string) {
 	sel := r.URL.Query().Get("labelSelector")
 	if _, err := matches(sel, nil); err != nil {
-		writeStatus(w, http.StatusBadRequest, "BadRequest", err.Error(), nil)
+		writeInvalid(w, err)
 		return
 	}
 	h.mu.Lock()
@@ -630,7 +626,7 @@ func (h *Hub) watch(w http.ResponseWriter, r *http.Request, kind string) {
 	q := r.URL.Query()
 	sel := q.Get("labelSelector")
 	if _, err := matches(sel, nil); err != nil {
-		writeStatus(w, http.StatusBadRequest, "BadRequest", err.Error(), nil)
+		writeInvalid(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

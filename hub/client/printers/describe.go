@@ -71,10 +71,10 @@ func (d *describer) meta(m *schema.ObjectMeta) {
 func DescribeDeployment(w io.Writer, dep *schema.Deployment, devices []schema.Device, now time.Time) error {
 	d := newDescriber(w, now)
 	d.meta(&dep.Metadata)
-	if len(dep.Spec.Selector.MatchLabels) == 0 {
+	if dep.Spec.Selector.Empty() {
 		d.line(0, "Selector:\t<none> (every device)")
 	} else {
-		d.line(0, "Selector:\t%s", Labels(dep.Spec.Selector.MatchLabels))
+		d.line(0, "Selector:\t%s", dep.Spec.Selector)
 	}
 	s := dep.Spec.Strategy
 	switch {

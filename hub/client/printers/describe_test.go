@@ -40,6 +40,35 @@ func TestDescribeDeployment(t *testing.T) {
 	}
 }
 
+// TestDescribeSelectorExpressions: a selector with matchExpressions is
+// shown in kubectl's -l form, in describe and in the wide table.
+func TestDescribeSelectorExpressions(t *testing.T) {
+	d := deployment("web", nil)
+	d.Spec.Selector.MatchExpressions = []schema.LabelSelectorRequirement{
+		{Key: "tier", Operator: schema.LabelSelectorOpIn, Values: []string{"edge", "core"}},
+		{Key: "gpu", Operator: schema.LabelSelectorOpDoesNotExist},
+	}
+	want := "app=web,site=lab,tier in (edge,core),!gpu"
+	var b bytes.Buffer
+	if err := DescribeDeployment(&b, d, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "Selector:          "+want+"\n") {
+		t.Errorf("describe: missing the selector %q in\n%s", want, b.String())
+	}
+	if row := Row(d, true, now); row[7] != want {
+		t.Errorf("wide SELECTOR = %q, want %q", row[7], want)
+	}
+	d.Spec.Selector = schema.LabelSelector{}
+	b.Reset()
+	if err := DescribeDeployment(&b, d, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "<none> (every device)") {
+		t.Errorf("describe of an empty selector:\n%s", b.String())
+	}
+}
+
 func TestDescribeDevice(t *testing.T) {
 	dev := seenDevice()
 	dev.Status.Pods[0].Containers = []schema.ContainerStatus{{Name: "web", Image: "nginx:1.25", State: schema.ContainerExited, ExitCode: 137, Reason: "OOMKilled"}}

@@ -134,14 +134,23 @@ func PodRow(p DevicePod, wide bool, now time.Time) []string {
 // json and yaml. A table of no pods prints nothing; the caller says "No
 // resources found", as kubectl does.
 func (p *Printer) PrintPods(pods []DevicePod) error {
+	if err := p.Compile(); err != nil {
+		return err
+	}
+	pods = slices.Clone(pods)
 	if pods == nil {
 		pods = []DevicePod{}
+	}
+	if err := sortItems(p, pods); err != nil {
+		return err
 	}
 	switch p.Format {
 	case JSON:
 		return writeJSON(p.Out, podList(pods))
 	case YAML:
 		return writeYAML(p.Out, podList(pods))
+	case JSONPath:
+		return p.printJSONPath(podList(pods))
 	case Name:
 		for _, pod := range pods {
 			if _, err := fmt.Fprintln(p.Out, PodName(pod)); err != nil {
@@ -156,13 +165,32 @@ func (p *Printer) PrintPods(pods []DevicePod) error {
 	rows := make([][]string, len(pods))
 	now := p.now()
 	for i, pod := range pods {
-		rows[i] = PodRow(pod, p.wide(), now)
+		var err error
+		if rows[i], err = p.podRow(pod, now); err != nil {
+			return err
+		}
 	}
-	var h []string
-	if !p.NoHeaders {
-		h = PodHeaders(p.wide())
+	return WriteTable(p.Out, p.podHeaders(), rows)
+}
+
+// podHeaders are the headers of a pod table: custom columns, or
+// PodHeaders; nil with NoHeaders.
+func (p *Printer) podHeaders() []string {
+	switch {
+	case p.NoHeaders:
+		return nil
+	case p.Format == CustomColumns:
+		return p.columnHeaders()
 	}
-	return WriteTable(p.Out, h, rows)
+	return PodHeaders(p.wide())
+}
+
+// podRow is the table row of a pod: its custom columns, or PodRow.
+func (p *Printer) podRow(pod DevicePod, now time.Time) ([]string, error) {
+	if p.Format == CustomColumns {
+		return p.columnRow(pod)
+	}
+	return PodRow(pod, p.wide(), now), nil
 }
 
 func podList(pods []DevicePod) DevicePodList {
@@ -187,24 +215,32 @@ func (p *Printer) NewPodWatch(names []string) *PodWatch {
 	return &PodWatch{p: p, names: names, last: map[string]string{}, byDev: map[string][]DevicePod{}}
 }
 
-// List prints the pods of every device, the start of a watch. After a
-// relist, only what changed is printed.
+// List prints the pods of every device, the start of a watch, in one
+// batch sorted by the printer's SortBy if set. After a relist, only what
+// changed is printed.
 func (w *PodWatch) List(devices []*schema.Device) error {
+	if err := w.p.Compile(); err != nil {
+		return err
+	}
+	now := w.p.now()
 	seen := map[string]bool{}
+	var out []DevicePod
 	for _, d := range devices {
 		seen[d.Metadata.Name] = true
-		if err := w.Device(d, false); err != nil {
-			return err
-		}
+		out = append(out, w.changes(d, false, now)...)
 	}
 	for _, dev := range slices.Sorted(maps.Keys(w.byDev)) {
 		if !seen[dev] {
-			if err := w.Device(&schema.Device{Metadata: schema.ObjectMeta{Name: dev}}, true); err != nil {
-				return err
-			}
+			out = append(out, w.changes(&schema.Device{Metadata: schema.ObjectMeta{Name: dev}}, true, now)...)
 		}
 	}
-	if w.stream == nil && (w.p.Format == Table || w.p.Format == Wide) {
+	if err := sortItems(w.p, out); err != nil {
+		return err
+	}
+	if err := w.print(out, now); err != nil {
+		return err
+	}
+	if w.stream == nil && w.p.tabular() {
 		// No pods yet: the header still tells the watch has started.
 		return w.table().Write()
 	}
@@ -214,11 +250,20 @@ func (w *PodWatch) List(devices []*schema.Device) error {
 // Device prints what changed in one device's pods; deleted says the
 // device itself is gone.
 func (w *PodWatch) Device(d *schema.Device, deleted bool) error {
+	if err := w.p.Compile(); err != nil {
+		return err
+	}
+	now := w.p.now()
+	return w.print(w.changes(d, deleted, now), now)
+}
+
+// changes returns the pods of d to print (those gone as Deleted) and
+// records them as printed.
+func (w *PodWatch) changes(d *schema.Device, deleted bool, now time.Time) []DevicePod {
 	var pods []DevicePod
 	if !deleted {
 		pods = PodsOf(d, w.names)
 	}
-	now := w.p.now()
 	var out []DevicePod
 	for _, old := range w.byDev[d.Metadata.Name] {
 		if !slices.ContainsFunc(pods, func(p DevicePod) bool { return p.Name == old.Name }) {
@@ -241,7 +286,7 @@ func (w *PodWatch) Device(d *schema.Device, deleted bool) error {
 	} else {
 		w.byDev[d.Metadata.Name] = pods
 	}
-	return w.print(out, now)
+	return out
 }
 
 // key is what, once printed, is not printed again: the line without its
@@ -266,6 +311,13 @@ func (w *PodWatch) print(pods []DevicePod, now time.Time) error {
 			}
 		}
 		return nil
+	case JSONPath:
+		for _, pod := range pods {
+			if err := w.p.printJSONPath(pod); err != nil {
+				return err
+			}
+		}
+		return nil
 	case Name:
 		for _, pod := range pods {
 			if _, err := fmt.Fprintln(w.p.Out, PodName(pod)); err != nil {
@@ -279,18 +331,17 @@ func (w *PodWatch) print(pods []DevicePod, now time.Time) error {
 	}
 	rows := make([][]string, len(pods))
 	for i, pod := range pods {
-		rows[i] = PodRow(pod, w.p.wide(), now)
+		var err error
+		if rows[i], err = w.p.podRow(pod, now); err != nil {
+			return err
+		}
 	}
 	return w.table().Write(rows...)
 }
 
 func (w *PodWatch) table() *StreamTable {
 	if w.stream == nil {
-		var h []string
-		if !w.p.NoHeaders {
-			h = PodHeaders(w.p.wide())
-		}
-		w.stream = NewStreamTable(w.p.Out, h)
+		w.stream = NewStreamTable(w.p.Out, w.p.podHeaders())
 	}
 	return w.stream
 }

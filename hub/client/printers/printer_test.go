@@ -3,6 +3,7 @@ package printers
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,10 +133,43 @@ MODIFIED   pi-kitchen   true     5s          4/4          1/2    true        3d
 }
 
 func TestParseFormat(t *testing.T) {
-	if f, err := ParseFormat(""); f != Table || err != nil {
-		t.Fatalf("default: %v %v", f, err)
+	tests := []struct {
+		in       string
+		format   Format
+		template string
+		err      string
+	}{
+		{"", Table, "", ""},
+		{"wide", Wide, "", ""},
+		{"name", Name, "", ""},
+		{"jsonpath={.items[*].metadata.name}", JSONPath, "{.items[*].metadata.name}", ""},
+		{"jsonpath={.a}={.b}", JSONPath, "{.a}={.b}", ""},
+		{"jsonpath-file=tmpl.txt", JSONPathFile, "tmpl.txt", ""},
+		{"custom-columns=NAME:.metadata.name", CustomColumns, "NAME:.metadata.name", ""},
+		{"jsonpath", "", "", "-o jsonpath needs an argument: jsonpath=TEMPLATE"},
+		{"jsonpath=", "", "", "-o jsonpath needs an argument"},
+		{"custom-columns", "", "", "custom-columns=HEADER:PATH,..."},
+		{"jason", "", "", `unknown output format "jason": want one of table, wide, json, yaml, name, jsonpath=TEMPLATE, jsonpath-file=FILE or custom-columns=HEADER:PATH,...`},
+		{"go-template={{.x}}", "", "", "unknown output format"},
 	}
-	if _, err := ParseFormat("jsonpath"); err == nil {
-		t.Fatal("jsonpath accepted")
+	for _, tt := range tests {
+		f, tmpl, err := ParseOutput(tt.in)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("ParseOutput(%q) = %v, want an error with %q", tt.in, err, tt.err)
+			}
+		} else if err != nil || f != tt.format || tmpl != tt.template {
+			t.Errorf("ParseOutput(%q) = %q, %q, %v; want %q, %q", tt.in, f, tmpl, err, tt.format, tt.template)
+		}
+		// ParseFormat takes the formats without a template only.
+		f, err = ParseFormat(tt.in)
+		switch {
+		case tt.err != "" || tmpl != "":
+			if err == nil {
+				t.Errorf("ParseFormat(%q) = %q, want an error", tt.in, f)
+			}
+		case err != nil || f != tt.format:
+			t.Errorf("ParseFormat(%q) = %q, %v; want %q", tt.in, f, err, tt.format)
+		}
 	}
 }

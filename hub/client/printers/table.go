@@ -86,7 +86,7 @@ func deploymentRow(d *schema.Deployment, wide bool, now time.Time) []string {
 	for _, c := range d.Spec.Template.Spec.Containers {
 		images = append(images, c.Image)
 	}
-	return append(row, orNone(Labels(d.Spec.Selector.MatchLabels)), orNone(strings.Join(images, ",")), orNone(strategy(d.Spec.Strategy)))
+	return append(row, orNone(d.Spec.Selector.String()), orNone(strings.Join(images, ",")), orNone(strategy(d.Spec.Strategy)))
 }
 
 func deviceRow(d *schema.Device, wide bool, now time.Time) []string {

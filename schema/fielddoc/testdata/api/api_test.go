@@ -1,0 +1,4 @@
+package api
+
+// Test files are not part of the API.
+type NotAPI struct{}
