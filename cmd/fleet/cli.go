@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/fleetmq/fleet/hub/client"
 	"github.com/fleetmq/fleet/hub/client/printers"
+	"github.com/fleetmq/fleet/hub/selector"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -29,8 +31,8 @@ type cliContext struct {
 	io stdio
 
 	// Global flags.
-	hub, token, configFile string
-	timeout                time.Duration
+	hub, token, configFile, contextName string
+	timeout                             time.Duration
 
 	config client.Config
 	client *client.Client
@@ -56,14 +58,7 @@ func (c *cliContext) Client() (*client.Client, error) {
 	if c.client != nil {
 		return c.client, nil
 	}
-	cfg, err := client.ResolveConfig(client.ConfigSources{
-		Hub:        c.hub,
-		Token:      c.token,
-		ConfigFile: c.configFile,
-		Getenv:     c.io.getenv,
-		WorkDir:    c.io.workDir,
-		HomeDir:    c.io.getenv("HOME"),
-	})
+	cfg, err := client.ResolveConfig(c.configSources())
 	if err != nil {
 		return nil, err
 	}
@@ -73,6 +68,20 @@ func (c *cliContext) Client() (*client.Client, error) {
 	}
 	c.config, c.client = cfg, cl
 	return cl, nil
+}
+
+// configSources are the global flags and the environment that say which
+// hub to use and where the user's config file is.
+func (c *cliContext) configSources() client.ConfigSources {
+	return client.ConfigSources{
+		Hub:        c.hub,
+		Token:      c.token,
+		ConfigFile: c.configFile,
+		Context:    c.contextName,
+		Getenv:     c.io.getenv,
+		WorkDir:    c.io.workDir,
+		HomeDir:    c.io.getenv("HOME"),
+	}
 }
 
 // requestContext bounds one request by --timeout.
@@ -111,13 +120,39 @@ func (c *cliContext) explain(err error) error {
 	return &hintError{err: err, hint: hint}
 }
 
-// printer returns a printer of the -o format to stdout.
+// printer returns a printer of the -o format to stdout. The template
+// formats (-o jsonpath, custom-columns) are fleet get's: see getPrinter.
 func (c *cliContext) printer(output string, noHeaders bool) (*printers.Printer, error) {
-	f, err := printers.ParseFormat(output)
+	f, tmpl, err := printers.ParseOutput(output)
 	if err != nil {
 		return nil, err
 	}
+	if tmpl != "" {
+		return nil, fmt.Errorf("-o %s is supported by fleet get only: use -o json or -o yaml and a tool such as jq", f)
+	}
 	return &printers.Printer{Out: c.stdout(), Format: f, NoHeaders: noHeaders, Now: c.now}, nil
+}
+
+// getPrinter is printer with what fleet get adds: -o jsonpath=TEMPLATE,
+// jsonpath-file=FILE, custom-columns=SPEC and --sort-by, all checked
+// before any request.
+func (c *cliContext) getPrinter(output, sortBy string, noHeaders bool) (*printers.Printer, error) {
+	f, tmpl, err := printers.ParseOutput(output)
+	if err != nil {
+		return nil, err
+	}
+	if f == printers.JSONPathFile {
+		b, err := os.ReadFile(tmpl)
+		if err != nil {
+			return nil, fmt.Errorf("-o jsonpath-file: %w", err)
+		}
+		f, tmpl = printers.JSONPath, string(b)
+	}
+	p := &printers.Printer{Out: c.stdout(), Format: f, Template: tmpl, SortBy: sortBy, NoHeaders: noHeaders, Now: c.now}
+	if err := p.Compile(); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // resourceKinds maps every accepted spelling of a resource kind.
@@ -191,31 +226,23 @@ func parseRefs(args []string) (kind client.Kind, refs []ref, err error) {
 	return "", refs, nil
 }
 
-// checkSelector checks a label selector locally ("k=v,k2=v2"), so a typo
-// is reported before any request.
+// checkSelector checks a label selector (-l) with the parser the hub
+// uses, so a typo is reported before any request, in kubectl's words.
 func checkSelector(sel string) error {
-	if sel == "" {
-		return nil
-	}
-	for _, term := range strings.Split(sel, ",") {
-		k, v, ok := strings.Cut(term, "=")
-		v = strings.TrimPrefix(v, "=") // k==v, as kubectl allows
-		if !ok {
-			return fmt.Errorf("label selector %q: term %q must be key=value (only equality is supported)", sel, term)
-		}
-		if err := schema.ValidateLabelKey(k); err != nil {
-			return fmt.Errorf("label selector %q: %w", sel, err)
-		}
-		if err := schema.ValidateLabelValue(v); err != nil {
-			return fmt.Errorf("label selector %q: %w", sel, err)
-		}
+	if _, err := selector.Parse(sel); err != nil {
+		return fmt.Errorf("invalid label selector %q: %w", sel, err)
 	}
 	return nil
 }
 
-// normSelector rewrites k==v to k=v, the form the hub accepts.
-func normSelector(sel string) string {
-	return strings.ReplaceAll(sel, "==", "=")
+// normSelector returns a label selector as it is sent to the hub. The hub
+// parses the whole syntax (k==v included), so it is the selector as given.
+func normSelector(sel string) string { return strings.TrimSpace(sel) }
+
+// selectorUsage is the help of a -l flag: what it selects, then the
+// syntax.
+func selectorUsage(what string) string {
+	return what + " matching this label selector: key=value, key!=value, 'key in (a,b)', 'key notin (a,b)', key (has the label), !key (has not); comma-joined, all must hold"
 }
 
 // completeKinds completes a resource kind.
@@ -262,13 +289,25 @@ func (c *cliContext) completeResources(cmd *cobra.Command, args []string, toComp
 
 // addOutputFlag adds -o with completion of the formats.
 func addOutputFlag(cmd *cobra.Command, p *string, def, usage string) {
+	addOutputFlagOf(cmd, p, def, usage, false)
+}
+
+// addOutputFlagOf adds -o; with templates, its completion offers the
+// template formats too (jsonpath=, custom-columns=).
+func addOutputFlagOf(cmd *cobra.Command, p *string, def, usage string, templates bool) {
 	cmd.Flags().StringVarP(p, "output", "o", def, usage)
 	must(cmd.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		var out []string
 		for _, f := range printers.Formats {
 			out = append(out, string(f))
 		}
-		return out, cobra.ShellCompDirectiveNoFileComp
+		if !templates {
+			return out, cobra.ShellCompDirectiveNoFileComp
+		}
+		for _, f := range printers.TemplateFormats {
+			out = append(out, string(f)+"=")
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
 	}))
 }
 

@@ -40,7 +40,10 @@ the other objects are deleted anyway.`,
   fleet delete device/pi-old deployment/test
 
   # Delete every deployment labelled team=lab, quietly if there is none
-  fleet delete deployments -l team=lab --ignore-not-found`,
+  fleet delete deployments -l team=lab --ignore-not-found
+
+  # Delete every device of site a or b that is not labelled keep
+  fleet delete devices -l 'site in (a,b),!keep'`,
 		ValidArgsFunction: cli.completeResources,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runDelete(cmd.Context(), cli, cmd, args, o)
@@ -48,7 +51,7 @@ the other objects are deleted anyway.`,
 	}
 	addFilenameFlag(cmd, &o.files, "manifest file, directory or - whose objects to delete (repeatable)")
 	cmd.Flags().BoolVarP(&o.recursive, "recursive", "R", false, "read the directories given with -f recursively")
-	cmd.Flags().StringVarP(&o.selector, "selector", "l", "", "delete the objects of the type with these labels (key=value,...)")
+	cmd.Flags().StringVarP(&o.selector, "selector", "l", "", selectorUsage("delete the objects of the type"))
 	cmd.Flags().BoolVar(&o.ignoreNotFound, "ignore-not-found", false, "treat an object that does not exist as deleted")
 	return cmd
 }
@@ -87,7 +90,7 @@ func runDelete(ctx context.Context, cli *cliContext, cmd *cobra.Command, args []
 			return err
 		}
 		rctx, cancel := cli.requestContext(ctx)
-		objs, _, err := cl.List(rctx, kind, normSelector(o.selector))
+		objs, _, err := cl.List(rctx, kind, o.selector)
 		cancel()
 		if err != nil {
 			return err

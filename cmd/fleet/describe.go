@@ -40,7 +40,7 @@ Without a NAME, every object of the type (matching -l) is described.`,
 			return runDescribe(cmd.Context(), cli, args, selector)
 		},
 	}
-	cmd.Flags().StringVarP(&selector, "selector", "l", "", "describe the objects with these labels (key=value,...)")
+	cmd.Flags().StringVarP(&selector, "selector", "l", "", selectorUsage("describe the objects"))
 	return cmd
 }
 
@@ -63,7 +63,7 @@ func runDescribe(ctx context.Context, cli *cliContext, args []string, selector s
 	var errs []error
 	if len(refs) == 0 {
 		rctx, cancel := cli.requestContext(ctx)
-		objs, _, err = cl.List(rctx, kind, normSelector(selector))
+		objs, _, err = cl.List(rctx, kind, selector)
 		cancel()
 		if err != nil {
 			return err
@@ -102,9 +102,9 @@ func describe(ctx context.Context, cli *cliContext, cl *client.Client, obj schem
 	switch o := obj.(type) {
 	case *schema.Deployment:
 		var devices []schema.Device
-		// The selector's k=v pairs are the labelSelector query form; an
+		// The selector's String is the labelSelector query form; an
 		// empty one lists every device, as it matches every device.
-		if l, err := cl.ListDevices(rctx, printers.Labels(o.Spec.Selector.MatchLabels)); err == nil {
+		if l, err := cl.ListDevices(rctx, o.Spec.Selector.String()); err == nil {
 			devices = l.Items
 			if devices == nil {
 				devices = []schema.Device{}

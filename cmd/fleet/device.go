@@ -471,25 +471,23 @@ func runDeviceDelete(ctx context.Context, cli *cliContext, names []string, ignor
 func newDeviceListCmd(cli *cliContext) *cobra.Command {
 	var o getOptions
 	cmd := &cobra.Command{
-		Use:     "list [NAME...] [-l key=value,...] [-o table|wide|json|yaml|name] [-w]",
+		Use:     "list [NAME...] [-l SELECTOR] [-o FORMAT] [--sort-by PATH] [-w]",
 		Aliases: []string{"ls"},
 		Short:   "List devices (the same as fleet get devices)",
 		Long: `List devices, exactly as "fleet get devices" does: NAME, ONLINE, LAST-SEEN,
 GENERATION (observed/desired), PODS (ready/total), CONVERGED and AGE; -o wide
-adds LABELS, ARCH and AGENT.`,
+adds LABELS, ARCH and AGENT. It takes the same -l selectors, -o formats
+(jsonpath, custom-columns too) and --sort-by: see fleet get --help.`,
 		Example: `  fleet device list
   fleet device ls -l site=lab -o wide
+  fleet device ls -l 'site in (lab,shop),!gpu' --sort-by=.status.lastSeen
+  fleet device list -o custom-columns=NAME:.metadata.name,ARCH:.status.agent.arch
   fleet device list -w`,
 		ValidArgsFunction: cli.completeDevices(true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runGet(cmd.Context(), cli, append([]string{string(client.Devices)}, args...), o)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVarP(&o.selector, "selector", "l", "", "only devices with these labels (key=value,key2=value2)")
-	addOutputFlag(cmd, &o.output, "", "output format: table (default), wide, json, yaml or name")
-	f.BoolVarP(&o.watch, "watch", "w", false, "after listing, print every change until interrupted")
-	f.BoolVar(&o.noHeaders, "no-headers", false, "leave out the header line of tables")
-	f.BoolVar(&o.watchEvents, "output-watch-events", false, "with -w, print the event type (ADDED, MODIFIED, DELETED) of each change")
+	addGetFlags(cmd, &o, "only devices")
 	return cmd
 }

@@ -46,14 +46,17 @@ happen, subscribe to fleet/v1/devices/+/events with a monitor credential
   fleet events --for device/pi-kitchen
 
   # One site's, the last 50
-  fleet events -l site=lab --limit 50`,
+  fleet events -l site=lab --limit 50
+
+  # Everywhere but the lab
+  fleet events -l 'site!=lab'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runEvents(cmd.Context(), cli, o)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.selector, "selector", "l", "", "only devices with these labels (key=value,key2=value2)")
+	f.StringVarP(&o.selector, "selector", "l", "", selectorUsage("only the events of devices"))
 	f.StringVar(&o.forDevice, "for", "", "only this device's events (device/NAME or NAME)")
 	f.StringVar(&o.types, "types", "", "only events of these types: Normal, Warning or both (comma-separated)")
 	f.IntVar(&o.limit, "limit", schema.DefaultEventsLimit, "at most this many events, the newest (0: all the hub keeps)")
@@ -66,7 +69,7 @@ func runEvents(ctx context.Context, cli *cliContext, o eventsOptions) error {
 	if err := checkSelector(o.selector); err != nil {
 		return err
 	}
-	sel := normSelector(o.selector)
+	sel := o.selector
 	if o.forDevice != "" {
 		name := strings.TrimPrefix(o.forDevice, "device/")
 		if err := schema.ValidateName(name); err != nil {

@@ -17,6 +17,7 @@ import (
 type getOptions struct {
 	selector    string
 	output      string
+	sortBy      string
 	watch       bool
 	noHeaders   bool
 	watchEvents bool
@@ -25,7 +26,7 @@ type getOptions struct {
 func newGetCmd(cli *cliContext) *cobra.Command {
 	var o getOptions
 	cmd := &cobra.Command{
-		Use:   "get (deployments|devices|pods) [NAME...] [-l key=value,...] [-o table|wide|json|yaml|name] [-w]",
+		Use:   "get (deployments|devices|pods) [NAME...] [-l SELECTOR] [-o FORMAT] [--sort-by PATH] [-w]",
 		Short: "List deployments, devices or the pods on them",
 		Long: `List deployments, devices or pods, or show the named ones.
 
@@ -50,17 +51,46 @@ Unknown when the device is offline or silent), RESTARTS and AGE (since its
 containers started); -o wide adds IMAGES and MESSAGE. NAME keeps the pods
 of that name; -l selects devices, e.g. -l fleet/device=pi-1 for one device.
 
--o json and -o yaml print one object for a single NAME, else the list
-(DeploymentList, DeviceList) with the resourceVersion it was read at; for
-pods, always a PodList (items: device, reachable and the pod's status).
--w prints the list, then a line (or a JSON/YAML object) per change until
-interrupted.`,
+-l takes a label selector as kubectl does: key=value (or key==value),
+key!=value (also matches objects without the label), 'key in (a,b)',
+'key notin (a,b)', key (the label is set) and !key (it is not), joined by
+commas, all of which must hold. Quote it for the shell.
+
+Output formats (-o):
+  table, wide     the columns above
+  name            KIND/NAME per line (pod/DEVICE/POD for pods)
+  json, yaml      one object for a single NAME, else the list (DeploymentList,
+                  DeviceList) with the resourceVersion it was read at; for
+                  pods, always a PodList (items: device, reachable and the
+                  pod's status)
+  jsonpath=TEMPLATE
+                  a JSONPath template over what -o json prints, as kubectl's:
+                  text outside {} is printed as is, {range}…{end} loops,
+                  {"\n"} is a newline; a missing field prints nothing
+  jsonpath-file=FILE
+                  the same, with the template read from FILE
+  custom-columns=HEADER:PATH[,HEADER:PATH...]
+                  a table of these columns, each PATH taken in every item
+                  (.metadata.name or {.metadata.name}); <none> where it finds
+                  nothing, several values joined by commas
+
+--sort-by=PATH sorts the items of the list by the value at PATH in each, in
+every format: numbers by value, text in natural order (pi-2 before pi-10),
+items without a value first.
+
+-w prints the list, then a line (or a JSON/YAML object, or the template) per
+change until interrupted.`,
 		Example: `  # All deployments, and all devices with more columns
   fleet get deployments
   fleet get devices -o wide
 
   # Devices with labels site=lab and arch=arm64
   fleet get dev -l site=lab,fleet/arch=arm64
+
+  # Devices of two sites, devices outside the lab, devices without a gpu label
+  fleet get devices -l 'site in (north,south)'
+  fleet get devices -l 'site!=lab'
+  fleet get devices -l '!gpu'
 
   # One deployment as YAML
   fleet get deployment web -o yaml
@@ -71,11 +101,24 @@ interrupted.`,
   # Every pod that is not running well, across the fleet
   fleet get pods | grep -v Running
 
-  # The pods of one site, with images and messages
-  fleet get pods -l site=lab -o wide
+  # The pods of one site, with images and messages, most restarted last
+  fleet get pods -l site=lab -o wide --sort-by=.restarts
 
   # Names only, for scripts
-  fleet get devices -o name`,
+  fleet get devices -o name
+  fleet get devices -o jsonpath='{.items[*].metadata.name}'
+
+  # One line per device: name, online, agent version
+  fleet get devices -o jsonpath='{range .items[*]}{.metadata.name}{"\t"}{.status.online}{"\t"}{.status.agent.version}{"\n"}{end}'
+
+  # The devices that are online
+  fleet get devices -o jsonpath='{.items[?(@.status.online==true)].metadata.name}'
+
+  # Columns of your choice, sorted by the time the devices were last seen
+  fleet get devices -o custom-columns=NAME:.metadata.name,SITE:.metadata.labels.site,ARCH:.status.agent.arch --sort-by=.status.lastSeen
+
+  # The images of every deployment
+  fleet get deployments -o custom-columns='NAME:.metadata.name,IMAGES:.spec.template.spec.containers[*].image'`,
 		Args: cobra.MinimumNArgs(1),
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
 			if _, ok, _ := podArgs(args); ok {
@@ -91,13 +134,20 @@ interrupted.`,
 			return runGet(cmd.Context(), cli, args, o)
 		},
 	}
+	addGetFlags(cmd, &o, "only objects")
+	return cmd
+}
+
+// addGetFlags adds the flags of fleet get (and fleet device list, which is
+// fleet get devices); what is what -l selects.
+func addGetFlags(cmd *cobra.Command, o *getOptions, what string) {
 	f := cmd.Flags()
-	f.StringVarP(&o.selector, "selector", "l", "", "only objects with these labels (key=value,key2=value2)")
-	addOutputFlag(cmd, &o.output, "", "output format: table (default), wide, json, yaml or name")
+	f.StringVarP(&o.selector, "selector", "l", "", selectorUsage(what))
+	addOutputFlagOf(cmd, &o.output, "", "output format: table (default), wide, json, yaml, name, jsonpath=TEMPLATE, jsonpath-file=FILE or custom-columns=HEADER:PATH,...", true)
+	f.StringVar(&o.sortBy, "sort-by", "", "sort the list by the value at this JSONPath in each item, e.g. .metadata.name or '{.status.lastSeen}'")
 	f.BoolVarP(&o.watch, "watch", "w", false, "after listing, print every change until interrupted")
 	f.BoolVar(&o.noHeaders, "no-headers", false, "leave out the header line of tables")
 	f.BoolVar(&o.watchEvents, "output-watch-events", false, "with -w, print the event type (ADDED, MODIFIED, DELETED) of each change")
-	return cmd
 }
 
 func runGet(ctx context.Context, cli *cliContext, args []string, o getOptions) error {
@@ -125,7 +175,7 @@ func runGet(ctx context.Context, cli *cliContext, args []string, o getOptions) e
 	if o.selector != "" && len(refs) > 0 {
 		return errors.New("a NAME and a label selector (-l) cannot be combined")
 	}
-	p, err := cli.printer(o.output, o.noHeaders)
+	p, err := cli.getPrinter(o.output, o.sortBy, o.noHeaders)
 	if err != nil {
 		return err
 	}
@@ -143,7 +193,7 @@ func runGet(ctx context.Context, cli *cliContext, args []string, o getOptions) e
 				}
 			}
 		}
-		err := watchObjects(ctx, cl, p, kind, refs, normSelector(o.selector))
+		err := watchObjects(ctx, cl, p, kind, refs, o.selector)
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			// Interrupted (Ctrl-C): the way a watch ends.
 			return nil
@@ -153,11 +203,11 @@ func runGet(ctx context.Context, cli *cliContext, args []string, o getOptions) e
 	if len(refs) == 0 {
 		rctx, cancel := cli.requestContext(ctx)
 		defer cancel()
-		objs, rv, err := cl.List(rctx, kind, normSelector(o.selector))
+		objs, rv, err := cl.List(rctx, kind, o.selector)
 		if err != nil {
 			return err
 		}
-		if len(objs) == 0 && p.Format != printers.JSON && p.Format != printers.YAML {
+		if len(objs) == 0 && !p.PrintsEmptyList() {
 			fmt.Fprintln(cli.stderr(), "No resources found.")
 			return nil
 		}
@@ -187,35 +237,12 @@ func getNamed(ctx context.Context, cli *cliContext, cl *client.Client, p *printe
 	case len(refs) == 1:
 		err = p.PrintObject(objs[0])
 	default:
-		err = printMixed(p, objs)
+		err = p.PrintMixed(objs)
 	}
 	if err != nil {
 		return err
 	}
 	return errors.Join(errs...)
-}
-
-// printMixed prints objects that may be of both kinds: one list or table
-// per kind, in the order the kinds first appear.
-func printMixed(p *printers.Printer, objs []schema.Object) error {
-	var kinds []client.Kind
-	byKind := map[client.Kind][]schema.Object{}
-	for _, o := range objs {
-		k := client.KindOf(o.GetTypeMeta().Kind)
-		if !slices.Contains(kinds, k) {
-			kinds = append(kinds, k)
-		}
-		byKind[k] = append(byKind[k], o)
-	}
-	for i, k := range kinds {
-		if i > 0 && (p.Format == printers.Table || p.Format == printers.Wide) {
-			fmt.Fprintln(p.Out)
-		}
-		if err := p.PrintList(k, byKind[k], ""); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // watchObjects prints the current objects of kind, then every change until
@@ -295,7 +322,7 @@ func runGetPods(ctx context.Context, cli *cliContext, names []string, o getOptio
 	if o.watchEvents {
 		return errors.New("--output-watch-events is not supported for pods")
 	}
-	p, err := cli.printer(o.output, o.noHeaders)
+	p, err := cli.getPrinter(o.output, o.sortBy, o.noHeaders)
 	if err != nil {
 		return err
 	}
@@ -303,7 +330,7 @@ func runGetPods(ctx context.Context, cli *cliContext, names []string, o getOptio
 	if err != nil {
 		return err
 	}
-	selector := normSelector(o.selector)
+	selector := o.selector
 	if o.watch {
 		w := p.NewPodWatch(names)
 		err := cl.Follow(ctx, client.Devices, selector, client.FollowHandler{
@@ -341,7 +368,7 @@ func runGetPods(ctx context.Context, cli *cliContext, names []string, o getOptio
 			pods = append(pods, printers.PodsOf(d, names)...)
 		}
 	}
-	if len(pods) == 0 && p.Format != printers.JSON && p.Format != printers.YAML {
+	if len(pods) == 0 && !p.PrintsEmptyList() {
 		fmt.Fprintln(cli.stderr(), "No resources found.")
 		return nil
 	}

@@ -84,8 +84,10 @@ func TestGetErrors(t *testing.T) {
 		{[]string{"get", "service/web"}, `unknown resource type "service"`},
 		{[]string{"get", "deployment", "missing"}, `Error from server (NotFound): Deployment "missing" not found`},
 		{[]string{"get", "deployment", "Bad_Name"}, "DNS-1123"},
-		{[]string{"get", "devices", "-l", "site"}, "must be key=value"},
-		{[]string{"get", "devices", "-o", "jsonpath"}, "unknown output format"},
+		{[]string{"get", "devices", "-l", "site!"}, `invalid label selector "site!": unable to parse requirement: found '!', expected: in, notin, =, ==, !=, gt, lt`},
+		{[]string{"get", "devices", "-l", "site in (a"}, `invalid label selector "site in (a": unable to parse requirement: found '', expected: ',' or ')'`},
+		{[]string{"get", "devices", "-o", "jsonpath"}, "-o jsonpath needs an argument: jsonpath=TEMPLATE"},
+		{[]string{"get", "devices", "-o", "jsonpaht={.x}"}, `unknown output format "jsonpaht={.x}": want one of table, wide, json, yaml, name, jsonpath=TEMPLATE`},
 		{[]string{"get", "devices", "--bogus"}, "unknown flag: --bogus\nSee 'fleet get --help' for usage."},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 	} {
@@ -211,7 +213,7 @@ func TestGetPods(t *testing.T) {
 		{[]string{"get", "pod/web", "device/pi-1"}, "pods cannot be listed together"},
 		{[]string{"get", "device/pi-1", "pod/web"}, "pods cannot be listed together"},
 		{[]string{"get", "pods", "Bad_Name"}, "pod name"},
-		{[]string{"get", "pods", "-l", "site"}, "label selector"},
+		{[]string{"get", "pods", "-l", "site!"}, "invalid label selector"},
 	} {
 		r := e.run("", tt.args...)
 		if r.code == 0 || !strings.Contains(r.stderr, tt.want) {

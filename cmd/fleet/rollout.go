@@ -172,23 +172,31 @@ func getDeployment(ctx context.Context, cli *cliContext, cl *client.Client, name
 func rolloutTimeout(name string, timeout time.Duration, dep *schema.Deployment, unreachable error) error {
 	msg := fmt.Sprintf("timed out after %s waiting for deployment %q to roll out", timeout, name)
 	if dep != nil && dep.Status != nil {
-		s := dep.Status
-		msg += fmt.Sprintf(": %d of %d devices ready", s.Ready, s.Targeted)
-		if s.Failed > 0 {
-			msg += fmt.Sprintf(", %d failed", s.Failed)
-		}
-		if s.Pending > 0 {
-			which := "fleet get devices"
-			if sel := dep.Spec.Selector.MatchLabels; len(sel) > 0 {
-				which += " -l " + printers.Labels(sel)
-			}
-			msg += fmt.Sprintf(", %d pending (%s shows which)", s.Pending, which)
-		}
+		msg += ": " + rolloutShortfall(dep)
 	}
 	if unreachable != nil {
 		msg += fmt.Sprintf("; the last request failed: %v", unreachable)
 	}
 	return errors.New(msg)
+}
+
+// rolloutShortfall says what an unfinished rollout still waits for, from
+// the deployment's status (not nil): "1 of 2 devices ready, 1 pending
+// (fleet get devices -l site=lab shows which)". fleet wait uses it too.
+func rolloutShortfall(dep *schema.Deployment) string {
+	s := dep.Status
+	msg := fmt.Sprintf("%d of %d devices ready", s.Ready, s.Targeted)
+	if s.Failed > 0 {
+		msg += fmt.Sprintf(", %d failed", s.Failed)
+	}
+	if s.Pending > 0 {
+		which := "fleet get devices"
+		if sel := dep.Spec.Selector.MatchLabels; len(sel) > 0 {
+			which += " -l " + printers.Labels(sel)
+		}
+		msg += fmt.Sprintf(", %d pending (%s shows which)", s.Pending, which)
+	}
+	return msg
 }
 
 // rolloutProgress describes where the deployment's rollout stands, in the

@@ -19,10 +19,19 @@ selector) and Devices in YAML manifests; "fleet apply" stores them in the hub,
 which publishes each device's desired state over MQTT; the agents on the
 devices make their containers match it and report back.
 
-Which hub: --hub and --token, else FLEET_HUB and FLEET_TOKEN, else the config
-file named by --config or FLEET_CONFIG, else ./fleet-data/admin.conf (written
-by a fleet-hub started in this directory), else ~/.config/fleet/config.
-A config file is YAML: "hub: http://127.0.0.1:8080" and "token: ...".`,
+Which hub and token, highest precedence first (the way kubectl finds its
+cluster); each value comes from the first place that sets it:
+  1. --hub and --token
+  2. FLEET_HUB and FLEET_TOKEN
+  3. the context named by --context, else FLEET_CONTEXT, in the config file
+  4. the config file's current-context (fleet config use-context NAME)
+  5. when no context is selected: the hub and token of the file named by
+     --config or FLEET_CONFIG; else ./fleet-data/admin.conf (written by a
+     fleet-hub started in this directory); else ~/.config/fleet/config's.
+The config file is --config, else FLEET_CONFIG, else ~/.config/fleet/config.
+It holds contexts, one per hub, and which is current (see fleet config
+--help), or the flat form fleet-hub writes to admin.conf: YAML with
+"hub: http://127.0.0.1:8080" and "token: ...".`,
 		Example: `  # Start a hub here, then apply and inspect a deployment
   fleet-hub &
   fleet apply -f web.yaml
@@ -31,16 +40,23 @@ A config file is YAML: "hub: http://127.0.0.1:8080" and "token: ...".`,
   fleet rollout status deployment/web
   fleet get pods -l site=lab
   fleet describe deployment web
-  fleet diff -f web.yaml`,
+  fleet diff -f web.yaml
+
+  # Several hubs: one context each, then switch, or pick one per command
+  fleet config import site-a --from ./fleet-data/admin.conf
+  fleet config use-context site-a
+  fleet --context lab get devices`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&cli.hub, "hub", "", "hub API address, e.g. http://127.0.0.1:8080 (env FLEET_HUB)")
 	pf.StringVar(&cli.token, "token", "", "bearer token of the hub API (env FLEET_TOKEN); prefer the environment or a config file, which other users cannot see in the process list")
-	pf.StringVar(&cli.configFile, "config", "", "config file with the hub address and token (env FLEET_CONFIG; default ./fleet-data/admin.conf, then ~/.config/fleet/config)")
+	pf.StringVar(&cli.configFile, "config", "", "config file with contexts, or a hub address and token (env FLEET_CONFIG; default ~/.config/fleet/config, and ./fleet-data/admin.conf when no context is selected)")
+	pf.StringVar(&cli.contextName, "context", "", "the context of the config file to use for this command (env FLEET_CONTEXT; default its current-context)")
 	pf.DurationVar(&cli.timeout, "timeout", defaultTimeout, "time limit of each request to the hub (0: none); watches are not limited")
 	must(root.MarkPersistentFlagFilename("config"))
+	must(root.RegisterFlagCompletionFunc("context", cli.completeContexts))
 
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w\nSee '%s --help' for usage.", err, c.CommandPath())
@@ -55,6 +71,7 @@ A config file is YAML: "hub: http://127.0.0.1:8080" and "token: ...".`,
 		newApplyCmd(cli),
 		newGetCmd(cli),
 		newDescribeCmd(cli),
+		newExplainCmd(cli),
 		newDiffCmd(cli),
 		newDeleteCmd(cli),
 		newRolloutCmd(cli),
@@ -62,13 +79,15 @@ A config file is YAML: "hub: http://127.0.0.1:8080" and "token: ...".`,
 		newDeviceCmd(cli),
 		newMonitorCmd(cli),
 		newTokenCmd(cli),
+		newWaitCmd(cli),
 	} {
 		c.GroupID = "basic"
 		root.AddCommand(c)
 	}
-	v := newVersionCmd(cli)
-	v.GroupID = "other"
-	root.AddCommand(v)
+	for _, c := range []*cobra.Command{newConfigCmd(cli), newVersionCmd(cli)} {
+		c.GroupID = "other"
+		root.AddCommand(c)
+	}
 	root.SetHelpCommandGroupID("other")
 	root.SetCompletionCommandGroupID("other")
 	return root
