@@ -159,8 +159,15 @@ install_deps() {
 	if [ ${#missing[@]} -gt 0 ]; then
 		command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and no apt-get: install containerd and runc yourself"
 		say "Installing containerd and runc (missing: ${missing[*]})"
-		DEBIAN_FRONTEND=noninteractive apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd runc
+		mkdir -p "$LOGS"
+		# No recommends: containerd's (criu and its Python) are not needed
+		# and double the download. dpkg's chatter goes to a log.
+		if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends containerd runc; } >"$LOGS/apt.log" 2>&1; then
+			tail -n 20 "$LOGS/apt.log" >&2
+			die "apt-get install containerd runc failed; the whole log is $LOGS/apt.log"
+		fi
+		note "installed: $(containerd --version 2>/dev/null | cut -d' ' -f1,3), $(runc --version 2>/dev/null | head -n1)"
 	fi
 	for b in setsid awk; do
 		command -v "$b" >/dev/null 2>&1 || die "$b not found (util-linux, mawk)"
@@ -269,7 +276,7 @@ up() {
 	offline_resync
 
 	trap - ERR
-	say "The demo keeps running. Try:"
+	say "The demo is up after $((SECONDS / 60)) min $((SECONDS % 60)) s and keeps running. Try:"
 	note "export FLEET_CONFIG=$FLEET_CONFIG"
 	note "$BIN/fleet get devices -w        # watch the fleet"
 	note "$BIN/fleet get pods -o wide      # every pod on every device"
