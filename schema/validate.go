@@ -57,6 +57,26 @@ func (e *ValidationError) Error() string {
 // Is makes errors.Is(err, ErrInvalid) true.
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
 
+// ValidationErrors returns every ValidationError in err's tree, in order:
+// a manifest with several bad documents reports them joined, where
+// errors.As finds only the first.
+func ValidationErrors(err error) []*ValidationError {
+	if ve, ok := err.(*ValidationError); ok {
+		return []*ValidationError{ve}
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		var out []*ValidationError
+		for _, e := range u.Unwrap() {
+			out = append(out, ValidationErrors(e)...)
+		}
+		return out
+	case interface{ Unwrap() error }:
+		return ValidationErrors(u.Unwrap())
+	}
+	return nil
+}
+
 // errList accumulates field errors.
 type errList []FieldError
 

@@ -91,6 +91,9 @@ func StatusFor(err error) schema.Status {
 	case errors.As(err, &inv):
 		return NewStatus(http.StatusBadRequest, ReasonInvalid, err.Error(), inv.details())
 	case errors.As(err, &ve):
+		if all := schema.ValidationErrors(err); len(all) > 1 { // several bad documents
+			return NewStatus(http.StatusBadRequest, ReasonInvalid, err.Error(), invalidObjects(all).details())
+		}
 		return NewStatus(http.StatusBadRequest, ReasonInvalid, err.Error(), ve.Errors)
 	case errors.Is(err, schema.ErrInvalid):
 		return NewStatus(http.StatusBadRequest, ReasonInvalid, err.Error(), nil)

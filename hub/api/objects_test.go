@@ -196,3 +196,22 @@ func hasField(st schema.Status, field string) bool {
 	}
 	return false
 }
+
+// TestApplyInvalidDocumentsAllInDetails: a manifest whose documents fail to
+// decode lists the fields of every document in the 400's details, not only
+// the first document's.
+func TestApplyInvalidDocumentsAllInDetails(t *testing.T) {
+	h := newTestHub(t, Options{})
+	one := strings.Replace(deploymentYAML("one", "nginx:1"), "image: nginx:1", "image: nginx:1\n        enviroment: []", 1)
+	two := strings.Replace(deploymentYAML("two", "nginx:1"), "image: nginx:1", "image: nginx:1\n        comand: [x]", 1)
+	r := h.admin(t, "POST", "/v1/apply", one+"---\n"+two)
+	if r.Code != 400 {
+		t.Fatalf("%d, want 400: %s", r.Code, r.Body)
+	}
+	st := r.status(t)
+	for _, f := range []string{"spec.template.spec.containers[0].enviroment", "spec.template.spec.containers[0].comand"} {
+		if !hasField(st, f) {
+			t.Errorf("details %v do not name %s", st.Details, f)
+		}
+	}
+}

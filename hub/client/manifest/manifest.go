@@ -245,11 +245,8 @@ func (e *FileError) Unwrap() error { return e.Err }
 // validating the objects again.
 func readable(data []byte, err error) string {
 	msg := err.Error()
-	var ves []*schema.ValidationError
+	ves := schema.ValidationErrors(err)
 	var ve *schema.ValidationError
-	if errors.As(err, &ve) {
-		ves = append(ves, ve)
-	}
 	if objs, derr := schema.Decode(data); derr == nil {
 		for _, o := range objs {
 			schema.Default(o)

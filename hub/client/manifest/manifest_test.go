@@ -170,6 +170,25 @@ func TestBatches(t *testing.T) {
 	}
 }
 
+// TestDecodeErrorListsEveryDocument: when documents fail to decode (an
+// unknown field), each one's errors are still one field per line.
+func TestDecodeErrorListsEveryDocument(t *testing.T) {
+	one := strings.Replace(web, "image: nginx:1.25", "image: nginx:1.25\n        enviroment: []\n        imagePullPolicy: Sometimes", 1)
+	two := strings.Replace(strings.Replace(one, "name: web\n", "name: other\n", 1), "enviroment", "comand", 1)
+	_, err := Decode([]Source{{Name: "two.yaml", Data: []byte(one + "---\n" + two)}})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		"document 1: Deployment \"web\" is invalid:\n  * spec.template.spec.containers[0].enviroment: unknown field \"enviroment\", did you mean \"env\"?\n  * spec.template.spec.containers[0].imagePullPolicy:",
+		"document 2: Deployment \"other\" is invalid:\n  * spec.template.spec.containers[0].comand: unknown field \"comand\", did you mean \"command\"?\n  * spec.template.spec.containers[0].imagePullPolicy:",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks\n%s\n\nerror:\n%s", want, err)
+		}
+	}
+}
+
 func TestDecodeErrorListsOneFieldPerLine(t *testing.T) {
 	bad := strings.Replace(strings.Replace(web, "name: web\nspec", "name: Web\nspec", 1), "image: nginx:1.25", "image: \"\"", 1)
 	for _, data := range []string{bad, bad + "---\n" + strings.Replace(bad, "name: Web\n", "name: Other\n", 1)} {
