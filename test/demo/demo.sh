@@ -276,7 +276,7 @@ up() {
 	offline_resync
 
 	trap - ERR
-	say "The demo is up after $((SECONDS / 60)) min $((SECONDS % 60)) s and keeps running. Try:"
+	say "The demo keeps running (up in $((SECONDS / 60)) min $((SECONDS % 60)) s). Try:"
 	note "export FLEET_CONFIG=$FLEET_CONFIG"
 	note "$BIN/fleet get devices -w        # watch the fleet"
 	note "$BIN/fleet get pods -o wide      # every pod on every device"
