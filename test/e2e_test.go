@@ -35,6 +35,7 @@ type e2eScenario struct {
 
 var e2eScenarios = []e2eScenario{
 	{"apply_converges", e2eApplyConverges},
+	{"bad_image_tag_keeps_running", e2eBadTagKeepsRunning},
 	{"agent_check", e2eAgentCheck},
 	{"selector_and_label_move_pods", e2eMovePods},
 	{"isolation", e2eIsolation},

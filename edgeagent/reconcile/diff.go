@@ -26,6 +26,9 @@ const (
 	Start
 	// Restart starts an exited container again, per its restart policy.
 	Restart
+	// Prepare pulls the image of a container that will replace a running
+	// older version of its pod, while that version keeps running.
+	Prepare
 )
 
 func (k ActionKind) String() string {
@@ -38,6 +41,8 @@ func (k ActionKind) String() string {
 		return "start"
 	case Restart:
 		return "restart"
+	case Prepare:
+		return "prepare"
 	}
 	return fmt.Sprintf("ActionKind(%d)", int(k))
 }
@@ -101,8 +106,8 @@ type Exit struct {
 }
 
 // Plan is the outcome of Diff: what to do, what waits, and the updated
-// history. Actions are ordered: removes, then replacements, then creates,
-// then starts and restarts.
+// history. Actions are ordered: removes, then preparations and
+// replacements, then creates, then starts and restarts.
 type Plan struct {
 	Actions []Action
 	Waits   []Wait
@@ -196,6 +201,13 @@ type desiredContainer struct {
 // created; exited ones are restarted when their pod's restart policy says
 // so and their crash-loop backoff has elapsed; containers whose last
 // attempt failed wait until their retry time.
+//
+// Download, then replace: a pod whose spec changed keeps its running
+// containers until every image of the new spec is present (Prepare
+// actions, recorded as Prepared in the history). A mistyped image tag
+// therefore leaves the previous version running, with the new container
+// waiting in ImagePullBackOff, instead of stopping the app and then
+// failing to pull.
 func Diff(desired []schema.Pod, observed []runtime.Container, hist state.History, now time.Time, cl CrashLoop) Plan {
 	plan := Plan{History: state.History{}, Hashes: map[string]string{}}
 
@@ -254,8 +266,6 @@ func Diff(desired []schema.Pod, observed []runtime.Container, hist state.History
 			removes = append(removes, Action{Kind: Remove, Key: k, ID: c.ID, Reason: ReasonDuplicate})
 		}
 	}
-	plan.Actions = append(plan.Actions, removes...)
-
 	var replaces, creates, starts []Action
 	for _, k := range order {
 		d := want[k]
@@ -312,10 +322,69 @@ func Diff(desired []schema.Pod, observed []runtime.Container, hist state.History
 			plan.History[k] = rec
 		}
 	}
+	removes, replaces = holdUnprepared(removes, replaces, plan.History)
+	plan.Actions = append(plan.Actions, removes...)
 	plan.Actions = append(plan.Actions, replaces...)
 	plan.Actions = append(plan.Actions, creates...)
 	plan.Actions = append(plan.Actions, starts...)
 	return plan
+}
+
+// holdUnprepared keeps the running version of every replaced pod whose new
+// containers are not all prepared (their images present): it drops that
+// pod's SpecChanged removes and turns its replacing creates into Prepare
+// actions, or drops them where already prepared. A new container in
+// backoff after a failed preparation is a Wait already, and holds its pod
+// too: a pod is ready to be replaced only when no replacing container is
+// missing from the creates.
+func holdUnprepared(removes, replaces []Action, hist state.History) ([]Action, []Action) {
+	if len(replaces) == 0 && len(removes) == 0 {
+		return removes, replaces
+	}
+	ready := map[string]bool{}
+	for _, a := range replaces {
+		if _, seen := ready[a.Key.Pod]; !seen {
+			ready[a.Key.Pod] = true
+		}
+		ready[a.Key.Pod] = ready[a.Key.Pod] && hist[a.Key].Prepared
+	}
+	for k, rec := range hist {
+		// A replacing container waiting out a failed preparation.
+		if !rec.Prepared && rec.Failures > 0 && rec.Reason != "" {
+			if _, replacing := ready[k.Pod]; replacing || hasSpecChange(removes, k.Pod) {
+				ready[k.Pod] = false
+			}
+		}
+	}
+	var keptRemoves []Action
+	for _, a := range removes {
+		if a.Reason == ReasonSpecChanged && !ready[a.Key.Pod] {
+			if _, replacing := ready[a.Key.Pod]; replacing {
+				continue // the running version stays until the new one is ready
+			}
+		}
+		keptRemoves = append(keptRemoves, a)
+	}
+	var out []Action
+	for _, a := range replaces {
+		switch {
+		case ready[a.Key.Pod]:
+			out = append(out, a)
+		case !hist[a.Key].Prepared:
+			a.Kind, a.Replace = Prepare, false
+			out = append(out, a)
+		}
+	}
+	return keptRemoves, out
+}
+
+func hasSpecChange(removes []Action, pod string) bool {
+	for _, a := range removes {
+		if a.Key.Pod == pod && a.Reason == ReasonSpecChanged {
+			return true
+		}
+	}
+	return false
 }
 
 // newExit reports whether c's exit has not been accounted in rec yet.

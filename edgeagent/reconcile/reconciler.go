@@ -481,6 +481,8 @@ func (r *Reconciler) work(ctx context.Context, pod string, actions []Action) res
 			o = r.create(ctx, a)
 		case Start, Restart:
 			o = r.start(ctx, a)
+		case Prepare:
+			o = r.prepare(ctx, a)
 		}
 		if o.err != nil && ctx.Err() != nil {
 			break // cancelled (shutdown or spec change): not a failure
@@ -543,6 +545,27 @@ func (r *Reconciler) create(ctx context.Context, a Action) outcome {
 	return r.start(ctx, a)
 }
 
+// prepare makes sure the image of a container that will replace a running
+// older version is present, while that version keeps running. A spec that
+// cannot be turned into a container fails here too, before anything stops.
+func (r *Reconciler) prepare(ctx context.Context, a Action) outcome {
+	fail := func(reason string, err error) outcome {
+		return outcome{action: a, err: err, reason: reason, at: r.o.Clock.Now()}
+	}
+	spec, err := ContainerSpec(a.Key, a.ID, a.Container, r.o.State.LogPath(a.Key.Pod, a.Key.Container))
+	if err != nil {
+		return fail(ReasonConfigError, fmt.Errorf("%w; the running version keeps running", err))
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.o.PullTimeout)
+	err = r.o.Runtime.EnsureImage(pctx, spec.Image, spec.PullPolicy)
+	cancel()
+	if err != nil {
+		return fail(ReasonErrImagePull, fmt.Errorf("ensure image %s: %w; the running version keeps running", spec.Image, err))
+	}
+	r.o.Events.Record(schema.EventNormal, "Pulled", a.Key.Pod, a.Key.Container, "image "+spec.Image+" is present; replacing the running version")
+	return outcome{action: a, at: r.o.Clock.Now()}
+}
+
 func (r *Reconciler) start(ctx context.Context, a Action) outcome {
 	sctx, cancel := context.WithTimeout(ctx, r.o.OpTimeout)
 	err := r.o.Runtime.Start(sctx, a.ID)
@@ -589,10 +612,13 @@ func (r *Reconciler) handle(res result) {
 			rec.RetryAt = o.at.Add(r.o.Retry.Jittered(int(rec.Failures-1), r.rnd))
 			rec.Reason = o.reason
 			rec.Message = truncate(o.err.Error(), 512)
-			r.log.Warn("container failed to start", "pod", a.Key.Pod, "container", a.Key.Container,
+			r.log.Warn("container failed to start", "action", a.Kind, "pod", a.Key.Pod, "container", a.Key.Container,
 				"reason", o.reason, "err", o.err, "failures", rec.Failures, "retry_at", rec.RetryAt)
 			r.o.Events.Record(schema.EventWarning, o.reason, a.Key.Pod, a.Key.Container,
 				fmt.Sprintf("%s (attempt %d; next at %s)", rec.Message, rec.Failures, rec.RetryAt.UTC().Format(time.RFC3339)))
+		} else if a.Kind == Prepare {
+			rec.Prepared = true
+			rec.Failures, rec.RetryAt, rec.Reason, rec.Message = 0, time.Time{}, "", ""
 		} else {
 			if a.Kind == Restart {
 				rec.Restarts++

@@ -437,6 +437,55 @@ func TestReconcilerSpecChangeRemovesBeforeCreating(t *testing.T) {
 	})
 }
 
+// TestReconcilerBadTagKeepsRunningVersion: an update to an image that
+// cannot be pulled leaves the running version running (download, then
+// replace), says so in the pod's status, retries with backoff, and
+// replaces the version once the image can be had.
+func TestReconcilerBadTagKeepsRunningVersion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		h.rt.SetImageError("nginx:typo", fmt.Errorf("manifest unknown"))
+		h.start()
+		defer h.stop()
+		v1 := pod("web", schema.RestartAlways, "nginx:1")
+		h.offer(1, v1)
+		if h.state(idOf(v1, "c0")) != runtime.StateRunning {
+			t.Fatal("v1 not running")
+		}
+		bad := pod("web", schema.RestartAlways, "nginx:typo")
+		h.offer(2, bad)
+		if h.state(idOf(v1, "c0")) != runtime.StateRunning {
+			t.Fatalf("the running version was stopped for an image that cannot be pulled: %v", h.rt.Ops())
+		}
+		if slices.ContainsFunc(h.rt.Ops(), func(op string) bool { return strings.HasPrefix(op, "stop ") || strings.HasPrefix(op, "remove ") }) {
+			t.Fatalf("stopped or removed something: %v", h.rt.Ops())
+		}
+		p := h.getStatus().Pods[0]
+		if p.Containers[0].Reason != ReasonImagePullBackOff || !strings.Contains(p.Message, "manifest unknown") || !strings.Contains(p.Message, "the running version keeps running") {
+			t.Fatalf("pod status = %+v", p)
+		}
+		// Still held after the retries.
+		h.advance(5 * time.Second)
+		h.advance(10 * time.Second)
+		if h.state(idOf(v1, "c0")) != runtime.StateRunning {
+			t.Fatal("the running version was stopped on a retry")
+		}
+		// The operator fixes the tag: the new version replaces the old.
+		v2 := pod("web", schema.RestartAlways, "nginx:2")
+		h.offer(3, v2)
+		synctest.Wait()
+		if h.state(idOf(v2, "c0")) != runtime.StateRunning {
+			t.Fatalf("v2 not running: %v", h.rt.Ops())
+		}
+		if _, ok := h.rt.Get(idOf(v1, "c0")); ok {
+			t.Fatal("v1 still there after v2 replaced it")
+		}
+		if st := h.getStatus(); st.ObservedGeneration != 3 || st.Pods[0].Phase != schema.PhaseRunning {
+			t.Fatalf("status %+v", st)
+		}
+	})
+}
+
 func TestReconcilerStopLeavesContainersRunning(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, "", nil, nil)

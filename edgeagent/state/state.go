@@ -85,6 +85,9 @@ type Record struct {
 	// Reason and Message describe the last failure (ErrImagePull, …).
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
+	// Prepared: the container's image is present, so it may replace the
+	// running older version of its pod (download, then replace).
+	Prepared bool `json:"prepared,omitempty"`
 }
 
 // History maps containers to their records.
