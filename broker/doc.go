@@ -21,4 +21,11 @@
 // mochi alone sends them in one burst and drops those beyond the window
 // (QoS 1: 1,024 of a fleet's statuses) or beyond the client's outbound
 // queue (QoS 0: 128 waiting to be written).
+//
+// Below it, broker/mqttio is the leaf every MQTT client of Fleet shares
+// (the hub's external connection, the edge agent, the CLI): broker URLs,
+// client TLS, dialling, buffered reads, paho's common options. It imports
+// the standard library and paho only, so the agent links it without
+// linking this package. For tests: brokertest runs this broker,
+// mosquittotest a Mosquitto, mqttio/mqttiotest makes certificates.
 package broker

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/broker/brokertest"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -20,28 +21,11 @@ func startBroker(t testing.TB) (*broker.Broker, *broker.StaticAuth) {
 	for _, a := range testAccounts() {
 		auth.Set(a.Identity, a.Password)
 	}
-	b, err := broker.New(broker.Options{
+	b := brokertest.Start(t, broker.Options{
 		Addr:   "127.0.0.1:0",
 		Auth:   auth,
 		Topics: topics,
 		Logger: testLogger(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(waitTimeout):
-			t.Errorf("Run did not return within %v of cancel", waitTimeout)
-		}
 	})
 	return b, auth
 }

@@ -3,14 +3,12 @@ package broker
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/url"
-	"os"
 	"sync"
 	"time"
 
@@ -168,19 +166,12 @@ func DialExternal(ctx context.Context, opts ExternalOptions) (Conn, error) {
 	return c, nil
 }
 
-// dialBuffered dials the broker as paho would (TCP, or TLS with cfg) and
+// dialBuffered dials the broker (TCP, or TLS with cfg for a TLS URL) and
 // buffers the connection's reads: the hub receives every device's
 // statuses and events over this one connection, and paho alone reads
 // each packet in three or more system calls.
 func dialBuffered(u *url.URL, cfg *tls.Config, timeout time.Duration) (net.Conn, error) {
-	d := &net.Dialer{Timeout: timeout}
-	var conn net.Conn
-	var err error
-	if cfg == nil {
-		conn, err = d.Dial("tcp", u.Host)
-	} else {
-		conn, err = (&tls.Dialer{NetDialer: d, Config: cfg}).Dial("tcp", u.Host)
-	}
+	conn, err := mqttio.Dial(context.Background(), u, cfg, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -190,51 +181,19 @@ func dialBuffered(u *url.URL, cfg *tls.Config, timeout time.Duration) (net.Conn,
 // externalServer checks the URL and returns it with a port, and the TLS
 // configuration to use, if any.
 func externalServer(opts ExternalOptions) (string, *tls.Config, error) {
-	u, err := url.Parse(opts.URL)
+	u, err := mqttio.ParseBrokerURL(opts.URL)
 	if err != nil {
-		return "", nil, fmt.Errorf("mqtt dial: bad URL: %w", err)
+		return "", nil, fmt.Errorf("mqtt dial: %w", err)
 	}
-	var secure bool
-	switch u.Scheme {
-	case "tcp", "mqtt":
-	case "ssl", "tls", "mqtts":
-		secure = true
-	default:
-		return "", nil, fmt.Errorf("mqtt dial %s: unsupported scheme %q: want tcp://, mqtt://, ssl://, tls:// or mqtts://", redact(opts.URL), u.Scheme)
-	}
-	if u.Hostname() == "" {
-		return "", nil, fmt.Errorf("mqtt dial %s: no host", redact(opts.URL))
-	}
-	if u.Port() == "" {
-		port := "1883"
-		if secure {
-			port = "8883"
-		}
-		u.Host = net.JoinHostPort(u.Hostname(), port)
-	}
-	if !secure {
+	if !mqttio.IsTLS(u) {
 		if opts.CAFile != "" || opts.TLSConfig != nil {
 			return "", nil, fmt.Errorf("mqtt dial %s: CAFile or TLSConfig given for a plain-text URL; use ssl://", redact(opts.URL))
 		}
 		return u.String(), nil, nil
 	}
-	var cfg *tls.Config
-	if opts.TLSConfig != nil {
-		cfg = opts.TLSConfig.Clone()
-	} else {
-		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	if opts.CAFile != "" {
-		pem, err := os.ReadFile(opts.CAFile)
-		if err != nil {
-			return "", nil, fmt.Errorf("mqtt dial: read CA file: %w", err)
-		}
-		if cfg.RootCAs == nil {
-			cfg.RootCAs = x509.NewCertPool()
-		}
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return "", nil, fmt.Errorf("mqtt dial: CA file %s: no PEM certificate found", opts.CAFile)
-		}
+	cfg, err := mqttio.TLSConfig(opts.TLSConfig, opts.CAFile)
+	if err != nil {
+		return "", nil, fmt.Errorf("mqtt dial: %w", err)
 	}
 	return u.String(), cfg, nil
 }

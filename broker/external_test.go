@@ -2,18 +2,9 @@ package broker_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,7 +12,9 @@ import (
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/broker/brokertest"
 	"github.com/fleetmq/fleet/broker/mosquittotest"
+	"github.com/fleetmq/fleet/broker/mqttio/mqttiotest"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -144,32 +137,18 @@ func TestExternalConnMosquitto(t *testing.T) {
 }
 
 func TestExternalConnTLS(t *testing.T) {
-	certPEM, keyPEM := selfSignedCert(t)
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cert := mqttiotest.SelfSigned(t)
 	auth := broker.NewStaticAuth()
 	auth.Set(hubID, passwordOf(hubID.Name))
-	b, err := broker.New(broker.Options{
+	b := brokertest.Start(t, broker.Options{
 		Addr:      "127.0.0.1:0",
 		TLSAddr:   "127.0.0.1:0",
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert.TLS}, MinVersion: tls.VersionTLS12},
 		Auth:      auth,
 		Logger:    testLogger(t),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
 
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, certPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	caFile, _ := cert.WriteFiles(t, t.TempDir(), "ca")
 	opts := hubOptions(t, "ssl://"+b.TLSAddr().String())
 	opts.CAFile = caFile
 	conn := dialHub(t, opts)
@@ -334,33 +313,4 @@ func TestExternalPublishBoundedInflight(t *testing.T) {
 		t.Fatal("a third PUBLISH was sent past MaxInflight")
 	default:
 	}
-}
-
-func selfSignedCert(t testing.TB) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "fleet test broker"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
 }

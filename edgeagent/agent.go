@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,21 +107,9 @@ type Agent struct {
 		accepted, duplicate, stale, other, invalid, cleared atomic.Int64
 	}
 
-	// received holds desired-state payloads, in arrival order, until
-	// receiveDesired takes them; wake tells it there are some.
-	received struct {
-		mu       sync.Mutex
-		payloads [][]byte
-		wake     chan struct{}
-	}
-
 	mu      sync.Mutex
 	last    reconcile.Status
 	refused refusal
-	// store and gen of the newest desired state accepted (have: any).
-	store string
-	gen   int64
-	have  bool
 }
 
 // DefaultStatusSettleGrace is Options.StatusSettleGrace's default: a
@@ -156,7 +143,6 @@ func New(o Options) (*Agent, error) {
 		o.StatusSettleGrace = 0
 	}
 	a := &Agent{o: o, log: o.Logger.With("device", o.Device)}
-	a.received.wake = make(chan struct{}, 1)
 	a.topics.status = o.Topics.Device(o.Device, schema.TopicStatus)
 	a.topics.events = o.Topics.Device(o.Device, schema.TopicEvents)
 
@@ -249,11 +235,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Info("loaded persisted desired state", "generation", ds.Generation, "store", ds.Store, "pods", len(ds.Pods))
 	}
 	a.inbox = desired.New(a.o.Device, ds)
-	if ds != nil {
-		a.mu.Lock()
-		a.store, a.gen, a.have = ds.Store, ds.Generation, true
-		a.mu.Unlock()
-	}
 
 	rec, err := reconcile.New(reconcile.Options{
 		Runtime:        a.o.Runtime,
@@ -293,7 +274,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { _ = a.reporter.Run(ctx) })
 	wg.Go(func() { _ = a.events.Run(ctx) })
-	wg.Go(func() { a.receiveDesired(ctx) })
 	if a.session != nil {
 		wg.Go(func() { _ = a.session.Run(ctx) })
 	} else {
@@ -313,56 +293,17 @@ func (a *Agent) onConnect() {
 	a.events.Flush()
 }
 
-// maxReceived bounds the desired-state payloads waiting for
-// receiveDesired. Only the hub publishes on a device's desired topic, one
-// payload per change, and each takes well under a millisecond to handle:
-// a queue this long means a runaway publisher, and the oldest payloads go.
-const maxReceived = 64
-
-// onDesired runs on a goroutine paho starts for each message: it only
-// queues the payload and returns. Decoding and validating on that fresh
-// goroutine would grow its stack (JSON decoding is deep) for every
-// message, a cost the long-lived receiveDesired pays once.
+// onDesired runs on a goroutine paho starts for the message, off paho's
+// router, and judges the payload there. Nothing is queued: each payload
+// is decoded, validated, logged and counted as it arrives, and the inbox,
+// the agent's one slot for desired state, keeps only the newest accepted
+// state for the reconcile loop, which does the work.
+//
+// Messages may be handled concurrently and out of order, so nothing here
+// may depend on arrival order: the inbox orders desired states by
+// generation, and a refusal is shown in status only while no newer state
+// has been accepted (see refuse).
 func (a *Agent) onDesired(payload []byte) {
-	r := &a.received
-	r.mu.Lock()
-	if len(r.payloads) >= maxReceived {
-		r.payloads = slices.Delete(r.payloads, 0, 1)
-		a.log.Warn("desired states arrive faster than they are handled; dropped the oldest", "queued", maxReceived)
-	}
-	r.payloads = append(r.payloads, payload)
-	r.mu.Unlock()
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
-// receiveDesired handles queued desired-state payloads until ctx is done.
-func (a *Agent) receiveDesired(ctx context.Context) {
-	r := &a.received
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.wake:
-		}
-		r.mu.Lock()
-		payloads := r.payloads
-		r.payloads = nil
-		r.mu.Unlock()
-		for _, p := range payloads {
-			a.handleDesired(p)
-		}
-	}
-}
-
-// handleDesired decodes, validates and offers one payload; the reconcile
-// loop does the work. With OrderMatters(false) paho may deliver messages
-// out of order, so nothing here may depend on arrival order: the inbox
-// orders desired states by generation, and a refusal is shown in status
-// only while no newer state has been accepted (see refuse).
-func (a *Agent) handleDesired(payload []byte) {
 	out, ds, err := a.inbox.Offer(payload)
 	switch out {
 	case desired.Accepted:
@@ -407,13 +348,16 @@ type refusal struct {
 }
 
 // refuse records a refusal unless the payload is older than a state
-// already accepted from the same store.
+// already accepted from the same store. It reads the inbox's newest state
+// under a.mu, and accepted runs after the inbox has taken a state, also
+// under a.mu: whichever runs first, a refusal never outlives the
+// acceptance of a newer state.
 func (a *Agent) refuse(msg string, ds *schema.DesiredState) {
 	a.mu.Lock()
 	r := refusal{msg: msg}
 	if ds != nil && ds.Generation > 0 {
 		r.store, r.gen, r.knownGen = ds.Store, ds.Generation, true
-		if a.have && ds.Store == a.store && ds.Generation <= a.gen {
+		if store, gen, ok := a.inbox.Latest(); ok && ds.Store == store && ds.Generation <= gen {
 			a.mu.Unlock()
 			return
 		}
@@ -426,11 +370,9 @@ func (a *Agent) refuse(msg string, ds *schema.DesiredState) {
 	}
 }
 
-// accepted notes a newly accepted state and clears a refusal it
-// supersedes.
+// accepted clears a refusal that the newly accepted state ds supersedes.
 func (a *Agent) accepted(ds *schema.DesiredState) {
 	a.mu.Lock()
-	a.store, a.gen, a.have = ds.Store, ds.Generation, true
 	r := a.refused
 	clear := r.msg != "" && (!r.knownGen || r.store != ds.Store || r.gen <= ds.Generation)
 	if clear {

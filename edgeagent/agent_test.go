@@ -2,15 +2,8 @@ package edgeagent
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,8 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleet/broker/mqttio"
+	"github.com/fleetmq/fleet/broker/mqttio/mqttiotest"
 	"github.com/fleetmq/fleet/edgeagent/runtime"
-	"github.com/fleetmq/fleet/edgeagent/session"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -295,11 +289,12 @@ func TestManyAgentsInOneProcess(t *testing.T) {
 
 func TestAgentOverTLS(t *testing.T) {
 	dir := t.TempDir()
-	cert, caFile := selfSigned(t, dir)
-	b := startBroker(t, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	cert := mqttiotest.SelfSigned(t)
+	caFile, _ := cert.WriteFiles(t, dir, "ca")
+	b := startBroker(t, &tls.Config{Certificates: []tls.Certificate{cert.TLS}, MinVersion: tls.VersionTLS12})
 	b.addDevice("pi-1", "token-pi-1")
 	b.publishDesired("pi-1", desiredJSON(t, "pi-1", "s1", 1, podOf("web", schema.RestartAlways, "web:1")))
-	tlsCfg, err := session.TLSConfigFromCA(caFile)
+	tlsCfg, err := mqttio.TLSConfig(nil, caFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,36 +302,6 @@ func TestAgentOverTLS(t *testing.T) {
 	o.TLSConfig = tlsCfg
 	runAgent(t, o)
 	b.awaitApplied("pi-1", 1, 1, schema.PhaseRunning)
-}
-
-// selfSigned writes a self-signed certificate for 127.0.0.1 and returns
-// it and the path of its PEM (the CA file).
-func selfSigned(t *testing.T, dir string) (tls.Certificate, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "fleet-test-broker"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, caFile
 }
 
 func TestNewValidatesOptions(t *testing.T) {
@@ -382,31 +347,54 @@ func TestAgentSurvivesCorruptStateFiles(t *testing.T) {
 	}
 }
 
-// TestReceivedDesiredStatesAreBounded: payloads queue in arrival order for
-// receiveDesired; past maxReceived the oldest go, never the newest.
-func TestReceivedDesiredStatesAreBounded(t *testing.T) {
-	a, err := New(Options{Device: "d1", Runtime: runtime.NewFake(runtime.FakeOptions{}), StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
+// TestBurstOfDesiredStatesAppliesTheLast: 1,000 desired states published
+// back to back (a runaway publisher, or a hub replaying changes) wait in
+// no queue: each is judged as it arrives and the inbox keeps the newest,
+// so the agent ends running the last one, and what it creates on the way
+// only ever moves forward.
+func TestBurstOfDesiredStatesAppliesTheLast(t *testing.T) {
+	b := startBroker(t, nil)
+	b.addDevice("pi-1", "token-pi-1")
+	rt := runtime.NewFake(runtime.FakeOptions{})
+	a, _ := runAgent(t, fastOptions(t, "pi-1", "tcp://"+b.addr, rt, t.TempDir()))
+	app := func(gen int64) schema.Pod {
+		return podOf("app", schema.RestartAlways, "app:"+strconv.FormatInt(gen, 10))
 	}
-	const n = maxReceived + 10
-	for i := range n {
-		a.onDesired([]byte(strconv.Itoa(i)))
-	}
-	a.received.mu.Lock()
-	got := a.received.payloads
-	a.received.mu.Unlock()
-	if len(got) != maxReceived {
-		t.Fatalf("%d payloads queued, want %d", len(got), maxReceived)
-	}
-	for i, p := range got {
-		if want := strconv.Itoa(n - maxReceived + i); string(p) != want {
-			t.Fatalf("queue[%d] = %q, want %q (oldest dropped first, order kept)", i, p, want)
+	b.publishDesired("pi-1", desiredJSON(t, "pi-1", "s1", 1, app(1)))
+	b.awaitApplied("pi-1", 1, 1, schema.PhaseRunning)
+
+	// In bursts of 100 back to back: the test broker drops what does not
+	// fit its queue of 256 writes to a client, as Fleet's broker would.
+	const last = 1001
+	judged := func() int64 { s := a.Stats(); return s.Accepted + s.Stale + s.Duplicate }
+	for gen := int64(2); gen <= last; gen++ {
+		b.publishDesired("pi-1", desiredJSON(t, "pi-1", "s1", gen, app(gen)))
+		if gen%100 == 1 {
+			b.await("the burst judged", func() bool { return judged() == gen })
 		}
 	}
-	select {
-	case <-a.received.wake:
-	default:
-		t.Fatal("no wake for queued payloads")
+	st := b.awaitApplied("pi-1", last, 1, schema.PhaseRunning)
+	if got := st.Pods[0].Containers[0].Image; got != "app:1001" {
+		t.Errorf("running %s, want app:1001", got)
+	}
+	prev := int64(0)
+	for _, c := range rt.Created() {
+		gen, err := strconv.ParseInt(strings.TrimPrefix(c.Image, "app:"), 10, 64)
+		if err != nil {
+			t.Fatalf("created %s", c.Image)
+		}
+		if gen <= prev {
+			t.Fatalf("created app:%d after app:%d: an older desired state applied after a newer one", gen, prev)
+		}
+		prev = gen
+	}
+	if prev != last {
+		t.Errorf("last created app:%d, want app:%d", prev, last)
+	}
+	// paho hands each message to the agent on a goroutine of its own, so
+	// some come after a newer one (stale); every one is judged, none
+	// dropped on the way.
+	if s := a.Stats(); s.Accepted < 2 || s.Accepted+s.Stale+s.Duplicate != last || s.Invalid != 0 {
+		t.Errorf("stats %+v: want at least 2 accepted and all %d payloads judged", s, last)
 	}
 }

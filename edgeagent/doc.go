@@ -2,13 +2,14 @@
 // the device's desired state, reconciles the container runtime toward it
 // in a level-triggered loop, and reports status over MQTT.
 //
-// The parts are small packages: state (persistence), desired (the inbox
-// of DesiredState payloads), reconcile (the pure Diff and the loop),
-// session (the MQTT connection), status (status and events), clock and
-// backoff, and runtime (the container runtime interface, its Fake and, in
-// runtime/containerd, the real one). Agent wires them; many agents can
-// run in one process (tests, hollow agents of the scale suite), each with
-// its own Runtime and state directory:
+// The parts are small packages: state (persistence), desired (the one
+// slot a DesiredState payload waits in, from MQTT to the reconciler),
+// reconcile (the pure Diff and the loop), session (the MQTT connection),
+// status (status and events), clock, backoff and wake, and runtime (the
+// container runtime interface, its Fake and, in runtime/containerd, the
+// real one). Agent wires them; many agents can run in one process (tests,
+// hollow agents of the scale suite), each with its own Runtime and state
+// directory:
 //
 //	a, err := edgeagent.New(edgeagent.Options{Device: "pi-1", Broker: "tcp://hub:1883",
 //		Token: tok, StateDir: dir, Runtime: rt, Logger: log})

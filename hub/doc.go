@@ -1,8 +1,21 @@
 // Package hub assembles the Fleet control plane: it opens the store,
 // makes sure an admin credential exists (writing <data-dir>/admin.conf),
 // runs the embedded MQTT broker (or connects to an external one), the
-// controller that publishes every device's desired state
-// (hub/controller), the status ingest (hub/ingest), and serves the HTTP
-// API (hub/api) with the hub's own routes (/v1/info, device events,
-// Mosquitto files, /metrics) until its context ends.
+// controller and the status ingest, and serves the HTTP API (hub/api) with
+// the hub's own routes (/v1/info, device events, Mosquitto files,
+// /metrics) until its context ends.
+//
+// Each part owns one thing, and data flows one way through them:
+//
+//	fleet apply ─▶ hub/api ─▶ hub/store (Badger, the authority)
+//	hub/store ─▶ hub/controller ─▶ hub/fleetmodel (devices, desired states, deployment statuses)
+//	                    └─▶ publisher ─▶ retained fleet/v1/devices/{device}/desired
+//	fleet/v1/devices/{device}/status ─▶ hub/ingest ─▶ hub/fleetmodel (reports) ─▶ hub/api, hub/metrics, watch ─▶ fleet get
+//	                    hub/ingest ─▶ hub/store (reports, batched)
+//
+// hub/fleetmodel is the in-memory model of the fleet that the controller
+// and the ingest write and everything else reads; neither of them imports
+// the other. New wires the parts in that order: model, metrics, broker,
+// controller, ingest (told to wake the controller on a changed report),
+// API.
 package hub

@@ -2,21 +2,21 @@ package hub
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/hub/api"
 	"github.com/fleetmq/fleet/hub/controller"
+	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/hub/ingest"
 	"github.com/fleetmq/fleet/hub/metrics"
 	"github.com/fleetmq/fleet/hub/store"
@@ -154,10 +154,11 @@ type Hub struct {
 	metrics     *metrics.Metrics
 	broker      *broker.Broker // nil with an external broker
 	conn        *deferredConn
+	model       *fleetmodel.Model
 	ctrl        *controller.Controller
 	ingest      *ingest.Ingest
 	enroll      *enroller
-	mqttAccount MosquittoAccount
+	mqttAccount broker.MosquittoAccount
 }
 
 // Run runs a hub until ctx is done, then shuts it down cleanly.
@@ -175,21 +176,8 @@ func Run(ctx context.Context, opts Options) error {
 func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	opts.setDefaults()
 	log := opts.Logger
-	if opts.Broker != "" {
-		if err := checkMQTTURL(opts.Broker); err != nil {
-			return nil, fmt.Errorf("--broker: %w", err)
-		}
-	}
-	if opts.Broker != "" && (opts.TLSCertFile != "" || opts.TLSKeyFile != "") {
-		log.Warn("--tls-cert and --tls-key are for the embedded broker; with --broker they are ignored")
-	}
-	if opts.AdvertiseMQTTURL != "" {
-		if err := checkMQTTURL(opts.AdvertiseMQTTURL); err != nil {
-			return nil, fmt.Errorf("--advertise-mqtt-url: %w", err)
-		}
-	}
-	if p := opts.Topics.Prefix; strings.ContainsAny(p, "+#\x00") || strings.HasPrefix(p, "/") || strings.HasPrefix(p, "$") {
-		return nil, fmt.Errorf("topic prefix %q: must not contain wildcards or start with '/' or '$'", p)
+	if err := opts.check(); err != nil {
+		return nil, err
 	}
 	tlsConfig, err := loadTLS(opts.TLSCertFile, opts.TLSKeyFile)
 	if err != nil {
@@ -233,36 +221,22 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	if err := ensureAdmin(ctx, st, info, log); err != nil {
 		return nil, err
 	}
+	// The parts, in the order data flows: the fleet model first (the
+	// controller and the ingest write it; the API and the metrics read it).
+	model := fleetmodel.New(fleetmodel.Options{StaleAfter: opts.StaleAfter})
 	h := &Hub{
 		opts: opts, log: log, store: st, ln: ln,
 		conn:        newDeferredConn(),
-		mqttAccount: MosquittoAccount{Username: opts.BrokerUsername, Password: mqttPassword},
+		model:       model,
+		mqttAccount: broker.MosquittoAccount{Identity: broker.Identity{Name: opts.BrokerUsername, Role: broker.RoleHub}, Password: mqttPassword},
+		metrics:     newMetrics(model),
 	}
-	h.metrics = metrics.New(metrics.Gauges{
-		Devices:   func() float64 { d, _, _ := h.ctrl.Counts(); return float64(d) },
-		Online:    func() float64 { _, o, _ := h.ctrl.Counts(); return float64(o) },
-		Converged: func() float64 { _, _, c := h.ctrl.Counts(); return float64(c) },
-	})
 
 	if opts.Broker == "" {
-		b, err := broker.New(broker.Options{
-			Addr: opts.MQTTAddr, TLSAddr: opts.MQTTTLSAddr, TLSConfig: tlsConfig,
-			Auth: storeAuth{st: st}, Topics: opts.Topics, Logger: log,
-		})
-		if err != nil {
+		if h.broker, err = newBroker(opts, st, tlsConfig, &info); err != nil {
 			return nil, err
 		}
-		closers = append(closers, b.Close)
-		h.broker = b
-		info.MQTTAddr = b.Addr().String()
-		info.MQTTURL = mqttURLFor(b.Addr(), false)
-		if a := b.TLSAddr(); a != nil {
-			info.MQTTTLSAddr = a.String()
-			info.MQTTURL = mqttURLFor(a, true)
-		}
-		// A rotated token, a deleted device or a deleted credential ends
-		// its sessions before the API answers.
-		st.OnAuthChange(func(_ store.AuthChangeKind, name string) { b.Kick(name) })
+		closers = append(closers, h.broker.Close)
 	} else {
 		info.MQTTURL = opts.Broker
 	}
@@ -271,43 +245,108 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	}
 	h.info = info
 
+	if err := h.newParts(); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// newParts creates the controller (the fleet model's writer), the status
+// ingest (which wakes the controller when a report changes), the
+// enrollment handler and the API, in that order.
+func (h *Hub) newParts() (err error) {
+	b := h.broker // nil with an external broker
+	hubUser := h.opts.BrokerUsername
+	reserved := func(name string) bool { return name == hubUser }
 	h.ctrl, err = controller.New(controller.Options{
-		Store: st, Conn: h.conn, Topics: opts.Topics, Logger: log.With("component", "controller"),
-		Metrics: h.metrics, ResyncInterval: opts.ResyncInterval, StatusDebounce: opts.StatusDebounce,
-		OnDeviceRemoved: func(name string) { h.ingest.Forget(name) },
+		Store: h.store, Conn: h.conn, Topics: h.opts.Topics, Logger: h.log.With("component", "controller"),
+		Model: h.model.Writer(), Metrics: h.metrics,
+		ResyncInterval: h.opts.ResyncInterval, StatusDebounce: h.opts.StatusDebounce,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	h.ingest, err = ingest.New(ingest.Options{
-		Conn: h.conn, Store: st, Registry: h.ctrl, Topics: opts.Topics,
-		Logger: log.With("component", "ingest"), Metrics: h.metrics,
-		OnChange: h.ctrl.DeviceStatusChanged, FlushInterval: opts.StatusFlushInterval, StaleAfter: opts.StaleAfter,
+		Conn: h.conn, Store: h.store, Model: h.model, Topics: h.opts.Topics,
+		Logger: h.log.With("component", "ingest"), Metrics: h.metrics,
+		OnChange: h.ctrl.DeviceStatusChanged, FlushInterval: h.opts.StatusFlushInterval,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	h.ctrl.SetStatusSource(h.ingest)
 	h.enroll = &enroller{
-		st: st, conn: h.conn, topics: opts.Topics, log: log.With("component", "enroll"),
-		reserved: func(name string) bool { return name == opts.BrokerUsername },
+		st: h.store, conn: h.conn, topics: h.opts.Topics, log: h.log.With("component", "enroll"),
+		reserved: reserved,
 	}
 
 	h.api, err = api.New(api.Options{
-		Store: st, Logger: log.With("component", "api"), BookmarkInterval: opts.BookmarkInterval,
-		Status: statusView{h}, ObserveRequest: h.metrics.ObserveRequest,
-		Reserved: func(name string) bool { return name == opts.BrokerUsername },
+		Store: h.store, Logger: h.log.With("component", "api"), BookmarkInterval: h.opts.BookmarkInterval,
+		Status: statusView{h.model}, ObserveRequest: h.metrics.ObserveRequest,
+		Reserved: reserved,
 		BootstrapTokenDeleted: func(id string) {
-			if h.broker != nil {
-				h.broker.Kick(schema.BootstrapUsername(id))
+			if b != nil {
+				b.Kick(schema.BootstrapUsername(id))
 			}
 		},
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	h.routes()
-	return h, nil
+	return nil
+}
+
+// newMetrics creates the hub's metrics, with the fleet gauges read from
+// the model's counts.
+func newMetrics(model *fleetmodel.Model) *metrics.Metrics {
+	return metrics.New(metrics.Gauges{
+		Devices:   func() float64 { return float64(model.DeviceCount()) },
+		Online:    func() float64 { return float64(model.OnlineCount()) },
+		Converged: func() float64 { return float64(model.ConvergedCount()) },
+	})
+}
+
+// newBroker creates the embedded broker, binding its listeners, and
+// records its addresses in info.
+func newBroker(opts Options, st *store.Store, tlsConfig *tls.Config, info *Info) (*broker.Broker, error) {
+	b, err := broker.New(broker.Options{
+		Addr: opts.MQTTAddr, TLSAddr: opts.MQTTTLSAddr, TLSConfig: tlsConfig,
+		Auth: storeAuth{st: st}, Topics: opts.Topics, Logger: opts.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	info.MQTTAddr = b.Addr().String()
+	info.MQTTURL = mqttURLFor(b.Addr(), false)
+	if a := b.TLSAddr(); a != nil {
+		info.MQTTTLSAddr = a.String()
+		info.MQTTURL = mqttURLFor(a, true)
+	}
+	// A rotated token, a deleted device or a deleted credential ends
+	// its sessions before the API answers.
+	st.OnAuthChange(func(_ store.AuthChangeKind, name string) { b.Kick(name) })
+	return b, nil
+}
+
+// check refuses options that cannot work, and warns of those ignored.
+func (o *Options) check() error {
+	if o.Broker != "" {
+		if err := checkMQTTURL(o.Broker); err != nil {
+			return fmt.Errorf("--broker: %w", err)
+		}
+	}
+	if o.Broker != "" && (o.TLSCertFile != "" || o.TLSKeyFile != "") {
+		o.Logger.Warn("--tls-cert and --tls-key are for the embedded broker; with --broker they are ignored")
+	}
+	if o.AdvertiseMQTTURL != "" {
+		if err := checkMQTTURL(o.AdvertiseMQTTURL); err != nil {
+			return fmt.Errorf("--advertise-mqtt-url: %w", err)
+		}
+	}
+	if p := o.Topics.Prefix; strings.ContainsAny(p, "+#\x00") || strings.HasPrefix(p, "/") || strings.HasPrefix(p, "$") {
+		return fmt.Errorf("topic prefix %q: must not contain wildcards or start with '/' or '$'", p)
+	}
+	return nil
 }
 
 // Store is the hub's store, for the parts that run beside the API.
@@ -321,186 +360,6 @@ func (h *Hub) Info() Info { return h.info }
 
 // Metrics are the hub's metrics.
 func (h *Hub) Metrics() *metrics.Metrics { return h.metrics }
-
-// Run serves MQTT and the API until ctx is done, then shuts everything
-// down: the HTTP server (ending watch streams), the controller and the
-// ingest (which writes the reports still waiting), the MQTT side, and the
-// store.
-func (h *Hub) Run(ctx context.Context) (err error) {
-	var stopping time.Time
-	defer func() {
-		if cerr := h.store.Close(); cerr != nil {
-			err = errors.Join(err, cerr)
-		}
-		if !stopping.IsZero() {
-			h.log.Info("hub stopped", "took", time.Since(stopping).Round(time.Millisecond))
-		}
-	}()
-	// Closed by srv.Shutdown once served; this covers an early return.
-	defer h.ln.Close()
-	partsCtx, stopParts := context.WithCancel(ctx)
-	defer stopParts()
-	var parts sync.WaitGroup
-	partErr := make(chan error, 4)
-	// brokerDone gets the embedded broker's Run result once it runs.
-	var brokerDone chan error
-	defer func() {
-		stopParts()
-		parts.Wait()
-		if c := h.conn.get(); c != nil {
-			err = errors.Join(err, c.Close())
-		}
-		if h.broker != nil {
-			err = errors.Join(err, h.broker.Close())
-			if brokerDone != nil {
-				err = errors.Join(err, <-brokerDone)
-			}
-		}
-	}()
-	if h.opts.MemoryTrimInterval > 0 {
-		parts.Go(func() { trimMemory(partsCtx, h.opts.MemoryTrimInterval, h.log) })
-	}
-	// startParts subscribes, calls listening, loads the controller and the
-	// ingest, releases the messages that arrived meanwhile and runs them.
-	startParts := func(conn broker.Conn, listening func()) error {
-		h.conn.set(conn)
-		if err := h.ingest.Subscribe(partsCtx); err != nil {
-			return err
-		}
-		if err := h.enroll.Subscribe(partsCtx); err != nil {
-			return err
-		}
-		listening()
-		// The two loads read different keys; side by side they take the
-		// longer one's time, not the sum (1.1 s at 10,000 devices).
-		loadStart := time.Now()
-		var ingestErr error
-		var loading sync.WaitGroup
-		loading.Go(func() { ingestErr = h.ingest.Load(partsCtx) })
-		ctrlErr := h.ctrl.Load(partsCtx)
-		loading.Wait()
-		if err := errors.Join(ctrlErr, ingestErr); err != nil {
-			return err
-		}
-		h.conn.release()
-		h.log.Info("hub state loaded", "took", time.Since(loadStart).Round(time.Millisecond))
-		if h.broker != nil {
-			warnListenBacklog(h.log, h.ctrl.DeviceCount(), broker.ListenBacklog)
-		}
-		parts.Go(func() {
-			if err := h.ctrl.Run(partsCtx); err != nil {
-				partErr <- err
-			}
-		})
-		parts.Go(func() {
-			select {
-			case <-h.ctrl.Ready():
-				h.log.Info("retained desired states published", "took", time.Since(loadStart).Round(time.Millisecond))
-			case <-partsCtx.Done():
-			}
-		})
-		parts.Go(func() {
-			if err := h.ingest.Run(partsCtx); err != nil {
-				partErr <- err
-			}
-		})
-		return nil
-	}
-
-	if h.broker != nil {
-		// The broker keeps nothing across restarts: the controller's first
-		// pass rebuilds every retained desired state from the store
-		// (guarantee 4). Devices may connect from the moment the hub has
-		// subscribed: their reports wait for the store to be loaded, and a
-		// device that subscribes before its state is republished receives
-		// it live moments later. Making a fleet that lost its hub wait for
-		// the load and the rebuild would only keep it in backoff longer.
-		listening := func() {
-			brokerDone = make(chan error, 1)
-			go func() { brokerDone <- h.broker.Run(context.WithoutCancel(ctx)) }()
-		}
-		if err := startParts(h.broker.InlineConn(), listening); err != nil {
-			return err
-		}
-		// The API, and with it /healthz and Options.Ready, comes up once
-		// the rebuild is done: a client that waits for the hub to be ready
-		// finds every desired state retained.
-		select {
-		case <-h.ctrl.Ready():
-		case err := <-partErr:
-			return err
-		case <-ctx.Done():
-			return nil
-		}
-	} else {
-		parts.Go(func() {
-			conn, err := broker.DialExternal(partsCtx, broker.ExternalOptions{
-				URL: h.opts.Broker, Username: h.opts.BrokerUsername, Password: h.mqttAccount.Password,
-				ClientID: h.opts.BrokerClientID, CAFile: h.opts.BrokerCAFile,
-				Logger: h.log.With("component", "mqtt"),
-			})
-			if err != nil {
-				if partsCtx.Err() == nil {
-					partErr <- err
-				}
-				return
-			}
-			if err := startParts(conn, func() {}); err != nil {
-				if partsCtx.Err() == nil {
-					partErr <- err
-				}
-				return
-			}
-			// After a reconnect the broker may have lost its retained
-			// messages (a restart without persistence): publish them all.
-			conn.OnConnect(h.ctrl.RepublishAll)
-		})
-	}
-
-	srv := &http.Server{
-		Handler:           h.api,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute,
-		WriteTimeout:      2 * time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
-	}
-	srv.RegisterOnShutdown(h.api.StopStreams)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(h.ln) }()
-	h.log.Info("hub started", "api", h.info.URL, "admin_config", h.info.AdminConfig, "store_id", h.info.StoreID,
-		"mqtt_url", h.info.MQTTURL, "external_broker", h.broker == nil)
-	if h.opts.Ready != nil {
-		h.opts.Ready(h.info)
-	}
-	var runErr error
-	select {
-	case err := <-serveErr:
-		runErr = fmt.Errorf("serve http: %w", err)
-	case err := <-partErr:
-		runErr = err
-		h.log.Error("hub part failed; shutting down", "err", err)
-	case err := <-brokerDone:
-		brokerDone = nil
-		runErr = fmt.Errorf("mqtt broker stopped: %w", err)
-	case <-ctx.Done():
-	}
-	h.log.Info("hub shutting down")
-	stopping = time.Now()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.ShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close()
-		return errors.Join(runErr, fmt.Errorf("shut down http: %w", err))
-	}
-	if runErr == nil {
-		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve http: %w", err)
-		}
-	}
-	return runErr
-}
 
 // URLFor turns a listen address into the URL clients use: an empty or
 // unspecified host (":8080", "0.0.0.0:8080", "[::]:8080") becomes

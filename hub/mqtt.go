@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/broker/mqttio"
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -129,21 +129,11 @@ func mqttURLFor(addr net.Addr, secure bool) string {
 	return scheme + "://" + net.JoinHostPort(host, port)
 }
 
-// checkMQTTURL checks an advertised or external broker URL.
+// checkMQTTURL checks an advertised or external broker URL as devices
+// will read it.
 func checkMQTTURL(s string) error {
-	u, err := url.Parse(s)
-	if err != nil {
-		return fmt.Errorf("mqtt url %q: %w", s, err)
-	}
-	switch u.Scheme {
-	case "tcp", "mqtt", "ssl", "tls", "mqtts":
-	default:
-		return fmt.Errorf("mqtt url %q: scheme must be tcp, mqtt, ssl, tls or mqtts", u.Redacted())
-	}
-	if u.Host == "" {
-		return fmt.Errorf("mqtt url %q: no host", u.Redacted())
-	}
-	return nil
+	_, err := mqttio.ParseBrokerURL(s)
+	return err
 }
 
 // deferredConn is the hub's MQTT connection, set once it exists: with an

@@ -2,22 +2,13 @@ package hub
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -27,6 +18,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/broker/mqttio/mqttiotest"
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -190,44 +182,9 @@ func TestHubAccessRoutes(t *testing.T) {
 	}
 }
 
-// selfSigned writes a certificate for 127.0.0.1 and its key, and returns
-// their paths and a pool trusting it.
-func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fleet test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "hub.crt"), filepath.Join(dir, "hub.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
-}
-
 func TestHubMQTTOverTLS(t *testing.T) {
-	certFile, keyFile, pool := selfSigned(t)
+	cert := mqttiotest.SelfSigned(t)
+	certFile, keyFile := cert.WriteFiles(t, t.TempDir(), "hub")
 	h := startHub(t, Options{TLSCertFile: certFile, TLSKeyFile: keyFile, MQTTTLSAddr: "127.0.0.1:0"})
 	info := h.Info()
 	if !strings.HasPrefix(info.MQTTURL, "ssl://127.0.0.1:") || info.MQTTTLSAddr == "" {
@@ -243,7 +200,7 @@ func TestHubMQTTOverTLS(t *testing.T) {
 	}
 	got := make(chan []byte, 1)
 	c := paho.NewClient(paho.NewClientOptions().AddBroker(info.MQTTURL).SetClientID("pi").SetUsername("pi").SetPassword(cred.Token).
-		SetTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}).SetAutoReconnect(false).SetConnectTimeout(10 * time.Second))
+		SetTLSConfig(&tls.Config{RootCAs: cert.Pool, MinVersion: tls.VersionTLS12}).SetAutoReconnect(false).SetConnectTimeout(10 * time.Second))
 	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("connect over TLS: %v", tok.Error())
 	}
@@ -299,7 +256,7 @@ func BenchmarkListDevices10kWithStatus(b *testing.B) {
 		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for h.ctrl.Desired(fmt.Sprintf("d%05d", n-1)) == nil {
+	for h.model.Desired(fmt.Sprintf("d%05d", n-1)) == nil {
 		if time.Now().After(deadline) {
 			b.Fatal("desired states not computed")
 		}
@@ -379,7 +336,7 @@ func TestMosquittoFilesLeaveOutWhatTheyCannotRender(t *testing.T) {
 	if _, err := st.CreateCredential(ctx, "twin", store.RoleMonitor); err != nil {
 		t.Fatal(err)
 	}
-	pw, acl, warnings, err := MosquittoFiles(ctx, st, schema.Topics{}, MosquittoAccount{Username: "fleet-hub", Password: "pw-0123456789"})
+	pw, acl, warnings, err := MosquittoFiles(ctx, st, schema.Topics{}, broker.MosquittoAccount{Identity: broker.Identity{Name: "fleet-hub", Role: broker.RoleHub}, Password: "pw-0123456789"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,22 +7,24 @@ import (
 	"strconv"
 
 	"github.com/fleetmq/fleet/hub/api"
+	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
 
-// statusView gives the API the status the hub derives from agent reports.
-type statusView struct{ h *Hub }
+// statusView gives the API the status the hub derives from agent reports,
+// from the fleet model.
+type statusView struct{ m *fleetmodel.Model }
 
 var _ api.StatusSource = statusView{}
 
 func (v statusView) DeviceStatusJSON(name string) []byte {
-	uid, _, _ := v.h.ctrl.Device(name)
-	return v.h.ingest.DeviceInfoJSON(name, uid)
+	uid, _, _ := v.m.Device(name)
+	return v.m.DeviceInfoJSON(name, uid)
 }
 
 func (v statusView) DeploymentStatusJSON(name string) []byte {
-	s, ok := v.h.ctrl.DeploymentStatus(name)
+	s, ok := v.m.DeploymentStatus(name)
 	if !ok {
 		return nil
 	}
@@ -32,10 +34,6 @@ func (v statusView) DeploymentStatusJSON(name string) []byte {
 	}
 	return b
 }
-
-// EventList is the body of GET /v1/devices/{name}/events (schema.EventList,
-// which the client decodes too).
-type EventList = schema.EventList
 
 // routes adds the hub's own routes to the API.
 func (h *Hub) routes() {
@@ -68,7 +66,7 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	api.WriteJSON(w, http.StatusOK, schema.EventList{
 		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "EventList"},
-		Items:    h.ingest.Events(name, obj.GetMetadata().UID),
+		Items:    h.model.Events(name, obj.GetMetadata().UID),
 	})
 }
 
@@ -95,8 +93,8 @@ func (h *Hub) serveAllEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var evs []schema.Event
-	for _, d := range h.ctrl.Devices(sel) {
-		for _, ev := range h.ingest.Events(d.Name, d.UID) {
+	for _, d := range h.model.Devices(sel) {
+		for _, ev := range h.model.Events(d.Name, d.UID) {
 			if typ == "" || ev.Type == typ {
 				evs = append(evs, ev)
 			}

@@ -88,7 +88,6 @@ const (
 	ActionCreated    = "created"
 	ActionConfigured = "configured"
 	ActionUnchanged  = "unchanged"
-	ActionDeleted    = "deleted"
 )
 
 // ApplyResult reports what an apply did to one object.

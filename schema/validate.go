@@ -324,13 +324,6 @@ func (s Strategy) MaxUnavailable(targeted int) int {
 	return max(n, 1)
 }
 
-// ValidatePodSpec checks a pod spec; field is the path of the spec.
-func ValidatePodSpec(p *PodSpec, field string) error {
-	var errs errList
-	validatePodSpec(p, field, &errs)
-	return errs.err("", "")
-}
-
 func validatePodSpec(p *PodSpec, field string, errs *errList) {
 	if len(p.Containers) == 0 {
 		errs.add(field+".containers", "required: at least one container")

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetmq/fleet/hub/client"
+	"github.com/fleetmq/fleet/client"
 	"github.com/fleetmq/fleet/schema"
 )
 

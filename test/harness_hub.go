@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetmq/fleet/hub/client"
+	"github.com/fleetmq/fleet/client"
 	"github.com/fleetmq/fleet/schema"
 )
 

@@ -2,11 +2,15 @@ package mqttio
 
 import (
 	"bytes"
+	"crypto/tls"
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
+
+	"github.com/fleetmq/fleet/broker/mqttio/mqttiotest"
 )
 
 // countingConn counts the reads that reach the connection.
@@ -111,4 +115,77 @@ func TestBufferedConnReadsPacketsWhole(t *testing.T) {
 	if reads := counted.reads.Load() - before; reads > 10 {
 		t.Errorf("10 acknowledgements took %d reads of the connection, want fewer than one each", reads)
 	}
+}
+
+// TestDial dials plain and TLS listeners by URL: TLS for the TLS schemes,
+// trusting the given roots and checking the broker's name.
+func TestDial(t *testing.T) {
+	dir := t.TempDir()
+	cert := mqttiotest.SelfSigned(t)
+	caFile, _ := cert.WriteFiles(t, dir, "ca")
+	trusted, err := TLSConfig(nil, caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := listen(t, nil)
+	secure := listen(t, &tls.Config{Certificates: []tls.Certificate{cert.TLS}, MinVersion: tls.VersionTLS12})
+	tests := []struct {
+		url    string
+		cfg    *tls.Config
+		wantOK bool
+	}{
+		{"tcp://" + plain, nil, true},
+		{"ssl://" + secure, trusted, true},
+		{"mqtts://" + secure, trusted, true},
+		{"ssl://" + secure, nil, false}, // system roots do not know the test CA
+	}
+	for _, tt := range tests {
+		u, err := ParseBrokerURL(tt.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := Dial(t.Context(), u, tt.cfg, 5*time.Second)
+		if err == nil {
+			if tc, ok := conn.(*tls.Conn); ok {
+				err = tc.HandshakeContext(t.Context())
+			}
+			conn.Close()
+		}
+		if (err == nil) != tt.wantOK {
+			t.Errorf("Dial(%s) err = %v, want ok=%v", tt.url, err, tt.wantOK)
+		}
+	}
+}
+
+// listen accepts connections (over TLS with cfg, if set) until the test
+// ends, completing TLS handshakes, and returns its address.
+func listen(t *testing.T, cfg *tls.Config) string {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	if cfg != nil {
+		ln, err = tls.Listen("tcp", "127.0.0.1:0", cfg)
+	} else {
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if tc, ok := c.(*tls.Conn); ok {
+					_ = tc.Handshake() // a failed handshake is the client's test
+				}
+				_, _ = c.Read(make([]byte, 1)) // until the client closes
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }

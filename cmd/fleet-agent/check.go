@@ -21,10 +21,10 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/spf13/cobra"
 
+	"github.com/fleetmq/fleet/broker/mqttio"
 	"github.com/fleetmq/fleet/edgeagent/enroll"
 	"github.com/fleetmq/fleet/edgeagent/runtime"
 	"github.com/fleetmq/fleet/edgeagent/runtime/containerd"
-	"github.com/fleetmq/fleet/edgeagent/session"
 	"github.com/fleetmq/fleet/edgeagent/state"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -124,15 +124,15 @@ func runCheck(ctx context.Context, cfg config, out io.Writer, timeout time.Durat
 // checkConfig validates what the agent would refuse at start.
 func checkConfig(c *checker, cfg config) (*url.URL, *tls.Config, bool) {
 	var problems []string
-	u, err := session.ParseBroker(cfg.Broker)
+	u, err := mqttio.ParseBrokerURL(cfg.Broker)
 	if err != nil {
 		problems = append(problems, err.Error())
 	}
-	tlsCfg, err := session.TLSConfigFromCA(cfg.CA)
+	tlsCfg, err := mqttio.TLSConfig(nil, cfg.CA)
 	if err != nil {
 		problems = append(problems, err.Error())
 	}
-	if u != nil && cfg.CA != "" && u.Scheme != "ssl" && u.Scheme != "tls" && u.Scheme != "mqtts" {
+	if u != nil && cfg.CA != "" && !mqttio.IsTLS(u) {
 		problems = append(problems, fmt.Sprintf("--ca is set but --broker %s is not TLS (use ssl://, tls:// or mqtts://)", cfg.Broker))
 	}
 	if _, err := cfg.releasePages(); err != nil {
@@ -304,7 +304,7 @@ func checkReachable(ctx context.Context, c *checker, u *url.URL, tlsCfg *tls.Con
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := session.Dial(ctx, u, tlsCfg, timeout)
+	conn, err := mqttio.Dial(ctx, u, tlsCfg, timeout)
 	if err != nil {
 		c.fail("broker", "%s: %v", u.Redacted(), err)
 		return
@@ -336,20 +336,8 @@ func checkBroker(ctx context.Context, c *checker, b brokerCheck) {
 	_, _ = rand.Read(suffix)
 	desired := make(chan []byte, 1)
 	topic := b.topics.Device(b.device, schema.TopicDesired)
-	opts := mqtt.NewClientOptions().
-		AddBroker(b.url.String()).
-		SetClientID(b.device + "-check-" + hex.EncodeToString(suffix)).
-		SetUsername(b.device).
-		SetPassword(b.token).
-		SetProtocolVersion(4).
-		SetCleanSession(true).
-		SetAutoReconnect(false).
-		SetConnectRetry(false).
-		SetConnectTimeout(b.timeout).
-		SetWriteTimeout(b.timeout).
-		SetCustomOpenConnectionFn(func(*url.URL, mqtt.ClientOptions) (net.Conn, error) {
-			return session.Dial(ctx, b.url, b.tls, b.timeout)
-		}).
+	dial := func() (net.Conn, error) { return mqttio.Dial(ctx, b.url, b.tls, b.timeout) }
+	opts := mqttio.ClientOptions(b.url.String(), b.device+"-check-"+hex.EncodeToString(suffix), b.device, b.token, b.timeout, dial).
 		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) {
 			if m.Topic() == topic {
 				select {
@@ -360,9 +348,9 @@ func checkBroker(ctx context.Context, c *checker, b brokerCheck) {
 		})
 	client := mqtt.NewClient(opts)
 	start := time.Now()
-	if err := session.WaitToken(ctx, client.Connect()); err != nil {
+	if err := mqttio.WaitToken(ctx, client.Connect()); err != nil {
 		hint := ""
-		if session.IsNotAuthorized(err) {
+		if mqttio.IsNotAuthorized(err) {
 			hint = fmt.Sprintf(" (the token is not device %s's: a rotated token stops working at once; fleet device rotate-token %s issues a new one)", b.device, b.device)
 		}
 		c.fail("broker", "%s as %s: %v%s", b.url.Redacted(), b.device, err, hint)
@@ -373,7 +361,7 @@ func checkBroker(ctx context.Context, c *checker, b brokerCheck) {
 	c.ok("broker", "%s: logged in as %s in %s", b.url.Redacted(), b.device, time.Since(start).Round(time.Millisecond))
 
 	sub := client.Subscribe(topic, 1, nil)
-	if err := session.WaitToken(ctx, sub); err != nil {
+	if err := mqttio.WaitToken(ctx, sub); err != nil {
 		c.fail("desired state", "subscribe to %s: %v", topic, err)
 		return
 	}

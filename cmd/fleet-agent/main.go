@@ -18,10 +18,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleetmq/fleet/broker/mqttio"
 	"github.com/fleetmq/fleet/edgeagent"
 	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/edgeagent/runtime/containerd"
-	"github.com/fleetmq/fleet/edgeagent/session"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -94,15 +94,15 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	u, err := session.ParseBroker(cfg.Broker)
+	u, err := mqttio.ParseBrokerURL(cfg.Broker)
 	if err != nil {
 		return err
 	}
-	tlsCfg, err := session.TLSConfigFromCA(cfg.CA)
+	tlsCfg, err := mqttio.TLSConfig(nil, cfg.CA)
 	if err != nil {
 		return err
 	}
-	if cfg.CA != "" && u.Scheme != "ssl" && u.Scheme != "tls" && u.Scheme != "mqtts" {
+	if cfg.CA != "" && !mqttio.IsTLS(u) {
 		return fmt.Errorf("--ca is set but --broker %s is not TLS (use ssl://, tls:// or mqtts://)", cfg.Broker)
 	}
 	resync, err := cfg.resync()

@@ -136,7 +136,7 @@ func mosquittoFiles(ctx context.Context, s *settings) (renderedFiles, []string, 
 		}
 	}
 	topics := schema.Topics{Prefix: s.MQTT.TopicPrefix}
-	account := hub.MosquittoAccount{Username: s.MQTT.BrokerUsername, Password: pw}
+	account := broker.MosquittoAccount{Identity: broker.Identity{Name: s.MQTT.BrokerUsername, Role: broker.RoleHub}, Password: pw}
 	passwd, acl, warnings, storeErr := hub.MosquittoFilesFromStore(ctx, s.DataDir, topics, account)
 	if storeErr == nil {
 		return renderedFiles{passwd: passwd, acl: acl, source: "store in " + s.DataDir}, warnings, nil

@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/hub/client"
-	"github.com/fleetmq/fleet/hub/client/manifest"
-	"github.com/fleetmq/fleet/hub/client/printers"
+	"github.com/fleetmq/fleet/client"
+	"github.com/fleetmq/fleet/client/manifest"
+	"github.com/fleetmq/fleet/client/printers"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -89,9 +89,7 @@ func runApply(ctx context.Context, cli *cliContext, cmd *cobra.Command, o applyO
 	}
 	var results []schema.ApplyResult
 	for _, batch := range manifest.Batches(srcs) {
-		rctx, cancel := cli.requestContext(ctx)
-		resp, err := cl.Apply(rctx, batch, dryRun)
-		cancel()
+		resp, err := cl.Apply(ctx, batch, dryRun)
 		if err != nil {
 			return err
 		}
@@ -160,9 +158,7 @@ func resultObject(ctx context.Context, cli *cliContext, cl *client.Client, r sch
 		if dryRun {
 			return nil, fmt.Errorf("the hub did not return the dry-run object %s/%s", strings.ToLower(r.Kind), r.Name)
 		}
-		rctx, cancel := cli.requestContext(ctx)
-		defer cancel()
-		return cl.Get(rctx, kind, r.Name)
+		return cl.Get(ctx, kind, r.Name)
 	}
 	obj := schema.NewObject(r.Kind)
 	if err := json.Unmarshal(r.Object, obj); err != nil {

@@ -14,10 +14,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/hub/client"
-	"github.com/fleetmq/fleet/hub/client/printers"
-	"github.com/fleetmq/fleet/hub/selector"
+	"github.com/fleetmq/fleet/client"
+	"github.com/fleetmq/fleet/client/printers"
 	"github.com/fleetmq/fleet/schema"
+	"github.com/fleetmq/fleet/schema/selector"
 )
 
 // defaultTimeout bounds each request to the hub unless --timeout says
@@ -53,7 +53,9 @@ func (c *cliContext) now() time.Time {
 }
 
 // Client resolves the hub and token (flags, environment, config files; see
-// client.ResolveConfig) and returns a client of that hub.
+// client.ResolveConfig) and returns a client of that hub. Each call of the
+// client is bounded by --timeout, except the watches of Follow, so a
+// command makes its requests with its own context and no boilerplate.
 func (c *cliContext) Client() (*client.Client, error) {
 	if c.client != nil {
 		return c.client, nil
@@ -62,7 +64,7 @@ func (c *cliContext) Client() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := cfg.Client(client.WithUserAgent("fleet/" + version()))
+	cl, err := cfg.Client(client.WithUserAgent("fleet/"+version()), client.WithTimeout(c.timeout))
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +86,8 @@ func (c *cliContext) configSources() client.ConfigSources {
 	}
 }
 
-// requestContext bounds one request by --timeout.
+// requestContext bounds several requests together by one --timeout (each
+// call of the client is bounded by it anyway: see Client).
 func (c *cliContext) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if c.timeout <= 0 {
 		return context.WithCancel(ctx)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/hub/client"
-	"github.com/fleetmq/fleet/hub/client/printers"
+	"github.com/fleetmq/fleet/client"
+	"github.com/fleetmq/fleet/client/printers"
 )
 
 func newConfigCmd(cli *cliContext) *cobra.Command {

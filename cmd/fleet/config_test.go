@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleetmq/fleet/hub/client"
+	"github.com/fleetmq/fleet/client"
 )
 
 // configEnv is a fake hub and a user with no hub in the environment: the

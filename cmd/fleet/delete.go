@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/hub/client"
-	"github.com/fleetmq/fleet/hub/client/manifest"
+	"github.com/fleetmq/fleet/client"
+	"github.com/fleetmq/fleet/client/manifest"
 )
 
 type deleteOptions struct {
@@ -89,9 +89,7 @@ func runDelete(ctx context.Context, cli *cliContext, cmd *cobra.Command, args []
 		if err != nil {
 			return err
 		}
-		rctx, cancel := cli.requestContext(ctx)
-		objs, _, err := cl.List(rctx, kind, o.selector)
-		cancel()
+		objs, _, err := cl.List(ctx, kind, o.selector)
 		if err != nil {
 			return err
 		}
@@ -118,9 +116,7 @@ func runDelete(ctx context.Context, cli *cliContext, cmd *cobra.Command, args []
 	}
 	var errs []error
 	for _, r := range refs {
-		rctx, cancel := cli.requestContext(ctx)
-		_, err := cl.Delete(rctx, r.kind, r.name, client.DeleteOptions{})
-		cancel()
+		_, err := cl.Delete(ctx, r.kind, r.name, client.DeleteOptions{})
 		switch {
 		case err == nil:
 			fmt.Fprintf(cli.stdout(), "%s deleted\n", r)

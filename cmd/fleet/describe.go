@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/hub/client"
-	"github.com/fleetmq/fleet/hub/client/printers"
+	"github.com/fleetmq/fleet/client"
+	"github.com/fleetmq/fleet/client/printers"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -62,9 +62,7 @@ func runDescribe(ctx context.Context, cli *cliContext, args []string, selector s
 	var objs []schema.Object
 	var errs []error
 	if len(refs) == 0 {
-		rctx, cancel := cli.requestContext(ctx)
-		objs, _, err = cl.List(rctx, kind, selector)
-		cancel()
+		objs, _, err = cl.List(ctx, kind, selector)
 		if err != nil {
 			return err
 		}
@@ -74,9 +72,7 @@ func runDescribe(ctx context.Context, cli *cliContext, args []string, selector s
 		}
 	}
 	for _, r := range refs {
-		rctx, cancel := cli.requestContext(ctx)
-		obj, err := cl.Get(rctx, r.kind, r.name)
-		cancel()
+		obj, err := cl.Get(ctx, r.kind, r.name)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/hub/client"
-	"github.com/fleetmq/fleet/hub/client/printers"
+	"github.com/fleetmq/fleet/client"
+	"github.com/fleetmq/fleet/client/printers"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -194,9 +194,7 @@ func runDeviceAdd(ctx context.Context, cli *cliContext, cmd *cobra.Command, name
 		// creation at once.
 		broker = cli.brokerInfo(ctx, cl)
 	}
-	rctx, cancel := cli.requestContext(ctx)
-	_, err = cl.CreateDevice(rctx, dev)
-	cancel()
+	_, err = cl.CreateDevice(ctx, dev)
 	if client.IsAlreadyExists(err) {
 		return &hintError{err: err, hint: fmt.Sprintf("Its token cannot be shown again. To issue a new one (the old one stops working): fleet device rotate-token %s", name)}
 	}
@@ -206,9 +204,7 @@ func runDeviceAdd(ctx context.Context, cli *cliContext, cmd *cobra.Command, name
 	if format == "" {
 		fmt.Fprintf(cli.stdout(), "device/%s created\n", name)
 	}
-	rctx, cancel = cli.requestContext(ctx)
-	creds, err := cl.IssueToken(rctx, name)
-	cancel()
+	creds, err := cl.IssueToken(ctx, name)
 	if err == nil && creds.Token == "" {
 		err = errors.New("the hub answered without a token")
 	}
@@ -238,9 +234,7 @@ type brokerInfo struct {
 // say (an older hub, a failed request) does not fail the command: the
 // usual URL is assumed, with a note on stderr.
 func (c *cliContext) brokerInfo(ctx context.Context, cl *client.Client) brokerInfo {
-	rctx, cancel := c.requestContext(ctx)
-	info, err := cl.Info(rctx)
-	cancel()
+	info, err := cl.Info(ctx)
 	u, guessed := cl.BrokerURL(info)
 	b := brokerInfo{url: u, external: info != nil && info.ExternalBroker}
 	if guessed {
@@ -325,9 +319,7 @@ func runDeviceLabel(ctx context.Context, cli *cliContext, name string, args []st
 		return err
 	}
 	var absent []string
-	rctx, cancel := cli.requestContext(ctx)
-	defer cancel()
-	_, written, err := cl.ModifyDevice(rctx, name, func(d *schema.Device) (bool, error) {
+	_, written, err := cl.ModifyDevice(ctx, name, func(d *schema.Device) (bool, error) {
 		res, err := edit.Apply(d.Metadata.Labels, overwrite)
 		if err != nil {
 			return false, err
@@ -398,9 +390,7 @@ func runDeviceRotateToken(ctx context.Context, cli *cliContext, cmd *cobra.Comma
 	if format == "" {
 		broker = cli.brokerInfo(ctx, cl)
 	}
-	rctx, cancel := cli.requestContext(ctx)
-	creds, err := cl.IssueToken(rctx, name)
-	cancel()
+	creds, err := cl.IssueToken(ctx, name)
 	if err == nil && creds.Token == "" {
 		err = errors.New("the hub answered without a token")
 	}
@@ -452,9 +442,7 @@ func runDeviceDelete(ctx context.Context, cli *cliContext, names []string, ignor
 	}
 	var errs []error
 	for _, n := range names {
-		rctx, cancel := cli.requestContext(ctx)
-		_, err := cl.DeleteDevice(rctx, n, client.DeleteOptions{})
-		cancel()
+		_, err := cl.DeleteDevice(ctx, n, client.DeleteOptions{})
 		switch {
 		case err == nil:
 			fmt.Fprintf(cli.stdout(), "device/%s deleted\n", n)

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/hub/client"
-	"github.com/fleetmq/fleet/hub/client/manifest"
+	"github.com/fleetmq/fleet/client"
+	"github.com/fleetmq/fleet/client/manifest"
 )
 
 // Exit statuses of fleet diff, as kubectl diff's.
@@ -73,9 +73,7 @@ func runDiff(ctx context.Context, cli *cliContext, cmd *cobra.Command, o diffOpt
 	}
 	different := false
 	for _, obj := range objs {
-		rctx, cancel := cli.requestContext(ctx)
-		live, err := cl.Get(rctx, client.KindOf(obj.GetTypeMeta().Kind), obj.GetMetadata().Name)
-		cancel()
+		live, err := cl.Get(ctx, client.KindOf(obj.GetTypeMeta().Kind), obj.GetMetadata().Name)
 		switch {
 		case client.IsNotFound(err):
 			live = nil

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/hub/client/printers"
+	"github.com/fleetmq/fleet/client/printers"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -98,9 +98,7 @@ func runEvents(ctx context.Context, cli *cliContext, o eventsOptions) error {
 	if err != nil {
 		return err
 	}
-	rctx, cancel := cli.requestContext(ctx)
-	defer cancel()
-	evs, err := cl.Events(rctx, sel, typ, o.limit)
+	evs, err := cl.Events(ctx, sel, typ, o.limit)
 	if err != nil {
 		return err
 	}

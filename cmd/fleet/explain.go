@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/hub/client/printers"
+	"github.com/fleetmq/fleet/client/printers"
 	"github.com/fleetmq/fleet/schema"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/hub/client"
-	"github.com/fleetmq/fleet/hub/client/printers"
+	"github.com/fleetmq/fleet/client"
+	"github.com/fleetmq/fleet/client/printers"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -201,9 +201,7 @@ func runGet(ctx context.Context, cli *cliContext, args []string, o getOptions) e
 		return err
 	}
 	if len(refs) == 0 {
-		rctx, cancel := cli.requestContext(ctx)
-		defer cancel()
-		objs, rv, err := cl.List(rctx, kind, o.selector)
+		objs, rv, err := cl.List(ctx, kind, o.selector)
 		if err != nil {
 			return err
 		}
@@ -222,9 +220,7 @@ func getNamed(ctx context.Context, cli *cliContext, cl *client.Client, p *printe
 	var errs []error
 	var objs []schema.Object
 	for _, r := range refs {
-		rctx, cancel := cli.requestContext(ctx)
-		obj, err := cl.Get(rctx, r.kind, r.name)
-		cancel()
+		obj, err := cl.Get(ctx, r.kind, r.name)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -356,9 +352,7 @@ func runGetPods(ctx context.Context, cli *cliContext, names []string, o getOptio
 		}
 		return err
 	}
-	rctx, cancel := cli.requestContext(ctx)
-	defer cancel()
-	objs, _, err := cl.List(rctx, client.Devices, selector)
+	objs, _, err := cl.List(ctx, client.Devices, selector)
 	if err != nil {
 		return err
 	}

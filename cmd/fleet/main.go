@@ -1,6 +1,6 @@
 // Command fleet is the command-line client of a Fleet hub, in the manner of
 // kubectl: apply manifests, get, describe, diff and delete deployments and
-// devices. It talks to the hub's HTTP API only (hub/client).
+// devices. It talks to the hub's HTTP API only (the client package).
 package main
 
 import (
@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fleetmq/fleet/hub/client"
+	"github.com/fleetmq/fleet/client"
 )
 
 func main() {

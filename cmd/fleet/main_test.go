@@ -15,8 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/hub/client"
-	"github.com/fleetmq/fleet/hub/client/fakehub"
+	"github.com/fleetmq/fleet/client"
+	"github.com/fleetmq/fleet/client/fakehubtest"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -56,7 +56,7 @@ metadata:
 // env is one fake hub and a place for files.
 type env struct {
 	t   *testing.T
-	hub *fakehub.Hub
+	hub *fakehubtest.Hub
 	url string
 	dir string
 	// vars is the environment the CLI sees.
@@ -65,7 +65,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	h := fakehub.New(adminToken)
+	h := fakehubtest.New(adminToken)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()

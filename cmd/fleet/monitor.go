@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/hub/client"
-	"github.com/fleetmq/fleet/hub/client/printers"
+	"github.com/fleetmq/fleet/client"
+	"github.com/fleetmq/fleet/client/printers"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -39,9 +39,7 @@ HTTP API (GET only) and /metrics.
 
 // monitorCredentials lists the credentials and returns them by name.
 func monitorCredentials(ctx context.Context, cli *cliContext, cl *client.Client) (map[string]schema.Credential, []schema.Credential, error) {
-	rctx, cancel := cli.requestContext(ctx)
-	defer cancel()
-	l, err := cl.ListCredentials(rctx)
+	l, err := cl.ListCredentials(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -125,9 +123,7 @@ func runMonitorAdd(ctx context.Context, cli *cliContext, cmd *cobra.Command, nam
 	if format == "" {
 		broker = cli.brokerInfo(ctx, cl)
 	}
-	rctx, cancel := cli.requestContext(ctx)
-	cred, err := cl.CreateCredential(rctx, name, schema.RoleMonitor)
-	cancel()
+	cred, err := cl.CreateCredential(ctx, name, schema.RoleMonitor)
 	if err == nil && cred.Token == "" {
 		err = errors.New("the hub answered without a token")
 	}
@@ -251,9 +247,7 @@ func runMonitorDelete(ctx context.Context, cli *cliContext, names []string, igno
 			errs = append(errs, fmt.Errorf("credential %q has role %s, not %s: fleet monitor delete removes monitors only", n, c.Role, schema.RoleMonitor))
 			continue
 		}
-		rctx, cancel := cli.requestContext(ctx)
-		err := cl.DeleteCredential(rctx, n)
-		cancel()
+		err := cl.DeleteCredential(ctx, n)
 		switch {
 		case err == nil:
 			fmt.Fprintf(cli.stdout(), "monitor/%s deleted\n", n)

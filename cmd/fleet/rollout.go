@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/hub/client"
-	"github.com/fleetmq/fleet/hub/client/printers"
+	"github.com/fleetmq/fleet/client"
+	"github.com/fleetmq/fleet/client/printers"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -164,9 +164,7 @@ func runRolloutStatus(ctx context.Context, cli *cliContext, args []string, o rol
 }
 
 func getDeployment(ctx context.Context, cli *cliContext, cl *client.Client, name string) (*schema.Deployment, error) {
-	rctx, cancel := cli.requestContext(ctx)
-	defer cancel()
-	return cl.GetDeployment(rctx, name)
+	return cl.GetDeployment(ctx, name)
 }
 
 func rolloutTimeout(name string, timeout time.Duration, dep *schema.Deployment, unreachable error) error {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/hub/client"
-	"github.com/fleetmq/fleet/hub/client/printers"
+	"github.com/fleetmq/fleet/client"
+	"github.com/fleetmq/fleet/client/printers"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -133,11 +133,9 @@ func runTokenCreate(ctx context.Context, cli *cliContext, cmd *cobra.Command, o 
 	if format == "" {
 		broker = cli.brokerInfo(ctx, cl)
 	}
-	rctx, cancel := cli.requestContext(ctx)
-	bt, err := cl.CreateBootstrapToken(rctx, schema.BootstrapTokenRequest{
+	bt, err := cl.CreateBootstrapToken(ctx, schema.BootstrapTokenRequest{
 		Description: o.description, Labels: labels, TTL: o.ttl, Uses: o.uses,
 	})
-	cancel()
 	if err != nil {
 		return err
 	}
@@ -233,9 +231,7 @@ func runTokenList(ctx context.Context, cli *cliContext, output string, noHeaders
 	if err != nil {
 		return err
 	}
-	rctx, cancel := cli.requestContext(ctx)
-	list, err := cl.ListBootstrapTokens(rctx)
-	cancel()
+	list, err := cl.ListBootstrapTokens(ctx)
 	if err != nil {
 		return err
 	}
@@ -326,9 +322,7 @@ func runTokenDelete(ctx context.Context, cli *cliContext, ids []string, ignoreNo
 	}
 	var errs []error
 	for _, id := range ids {
-		rctx, cancel := cli.requestContext(ctx)
-		_, err := cl.DeleteBootstrapToken(rctx, id)
-		cancel()
+		_, err := cl.DeleteBootstrapToken(ctx, id)
 		switch {
 		case err == nil:
 			fmt.Fprintf(cli.stdout(), "bootstrap-token/%s deleted\n", id)

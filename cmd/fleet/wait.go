@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/hub/client"
-	"github.com/fleetmq/fleet/hub/client/printers"
+	"github.com/fleetmq/fleet/client"
+	"github.com/fleetmq/fleet/client/printers"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -568,9 +568,7 @@ func (w *waiter) list(ctx context.Context, g *waitGroup, objs []schema.Object) e
 // confirm reads a target the watch says is gone: it may only have stopped
 // matching the selector.
 func (w *waiter) confirm(ctx context.Context, t *waitTarget) error {
-	rctx, cancel := w.cli.requestContext(ctx)
-	defer cancel()
-	o, err := w.cl.Get(rctx, t.ref.kind, t.ref.name)
+	o, err := w.cl.Get(ctx, t.ref.kind, t.ref.name)
 	switch {
 	case client.IsNotFound(err):
 		return w.gone(t, false)
@@ -650,9 +648,7 @@ func (w *waiter) resync(ctx context.Context) error {
 			}
 		}
 		if len(pending) > waitListAbove {
-			rctx, cancel := w.cli.requestContext(ctx)
-			objs, _, err := w.cl.List(rctx, g.kind, g.selector)
-			cancel()
+			objs, _, err := w.cl.List(ctx, g.kind, g.selector)
 			if err != nil {
 				if err := w.resyncFailed(ctx, err); err != nil {
 					return err
@@ -674,9 +670,7 @@ func (w *waiter) resync(ctx context.Context) error {
 			})
 		}
 		for _, t := range pending {
-			rctx, cancel := w.cli.requestContext(ctx)
-			o, err := w.cl.Get(rctx, t.ref.kind, t.ref.name)
-			cancel()
+			o, err := w.cl.Get(ctx, t.ref.kind, t.ref.name)
 			switch {
 			case client.IsNotFound(err):
 				if err := w.gone(t, false); err != nil {

@@ -2,6 +2,9 @@
 // the latest acceptable one for the reconciler: a "latest" slot plus a
 // capacity-1 wake channel, so the MQTT router never blocks and
 // intermediate states that arrive while the reconciler is busy are skipped.
+// It is the agent's one buffer of desired state: every payload is judged
+// (decoded, validated, ordered by generation) as it arrives, and only the
+// newest accepted state waits for the reconciler.
 package desired
 
 import (
@@ -10,6 +13,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/fleetmq/fleet/edgeagent/wake"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -73,7 +77,7 @@ type Inbox struct {
 // New returns an Inbox for device. current is the state already applied
 // or persisted (nil for none): offers older than it are stale.
 func New(device string, current *schema.DesiredState) *Inbox {
-	in := &Inbox{device: device, wake: make(chan struct{}, 1)}
+	in := &Inbox{device: device, wake: wake.New()}
 	if current != nil {
 		in.store, in.gen, in.have = current.Store, current.Generation, true
 	}
@@ -88,7 +92,8 @@ func (in *Inbox) Wake() <-chan struct{} { return in.wake }
 // inbox has seen, makes it the pending state. The returned state is the
 // decoded payload (nil when it did not decode), not to be modified: a
 // payload identical to the latest one is not decoded again, and gets the
-// latest state; err explains Invalid.
+// latest state; err explains Invalid. Offers may come from several
+// goroutines at once, in any order: the newest generation wins.
 //
 // Decoding tolerates unknown fields so that a newer hub can add fields
 // without breaking older agents; validation is schema.ValidateDesiredState.
@@ -136,10 +141,7 @@ func (in *Inbox) Offer(payload []byte) (Outcome, *schema.DesiredState, error) {
 	in.store, in.gen, in.have = ds.Store, ds.Generation, true
 	in.last, in.lastDS = bytes.Clone(payload), &ds
 	in.pending, in.pendingPayload = &ds, in.last
-	select {
-	case in.wake <- struct{}{}:
-	default:
-	}
+	wake.Signal(in.wake)
 	return Accepted, &ds, nil
 }
 
@@ -151,4 +153,12 @@ func (in *Inbox) Take() (*schema.DesiredState, []byte, bool) {
 	ds, payload := in.pending, in.pendingPayload
 	in.pending, in.pendingPayload = nil, nil
 	return ds, payload, ds != nil
+}
+
+// Latest returns the store and generation of the newest state the inbox
+// has accepted, or started from (ok: there is one).
+func (in *Inbox) Latest() (store string, gen int64, ok bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.store, in.gen, in.have
 }

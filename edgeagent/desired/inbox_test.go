@@ -182,3 +182,34 @@ func FuzzOffer(f *testing.F) {
 		}
 	})
 }
+
+// TestLatest: Latest names the newest state accepted, or the one the
+// inbox started from, and is unmoved by what Offer refuses.
+func TestLatest(t *testing.T) {
+	in := New("dev1", nil)
+	if _, _, ok := in.Latest(); ok {
+		t.Fatal("a new inbox without a current state has a latest one")
+	}
+	steps := []struct {
+		payload []byte
+		store   string
+		gen     int64
+	}{
+		{payload(t, "dev1", "s1", 3), "s1", 3},
+		{payload(t, "dev1", "s1", 2), "s1", 3}, // stale
+		{payload(t, "dev2", "s9", 9), "s1", 3}, // another device
+		{[]byte(`{"apiVersion":`), "s1", 3},    // invalid
+		{payload(t, "dev1", "s2", 1), "s2", 1}, // a new store
+		{nil, "s2", 1},                         // cleared
+	}
+	for i, st := range steps {
+		in.Offer(st.payload)
+		if store, gen, ok := in.Latest(); !ok || store != st.store || gen != st.gen {
+			t.Fatalf("step %d: Latest = %s/%d %v, want %s/%d", i, store, gen, ok, st.store, st.gen)
+		}
+	}
+	from := New("dev1", &schema.DesiredState{Device: "dev1", Store: "s1", Generation: 5})
+	if store, gen, ok := from.Latest(); !ok || store != "s1" || gen != 5 {
+		t.Fatalf("Latest of an inbox started at s1/5 = %s/%d %v", store, gen, ok)
+	}
+}

@@ -21,7 +21,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,8 +28,8 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/fleetmq/fleet/broker/mqttio"
 	"github.com/fleetmq/fleet/edgeagent/backoff"
-	"github.com/fleetmq/fleet/edgeagent/session"
 	"github.com/fleetmq/fleet/edgeagent/state"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -112,7 +111,7 @@ type Options struct {
 }
 
 func (o *Options) check() error {
-	if _, err := session.ParseBroker(o.Broker); err != nil {
+	if _, err := mqttio.ParseBrokerURL(o.Broker); err != nil {
 		return fmt.Errorf("enroll: %w", err)
 	}
 	if _, err := schema.ParseBootstrapToken(o.BootstrapToken); err != nil {
@@ -300,20 +299,8 @@ func exchange(ctx context.Context, o Options, req request) (schema.EnrollRespons
 	lost := make(chan error, 1)
 	responseTopic := o.Topics.Enroll(req.ID, schema.TopicEnrollResponse)
 	tokenID, _ := schema.ParseBootstrapToken(o.BootstrapToken)
-	opts := mqtt.NewClientOptions().
-		AddBroker(o.Broker).
-		SetClientID(req.ID).
-		SetUsername(schema.BootstrapUsername(tokenID)).
-		SetPassword(o.BootstrapToken).
-		SetProtocolVersion(4).
-		SetCleanSession(true).
-		SetOrderMatters(false).
-		SetAutoReconnect(false).
-		SetConnectRetry(false).
+	opts := mqttio.ClientOptions(o.Broker, req.ID, schema.BootstrapUsername(tokenID), o.BootstrapToken, o.Timeout, dialer(ctx, o)).
 		SetKeepAlive(30 * time.Second).
-		SetConnectTimeout(o.Timeout).
-		SetWriteTimeout(o.Timeout).
-		SetCustomOpenConnectionFn(dialer(ctx, o)).
 		SetConnectionLostHandler(func(_ mqtt.Client, err error) {
 			select {
 			case lost <- err:
@@ -323,8 +310,8 @@ func exchange(ctx context.Context, o Options, req request) (schema.EnrollRespons
 		SetDefaultPublishHandler(func(mqtt.Client, mqtt.Message) {})
 	c := mqtt.NewClient(opts)
 	tok := c.Connect()
-	if err := session.WaitToken(ctx, tok); err != nil {
-		if session.IsNotAuthorized(err) {
+	if err := mqttio.WaitToken(ctx, tok); err != nil {
+		if mqttio.IsNotAuthorized(err) {
 			return schema.EnrollResponse{}, fmt.Errorf("connect to %s: %w", o.Broker, ErrBrokerRefused)
 		}
 		return schema.EnrollResponse{}, fmt.Errorf("connect to %s: %w", o.Broker, err)
@@ -339,7 +326,7 @@ func exchange(ctx context.Context, o Options, req request) (schema.EnrollRespons
 		default:
 		}
 	})
-	if err := session.WaitToken(ctx, sub); err != nil {
+	if err := mqttio.WaitToken(ctx, sub); err != nil {
 		return schema.EnrollResponse{}, fmt.Errorf("subscribe to the answer: %w", err)
 	}
 	if st, ok := sub.(*mqtt.SubscribeToken); ok {
@@ -354,7 +341,7 @@ func exchange(ctx context.Context, o Options, req request) (schema.EnrollRespons
 	if err != nil {
 		return schema.EnrollResponse{}, err
 	}
-	if err := session.WaitToken(ctx, c.Publish(o.Topics.Enroll(req.ID, schema.TopicEnrollRequest), 1, false, payload)); err != nil {
+	if err := mqttio.WaitToken(ctx, c.Publish(o.Topics.Enroll(req.ID, schema.TopicEnrollRequest), 1, false, payload)); err != nil {
 		return schema.EnrollResponse{}, fmt.Errorf("send the request: %w", err)
 	}
 	select {
@@ -381,13 +368,13 @@ func exchange(ctx context.Context, o Options, req request) (schema.EnrollRespons
 
 // dialer opens the network connection for paho and closes it when ctx
 // ends, so an attempt never outlives its timeout.
-func dialer(ctx context.Context, o Options) mqtt.OpenConnectionFunc {
-	return func(raw *url.URL, _ mqtt.ClientOptions) (net.Conn, error) {
-		u, err := session.ParseBroker(raw.String())
+func dialer(ctx context.Context, o Options) func() (net.Conn, error) {
+	return func() (net.Conn, error) {
+		u, err := mqttio.ParseBrokerURL(o.Broker)
 		if err != nil {
 			return nil, err
 		}
-		conn, err := session.Dial(ctx, u, o.TLSConfig, o.Timeout)
+		conn, err := mqttio.Dial(ctx, u, o.TLSConfig, o.Timeout)
 		if err != nil {
 			return nil, err
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/broker/brokertest"
 	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -45,19 +46,7 @@ func startFakeHub(t *testing.T, answer func(n int, req schema.EnrollRequest) (sc
 	t.Helper()
 	auth := broker.NewStaticAuth()
 	auth.Set(broker.Identity{Name: schema.BootstrapUsername("abcdef"), Role: broker.RoleBootstrap}, testToken)
-	b, err := broker.New(broker.Options{Addr: "127.0.0.1:0", Auth: auth, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("broker: %v", err)
-		}
-	})
+	b := brokertest.Start(t, broker.Options{Addr: "127.0.0.1:0", Auth: auth, Logger: slog.New(slog.DiscardHandler)})
 	h := &fakeHub{b: b, url: "tcp://" + b.Addr().String(), answer: answer}
 	unsub, err := b.Subscribe(topics.EnrollRequestFilter(), h.handle)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/fleetmq/fleet/edgeagent/desired"
 	"github.com/fleetmq/fleet/edgeagent/runtime"
 	"github.com/fleetmq/fleet/edgeagent/state"
+	"github.com/fleetmq/fleet/edgeagent/wake"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -189,7 +190,7 @@ func New(o Options) (*Reconciler, error) {
 		busy:        map[string]*worker{},
 		removeRetry: map[string]retry{},
 		results:     make(chan result, o.MaxParallel),
-		exitWake:    make(chan struct{}, 1),
+		exitWake:    wake.New(),
 		ready:       make(chan struct{}),
 	}
 	if r.hist == nil {
@@ -285,13 +286,13 @@ func (r *Reconciler) watchExits(ctx context.Context) {
 			for ev := range ch {
 				b.Reset()
 				r.log.Debug("container exited", "id", ev.ID, "exitCode", ev.ExitCode)
-				signal(r.exitWake)
+				wake.Signal(r.exitWake)
 			}
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		signal(r.exitWake) // the stream ended: re-list, exits may have been missed
+		wake.Signal(r.exitWake) // the stream ended: re-list, exits may have been missed
 		t := r.o.Clock.NewTimer(b.Next())
 		select {
 		case <-ctx.Done():
@@ -299,13 +300,6 @@ func (r *Reconciler) watchExits(ctx context.Context) {
 			return
 		case <-t.C():
 		}
-	}
-}
-
-func signal(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
 	}
 }
 

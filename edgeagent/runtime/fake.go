@@ -143,20 +143,6 @@ func (f *Fake) AddImage(image string) {
 	f.images[image] = true
 }
 
-// RemoveImage forgets a present image.
-func (f *Fake) RemoveImage(image string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.images, image)
-}
-
-// HasImage reports whether image is present.
-func (f *Fake) HasImage(image string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.images[image]
-}
-
 // SetCrash makes every container of image exit with code right after it
 // starts (code < 0 clears the setting): a crash-looping workload.
 func (f *Fake) SetCrash(image string, code int32) {

@@ -23,23 +23,20 @@
 package session
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
-	"github.com/eclipse/paho.mqtt.golang/packets"
 
+	"github.com/fleetmq/fleet/broker/mqttio"
 	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/edgeagent/clock"
 	"github.com/fleetmq/fleet/schema"
@@ -78,8 +75,9 @@ type Options struct {
 	// Seed feeds the jitter (0: random).
 	Seed uint64
 
-	// OnDesired receives every payload on the desired topic. It runs on a
-	// paho goroutine and must not block.
+	// OnDesired receives every payload on the desired topic. It runs on
+	// a goroutine paho starts for the message, off paho's router, so
+	// payloads may be handled concurrently and out of order.
 	OnDesired func(payload []byte)
 	// OnConnect runs after each successful connect, once subscribed and
 	// with "online" sent (its acknowledgement may still be on its way):
@@ -100,8 +98,6 @@ type Session struct {
 	mu     sync.Mutex
 	client mqtt.Client // nil while not connected and subscribed
 	epoch  uint64
-
-	connects atomic.Int64
 }
 
 // DefaultBackoff is the default reconnect backoff: jittered exponential,
@@ -122,7 +118,7 @@ func New(o Options) (*Session, error) {
 	if err := schema.ValidateName(o.Device); err != nil {
 		return nil, fmt.Errorf("session: device: %w", err)
 	}
-	broker, err := ParseBroker(o.Broker)
+	broker, err := mqttio.ParseBrokerURL(o.Broker)
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
@@ -165,61 +161,12 @@ func New(o Options) (*Session, error) {
 	}, nil
 }
 
-// ParseBroker checks a broker URL and fills in the default port.
-func ParseBroker(s string) (*url.URL, error) {
-	u, err := url.Parse(s)
-	if err != nil {
-		return nil, fmt.Errorf("broker %q: %w", s, err)
-	}
-	port := ""
-	switch u.Scheme {
-	case "tcp", "mqtt":
-		port = "1883"
-	case "ssl", "tls", "mqtts":
-		port = "8883"
-	default:
-		return nil, fmt.Errorf("broker %q: scheme must be tcp, mqtt, ssl, tls or mqtts", s)
-	}
-	if u.Hostname() == "" {
-		return nil, fmt.Errorf("broker %q: no host", s)
-	}
-	if u.Port() == "" {
-		u.Host = net.JoinHostPort(u.Hostname(), port)
-	}
-	return u, nil
-}
-
-func isTLS(u *url.URL) bool { return u.Scheme == "ssl" || u.Scheme == "tls" || u.Scheme == "mqtts" }
-
-// TLSConfigFromCA returns a TLS config trusting the PEM certificates in
-// caFile (and nothing else); an empty caFile gives the system roots.
-func TLSConfigFromCA(caFile string) (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if caFile == "" {
-		return cfg, nil
-	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("read CA file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("CA file %s: no PEM certificates", caFile)
-	}
-	cfg.RootCAs = pool
-	return cfg, nil
-}
-
 // Connected reports whether the session is connected and subscribed.
 func (s *Session) Connected() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.client != nil
 }
-
-// Connects returns how many times the session has connected and
-// subscribed.
-func (s *Session) Connects() int64 { return s.connects.Load() }
 
 // Publish sends payload at QoS 1 and waits for the broker's PUBACK, at
 // most until ctx is done. It fails at once with ErrNotConnected while
@@ -296,7 +243,7 @@ func (s *Session) connectOnce(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("connect to %s: %w", s.o.Broker, err)
 	}
 	var handed atomic.Bool
-	openConn := func(*url.URL, mqtt.ClientOptions) (net.Conn, error) {
+	openConn := func() (net.Conn, error) {
 		if handed.Swap(true) {
 			return nil, errors.New("connection already used")
 		}
@@ -307,22 +254,11 @@ func (s *Session) connectOnce(ctx context.Context) (time.Duration, error) {
 	epoch := s.epoch
 	s.mu.Unlock()
 
-	opts := mqtt.NewClientOptions().
-		AddBroker(s.o.Broker).
-		SetClientID(s.o.ClientID).
-		SetUsername(s.o.Device).
-		SetPassword(s.o.Token).
-		SetProtocolVersion(4).
-		SetCleanSession(true).
-		SetOrderMatters(false).
-		SetAutoReconnect(false).
-		SetConnectRetry(false).
+	opts := mqttio.ClientOptions(s.o.Broker, s.o.ClientID, s.o.Device, s.o.Token, s.o.ConnectTimeout, openConn).
 		SetKeepAlive(s.o.KeepAlive).
 		SetPingTimeout(min(s.o.KeepAlive, 10*time.Second)).
-		SetConnectTimeout(s.o.ConnectTimeout).
 		SetWriteTimeout(s.o.OpTimeout).
 		SetWill(s.onlineTopic, schema.Offline, 1, true).
-		SetCustomOpenConnectionFn(openConn).
 		SetConnectionLostHandler(func(_ mqtt.Client, err error) { fail(err) }).
 		SetOnConnectHandler(func(c mqtt.Client) {
 			if err := s.onConnect(cctx, c, epoch); err != nil {
@@ -395,7 +331,6 @@ func (s *Session) onConnect(ctx context.Context, c mqtt.Client, epoch uint64) er
 	}
 	s.client = c
 	s.mu.Unlock()
-	s.connects.Add(1)
 	s.log.Info("mqtt connected", "broker", s.o.Broker, "subscribed", s.desiredTopic)
 	s.o.OnConnect()
 	if err := wait(ctx, pub, s.o.OpTimeout); err != nil {
@@ -410,21 +345,6 @@ func (s *Session) offline(epoch uint64) {
 	if s.epoch == epoch {
 		s.client = nil
 	}
-}
-
-// WaitToken waits until paho's token completes or ctx is done.
-func WaitToken(ctx context.Context, t mqtt.Token) error {
-	select {
-	case <-t.Done():
-		return t.Error()
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// IsNotAuthorized recognises paho's CONNACK refusals of credentials.
-func IsNotAuthorized(err error) bool {
-	return errors.Is(err, packets.ErrorRefusedNotAuthorised) || errors.Is(err, packets.ErrorRefusedBadUsernameOrPassword)
 }
 
 func wait(ctx context.Context, t mqtt.Token, timeout time.Duration) error {
@@ -444,44 +364,12 @@ func wait(ctx context.Context, t mqtt.Token, timeout time.Duration) error {
 // connection lives no longer than life, so that closing it on cancel also
 // cuts short an MQTT handshake the broker never answers.
 func (s *Session) open(ctx, life context.Context) (net.Conn, error) {
-	conn, err := Dial(ctx, s.broker, s.o.TLSConfig, s.o.ConnectTimeout)
+	conn, err := mqttio.Dial(ctx, s.broker, s.o.TLSConfig, s.o.ConnectTimeout)
 	if err != nil {
 		return nil, err
 	}
 	context.AfterFunc(life, func() { _ = conn.Close() })
-	return &bufferedConn{Conn: conn, r: bufio.NewReaderSize(conn, readBufferSize)}, nil
+	// Buffered: paho reads a packet in three or more system calls, most
+	// of what receiving an acknowledgement costs a small device.
+	return mqttio.BufferedConn(conn, 0), nil
 }
-
-// Dial opens the network connection to a broker URL that ParseBroker
-// accepted: TCP, or TLS with tlsCfg (nil: the system roots) for ssl://,
-// tls:// and mqtts://, verifying the broker's host name.
-func Dial(ctx context.Context, u *url.URL, tlsCfg *tls.Config, timeout time.Duration) (net.Conn, error) {
-	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
-	if !isTLS(u) {
-		return d.DialContext(ctx, "tcp", u.Host)
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if tlsCfg != nil {
-		cfg = tlsCfg.Clone()
-	}
-	if cfg.ServerName == "" {
-		cfg.ServerName = u.Hostname()
-	}
-	return (&tls.Dialer{NetDialer: d, Config: cfg}).DialContext(ctx, "tcp", u.Host)
-}
-
-// readBufferSize fits most packets an agent receives: acknowledgements
-// and a desired state of a few pods.
-const readBufferSize = 2048
-
-// bufferedConn reads through a buffer. paho reads every packet in three
-// or more reads (the first byte, the remaining length a byte at a time,
-// then the rest); unbuffered, each is a system call, most of what
-// receiving an acknowledgement costs a small device. (The hub's clients
-// use broker/mqttio, which the agent does not link.)
-type bufferedConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,37 +17,11 @@ import (
 	pahopackets "github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/broker/mqttio"
 	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/edgeagent/clock"
 	"github.com/fleetmq/fleet/schema"
 )
-
-func TestParseBroker(t *testing.T) {
-	tests := []struct {
-		in, host string
-		tls, ok  bool
-	}{
-		{"tcp://hub:1883", "hub:1883", false, true},
-		{"tcp://hub", "hub:1883", false, true},
-		{"mqtt://10.0.0.1", "10.0.0.1:1883", false, true},
-		{"ssl://hub", "hub:8883", true, true},
-		{"tls://hub:9999", "hub:9999", true, true},
-		{"mqtts://[::1]", "[::1]:8883", true, true},
-		{"http://hub", "", false, false},
-		{"hub:1883", "", false, false},
-		{"tcp://", "", false, false},
-	}
-	for _, tt := range tests {
-		u, err := ParseBroker(tt.in)
-		if (err == nil) != tt.ok {
-			t.Errorf("ParseBroker(%q) err = %v", tt.in, err)
-			continue
-		}
-		if err == nil && (u.Host != tt.host || isTLS(u) != tt.tls) {
-			t.Errorf("ParseBroker(%q) = %s tls=%v", tt.in, u.Host, isTLS(u))
-		}
-	}
-}
 
 // recordingClock is a fake clock that reports every timer's duration.
 type recordingClock struct {
@@ -243,12 +216,6 @@ func TestNewValidates(t *testing.T) {
 			t.Errorf("New(%+v) succeeded", o)
 		}
 	}
-	if _, err := TLSConfigFromCA("/nonexistent"); err == nil || !strings.Contains(err.Error(), "CA") {
-		t.Errorf("TLSConfigFromCA of a missing file: %v", err)
-	}
-	if cfg, err := TLSConfigFromCA(""); err != nil || cfg.RootCAs != nil {
-		t.Errorf("TLSConfigFromCA(\"\") = %v, %v", cfg, err)
-	}
 	s, _ := New(Options{Broker: "tcp://h", Device: "pi-1"})
 	if s.desiredTopic != (schema.Topics{}).Device("pi-1", schema.TopicDesired) {
 		t.Errorf("desired topic %s", s.desiredTopic)
@@ -272,9 +239,8 @@ func TestOpenBuffersReads(t *testing.T) {
 	defer conn.Close()
 	server := <-accepted
 	defer server.Close()
-	bc, ok := conn.(*bufferedConn)
-	if !ok {
-		t.Fatalf("open returned %T, want *bufferedConn", conn)
+	if _, ok := mqttio.Buffered(conn); !ok {
+		t.Fatalf("open returned %T, not a buffered connection", conn)
 	}
 
 	var burst bytes.Buffer
@@ -297,8 +263,8 @@ func TestOpenBuffersReads(t *testing.T) {
 		if ack, ok := cp.(*pahopackets.PubackPacket); !ok || ack.MessageID != uint16(100+i) {
 			t.Fatalf("ack %d: got %v", i, cp)
 		}
-		if i == 0 && bc.r.Buffered() != 9*ackSize {
-			t.Errorf("after the first acknowledgement %d bytes are buffered, want the other nine (%d)", bc.r.Buffered(), 9*ackSize)
+		if n, _ := mqttio.Buffered(conn); i == 0 && n != 9*ackSize {
+			t.Errorf("after the first acknowledgement %d bytes are buffered, want the other nine (%d)", n, 9*ackSize)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/edgeagent/clock"
+	"github.com/fleetmq/fleet/edgeagent/wake"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -83,7 +84,7 @@ func NewEvents(o EventsOptions) *Events {
 	if o.PublishTimeout <= 0 {
 		o.PublishTimeout = 10 * time.Second
 	}
-	return &Events{o: o, kick: make(chan struct{}, 1), keys: map[eventKey]*bucket{}, all: bucket{tokens: float64(o.Burst)}}
+	return &Events{o: o, kick: wake.New(), keys: map[eventKey]*bucket{}, all: bucket{tokens: float64(o.Burst)}}
 }
 
 // take refills b and takes a token if there is one.
@@ -153,11 +154,11 @@ func (e *Events) Record(typ, reason, pod, container, message string) {
 	}
 	e.queue = append(e.queue, ev)
 	e.mu.Unlock()
-	signal(e.kick)
+	wake.Signal(e.kick)
 }
 
 // Flush asks Run to try the queue again (after a reconnect).
-func (e *Events) Flush() { signal(e.kick) }
+func (e *Events) Flush() { wake.Signal(e.kick) }
 
 // Pending returns the number of queued events.
 func (e *Events) Pending() int {

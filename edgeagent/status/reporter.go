@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/edgeagent/clock"
+	"github.com/fleetmq/fleet/edgeagent/wake"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -68,11 +69,10 @@ type Reporter struct {
 	kick chan struct{}
 	rnd  *rand.Rand // Run's only
 
-	mu      sync.Mutex
-	latest  schema.DeviceStatus
-	have    bool
-	force   bool
-	lastPub time.Time
+	mu     sync.Mutex
+	latest schema.DeviceStatus
+	have   bool
+	force  bool
 }
 
 // NewReporter returns a Reporter.
@@ -107,7 +107,7 @@ func NewReporter(o ReporterOptions) *Reporter {
 		dir := o.StateDir
 		o.NodeInfo = func() *schema.NodeInfo { return ReadNodeInfo(dir) }
 	}
-	return &Reporter{o: o, kick: make(chan struct{}, 1), rnd: rand.New(rand.NewPCG(o.Seed, 0x5eed))}
+	return &Reporter{o: o, kick: wake.New(), rnd: rand.New(rand.NewPCG(o.Seed, 0x5eed))}
 }
 
 // nextHeartbeat draws the wait before the next heartbeat.
@@ -125,7 +125,7 @@ func (r *Reporter) Update(st schema.DeviceStatus) {
 	r.mu.Lock()
 	r.latest, r.have = st, true
 	r.mu.Unlock()
-	signal(r.kick)
+	wake.Signal(r.kick)
 }
 
 // Republish forces the next publish even if nothing changed (after a
@@ -134,21 +134,7 @@ func (r *Reporter) Republish() {
 	r.mu.Lock()
 	r.force = true
 	r.mu.Unlock()
-	signal(r.kick)
-}
-
-// LastPublished returns when a status was last published successfully.
-func (r *Reporter) LastPublished() time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.lastPub
-}
-
-func signal(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
+	wake.Signal(r.kick)
 }
 
 // Settled reports whether a status shows no work in progress: every pod
@@ -273,9 +259,6 @@ func (r *Reporter) Run(ctx context.Context) error {
 			continue
 		}
 		sent = key
-		r.mu.Lock()
-		r.lastPub = lastAttempt
-		r.mu.Unlock()
 		r.o.Logger.Debug("published status", "observedGeneration", st.ObservedGeneration, "pods", len(st.Pods))
 	}
 }

@@ -7,9 +7,9 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/fleetmq/fleet/hub/selector"
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
+	"github.com/fleetmq/fleet/schema/selector"
 )
 
 // readBody reads at most schema.MaxManifestBytes of the body.

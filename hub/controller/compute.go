@@ -1,14 +1,11 @@
-// Package controller turns Deployments and Devices into one full
-// DesiredState per device, publishes it, and derives device and deployment
-// status from what agents report. The computations are pure functions in
-// this file; controller.go runs them level-triggered against the store.
 package controller
 
 import (
+	"maps"
 	"slices"
 	"strings"
-	"time"
 
+	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -65,6 +62,211 @@ func placeAll(devices []DeviceView, deployments []schema.Deployment, holding fun
 		}
 	}
 	return out
+}
+
+// fleetView is what incremental placement reads of the fleet: the
+// registered devices, their desired states and reports, and the label
+// index. The controller is one.
+type fleetView interface {
+	device(name string) (fleetmodel.Device, bool)
+	desired(name string) *schema.DesiredState
+	// selectNames returns, sorted, the devices sel matches.
+	selectNames(sel schema.LabelSelector) []string
+	deviceState(name, uid string) (*schema.DeviceStatus, bool)
+	// size is how many devices are registered.
+	size() int
+}
+
+// increment is what changed since the last pass: the input of
+// placeIncrementally.
+type increment struct {
+	// deps are every deployment, by name; byName the same, by name.
+	deps   []schema.Deployment
+	byName map[string]*schema.Deployment
+	// devices changed (or were deleted); changedDeps changed (or were
+	// deleted); reported sent a report that changed.
+	devices, changedDeps, reported map[string]bool
+	// oldSel holds, for the changed deployments, the selector they had
+	// before (nil: they are new): the devices that may hold their pod.
+	oldSel map[string]*schema.LabelSelector
+	// rolling names the deployments holding devices on an older
+	// template (as the last pass left them).
+	rolling map[string]bool
+	// limit: more changed devices than this and the full placement is
+	// the cheaper one.
+	limit int
+}
+
+// placement is what placeIncrementally decided.
+type placement struct {
+	// work holds the new pods of every device whose pods were recomputed
+	// (unchanged ones included).
+	work map[string][]schema.Pod
+	// removed are deleted devices that still have a desired state.
+	removed []string
+	// holding says, for every deployment placed, whether it now holds
+	// devices back on an older template (the new rolling entries).
+	holding map[string]bool
+	// placed are the deployments placed on every device they may concern.
+	placed map[string]bool
+}
+
+// placeIncrementally recomputes only what the changes in in can have
+// changed: the pods of the changed devices, the placement of the changed
+// deployments on the devices their selectors name (old and new), and of
+// the rollouts in progress that the changed or reporting devices are part
+// of. Its cost follows the size of the change, not of the fleet. ok is
+// false when it declines (more than in.limit devices changed): then the
+// caller places everything with placeAll, which gives the same result.
+func placeIncrementally(f fleetView, in increment) (p placement, ok bool) {
+	if len(in.devices)+len(in.reported) > in.limit {
+		return placement{}, false
+	}
+	if len(in.devices)+len(in.reported)+len(in.changedDeps) == 0 {
+		return placement{}, true // nothing to place
+	}
+	hashes := make(map[string]string, len(in.deps))
+	for i := range in.deps {
+		hashes[in.deps[i].Metadata.Name] = schema.PodSpecHash(in.deps[i].Spec.Template.Spec)
+	}
+	p = placement{work: map[string][]schema.Pod{}, holding: map[string]bool{}, placed: map[string]bool{}}
+	for name := range in.changedDeps {
+		p.placed[name] = true
+	}
+	for name := range in.devices {
+		d, ok := f.device(name)
+		prev := f.desired(name)
+		in.joinRollouts(p.placed, prev, d.Labels, ok)
+		if !ok {
+			if prev != nil {
+				p.removed = append(p.removed, name)
+			}
+			continue
+		}
+		p.work[name] = in.devicePods(p.placed, prev, d.Labels, hashes)
+	}
+	for name := range in.reported {
+		if d, ok := f.device(name); ok {
+			in.joinRollouts(p.placed, f.desired(name), d.Labels, true)
+		}
+	}
+	for _, depName := range slices.Sorted(maps.Keys(p.placed)) {
+		placeEverywhere(f, in, depName, p)
+	}
+	return p, true
+}
+
+// joinRollouts marks for placement the rollouts in progress a device is
+// (or was) part of: a device joining, leaving or reporting in one changes
+// its budget.
+func (in *increment) joinRollouts(place map[string]bool, prev *schema.DesiredState, labels map[string]string, exists bool) {
+	for i := range in.deps {
+		depName := in.deps[i].Metadata.Name
+		if in.rolling[depName] && (findPod(prev, depName) != nil || exists && in.deps[i].Spec.Selector.Matches(labels)) {
+			place[depName] = true
+		}
+	}
+}
+
+// devicePods computes a changed device's pods, keeping the slot of the
+// deployments placed later (those in place, which it may add to).
+func (in *increment) devicePods(place map[string]bool, prev *schema.DesiredState, labels map[string]string, hashes map[string]string) []schema.Pod {
+	pods := []schema.Pod{}
+	for i := range in.deps {
+		dep := &in.deps[i]
+		depName := dep.Metadata.Name
+		p := findPod(prev, depName)
+		switch {
+		case place[depName]:
+			// Placed later; keep the slot meanwhile.
+			if p != nil {
+				pods = append(pods, *p)
+			}
+		case !dep.Spec.Selector.Matches(labels):
+		case p != nil && p.Hash != hashes[depName] && dep.Spec.Strategy.Type == schema.StrategyRollingUpdate:
+			// Part of a rollout: its budget decides.
+			place[depName] = true
+			pods = append(pods, *p)
+		default:
+			pods = append(pods, schema.Pod{Name: depName, Spec: dep.Spec.Template.Spec, Hash: hashes[depName]})
+		}
+	}
+	return pods
+}
+
+// placeEverywhere recomputes the pod of one deployment (or, deleted, its
+// absence) on every device it may concern: those its selector matches,
+// those its previous selector matched (they hold its pod) and those that
+// changed (in.devices). Results go into p.work.
+func placeEverywhere(f fleetView, in increment, depName string, p placement) {
+	pods := func(name string) []schema.Pod {
+		if w, ok := p.work[name]; ok {
+			return w
+		}
+		if ds := f.desired(name); ds != nil {
+			return slices.Clone(ds.Pods)
+		}
+		return []schema.Pod{}
+	}
+	hasPod := func(name string) bool {
+		var cur []schema.Pod
+		if w, ok := p.work[name]; ok {
+			cur = w
+		} else if ds := f.desired(name); ds != nil {
+			cur = ds.Pods
+		}
+		return slices.ContainsFunc(cur, func(p schema.Pod) bool { return p.Name == depName })
+	}
+	// Devices that may hold the pod without being targeted now.
+	maybe := maps.Clone(in.devices)
+	if maybe == nil {
+		maybe = map[string]bool{}
+	}
+	if sel := in.oldSel[depName]; sel != nil {
+		for _, name := range f.selectNames(*sel) {
+			maybe[name] = true
+		}
+	}
+	dep, ok := in.byName[depName]
+	var targeted []*DeviceView
+	if ok {
+		rolling := dep.Spec.Strategy.Type == schema.StrategyRollingUpdate
+		for _, name := range f.selectNames(dep.Spec.Selector) {
+			delete(maybe, name)
+			d, _ := f.device(name)
+			v := &DeviceView{Name: name, Labels: d.Labels, Prev: f.desired(name)}
+			if rolling {
+				v.Status, v.Online = f.deviceState(name, d.UID)
+			}
+			targeted = append(targeted, v)
+		}
+	}
+	for name := range maybe {
+		if _, exists := f.device(name); exists && hasPod(name) {
+			p.work[name] = slices.DeleteFunc(pods(name), func(p schema.Pod) bool { return p.Name == depName })
+		}
+	}
+	if !ok {
+		p.holding[depName] = false
+		return
+	}
+	placed, held := PlaceDeployment(dep, targeted)
+	p.holding[depName] = held > 0
+	for i, v := range targeted {
+		if cur := findPod(v.Prev, depName); cur != nil && cur.Hash == placed[i].Hash {
+			if _, ok := p.work[v.Name]; !ok {
+				continue // unchanged, and nothing else changed it
+			}
+		}
+		pods := pods(v.Name)
+		if j := slices.IndexFunc(pods, func(p schema.Pod) bool { return p.Name == depName }); j >= 0 {
+			pods[j] = placed[i]
+		} else {
+			pods = append(pods, placed[i])
+			sortPods(pods)
+		}
+		p.work[v.Name] = pods
+	}
 }
 
 // PlaceDeployment decides the pod one deployment puts on each device it
@@ -146,59 +348,6 @@ func SamePods(a, b []schema.Pod) bool {
 	return slices.EqualFunc(a, b, func(x, y schema.Pod) bool {
 		return x.Name == y.Name && x.Hash == y.Hash
 	})
-}
-
-// Converged reports whether a device's report shows it at its desired
-// generation with every desired pod running its spec (ready, or finished
-// for pods that are not restarted).
-func Converged(desired *schema.DesiredState, st *schema.DeviceStatus) bool {
-	if st == nil {
-		return desired == nil || len(desired.Pods) == 0 && desired.Generation == 0
-	}
-	if desired == nil {
-		return true
-	}
-	if st.ObservedGeneration < desired.Generation || (desired.Store != "" && st.Store != "" && st.Store != desired.Store) {
-		return false
-	}
-	for _, want := range desired.Pods {
-		ok := false
-		for _, got := range st.Pods {
-			if got.Name != want.Name {
-				continue
-			}
-			ok = (want.Hash == "" || got.Hash == "" || got.Hash == want.Hash) &&
-				(got.Ready || got.Phase == schema.PhaseSucceeded && want.Spec.RestartPolicy != schema.RestartAlways)
-			break
-		}
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
-
-// ObservedInfo derives the API's view of a device from its desired state,
-// its last report and its online flag.
-func ObservedInfo(desired *schema.DesiredState, st *schema.DeviceStatus, online bool, lastSeen time.Time, now time.Time, staleAfter time.Duration) *schema.DeviceObservedInfo {
-	info := &schema.DeviceObservedInfo{Online: online}
-	if desired != nil {
-		info.DesiredGeneration = desired.Generation
-	}
-	if !lastSeen.IsZero() {
-		ls := lastSeen.UTC()
-		info.LastSeen = &ls
-		info.Stale = staleAfter > 0 && now.Sub(lastSeen) > staleAfter
-	}
-	if st != nil {
-		info.ObservedGeneration = st.ObservedGeneration
-		agent := st.Agent
-		info.Agent = &agent
-		info.Node = st.Node
-		info.Pods = st.Pods
-	}
-	info.Converged = Converged(desired, st)
-	return info
 }
 
 // AggregateDeployment counts, over the devices a deployment targets, how

@@ -3,8 +3,8 @@ package controller
 import (
 	"fmt"
 	"testing"
-	"time"
 
+	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -130,7 +130,7 @@ func TestConvergedAndAggregate(t *testing.T) {
 	ready := &schema.DeviceStatus{ObservedGeneration: 4, Pods: []schema.PodStatus{{Name: "web", Hash: hash, Phase: schema.PhaseRunning, Ready: true}}}
 	behind := &schema.DeviceStatus{ObservedGeneration: 3, Pods: ready.Pods}
 	failed := &schema.DeviceStatus{ObservedGeneration: 4, Pods: []schema.PodStatus{{Name: "web", Hash: hash, Phase: schema.PhaseFailed}}}
-	if !Converged(desired, ready) || Converged(desired, behind) || Converged(desired, failed) || Converged(desired, nil) {
+	if !fleetmodel.Converged(desired, ready) || fleetmodel.Converged(desired, behind) || fleetmodel.Converged(desired, failed) || fleetmodel.Converged(desired, nil) {
 		t.Error("Converged is wrong")
 	}
 	a, b, c, d := device("a"), device("b"), device("c"), device("d")
@@ -140,13 +140,5 @@ func TestConvergedAndAggregate(t *testing.T) {
 	want := schema.DeploymentStatus{ObservedGeneration: 1, Targeted: 4, Updated: 3, Ready: 1, Failed: 1, Pending: 2}
 	if s != want {
 		t.Errorf("AggregateDeployment = %+v, want %+v (offline device pending, not failed)", s, want)
-	}
-}
-
-func TestObservedInfoStale(t *testing.T) {
-	now := time.Unix(1000, 0)
-	info := ObservedInfo(nil, nil, false, now.Add(-2*time.Minute), now, time.Minute)
-	if !info.Stale || info.Online || info.LastSeen == nil {
-		t.Errorf("ObservedInfo = %+v, want stale, offline, last seen set", info)
 	}
 }

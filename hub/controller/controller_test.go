@@ -204,8 +204,8 @@ func TestControllerGenerationsAndIdempotence(t *testing.T) {
 	if ds := pub.desired(t, "c"); ds.Generation != 1 {
 		t.Errorf("untargeted device moved to generation %d", ds.Generation)
 	}
-	if c.Desired("a").Generation != 2 {
-		t.Errorf("Desired(a) = %+v", c.Desired("a"))
+	if c.model.Model().Desired("a").Generation != 2 {
+		t.Errorf("Desired(a) = %+v", c.model.Model().Desired("a"))
 	}
 
 	// The same deployment again, and a label change that changes no
@@ -387,7 +387,7 @@ func TestControllerRetriesFailedPublishes(t *testing.T) {
 	go func() { done <- c.Run(ctx) }()
 	apply(t, st, dev("a"))
 	<-c.Ready()
-	eventually(t, "stored", func() bool { return c.Desired("a") != nil })
+	eventually(t, "stored", func() bool { return c.model.Model().Desired("a") != nil })
 	pub.mu.Lock()
 	pub.fail = false
 	pub.mu.Unlock()

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -10,8 +11,9 @@ import (
 )
 
 // TestIncrementalPassMatchesFullPass drives a controller pass by pass
-// through random device, deployment and report changes. After every
-// incremental pass, recomputing everything from scratch must agree with
+// through random device, deployment and report changes. Every pass must
+// be an incremental one (placeIncrementally deciding, not declining), and
+// after it, recomputing everything from scratch (placeAll) must agree with
 // it: the same pods on every device (a full pass would change nothing)
 // and the same deployment statuses.
 func TestIncrementalPassMatchesFullPass(t *testing.T) {
@@ -79,7 +81,7 @@ func incrementalVsFull(t *testing.T, seed uint64) {
 		await(kind, name)
 	}
 	report := func(name string, ready bool) {
-		ds := c.Desired(name)
+		ds := c.model.Desired(name)
 		if ds == nil {
 			return
 		}
@@ -180,7 +182,7 @@ func checkFixpoint(t *testing.T, c *Controller, when string) {
 	deps := c.deploymentsSorted()
 	want := DesiredPods(views, deps)
 	for _, v := range views {
-		got := c.desired[v.Name]
+		got := c.model.Desired(v.Name)
 		if got == nil {
 			t.Fatalf("%s: device %s has no desired state", when, v.Name)
 		}
@@ -201,23 +203,24 @@ func checkFixpoint(t *testing.T, c *Controller, when string) {
 			t.Fatalf("%s: device %s has pods %s, a full pass gives %s", when, v.Name, podList(got.Pods), podList(want[v.Name]))
 		}
 	}
-	for name := range c.desired {
-		if _, ok := c.devices[name]; !ok {
+	for name := range c.model.DesiredStates() {
+		if _, ok := c.model.Device(name); !ok {
 			t.Fatalf("%s: deleted device %s still has a desired state", when, name)
 		}
 	}
 	for i := range deps {
 		d := &deps[i]
-		got, ok := c.DeploymentStatus(d.Metadata.Name)
+		got, ok := c.model.Model().DeploymentStatus(d.Metadata.Name)
 		if w := AggregateDeployment(d, views); !ok || got != w {
 			t.Fatalf("%s: deployment %s status %+v (known %v), want %+v", when, d.Metadata.Name, got, ok, w)
 		}
 	}
-	c.mu.RLock()
-	n := len(c.depStatus)
-	c.mu.RUnlock()
-	if n != len(deps) {
-		t.Fatalf("%s: %d deployment statuses for %d deployments", when, n, len(deps))
+	for i := range 5 { // every name depName gives
+		name := fmt.Sprintf("app%d", i)
+		_, exists := c.deployments[name]
+		if _, ok := c.model.Model().DeploymentStatus(name); ok != exists {
+			t.Fatalf("%s: deployment %s exists %v, has a status %v", when, name, exists, ok)
+		}
 	}
 }
 
@@ -230,4 +233,56 @@ func podList(pods []schema.Pod) string {
 		s += p.Name + "@" + p.Hash[:6]
 	}
 	return s + "]"
+}
+
+// TestIncrementalPlacementDeclines: when more devices changed than the
+// limit, placeIncrementally declines without deciding anything, and the
+// pass falls back to placing everything, with the same outcome.
+func TestIncrementalPlacementDeclines(t *testing.T) {
+	ctx := t.Context()
+	st := openStore(t, t.TempDir())
+	c, err := New(Options{Store: st, Conn: newRecorder()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	events, err := st.Watch(ctx, "", c.listRev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.pass(ctx)
+	apply(t, st, depl("web", "nginx:1", "site", "lab"))
+	objs := make([]schema.Object, 0, minIncrementalLimit+1)
+	for i := range minIncrementalLimit + 1 {
+		objs = append(objs, dev(fmt.Sprintf("d%04d", i), "site", "lab"))
+	}
+	apply(t, st, objs...)
+	last := fmt.Sprintf("d%04d", minIncrementalLimit)
+	for seen := false; !seen; {
+		select {
+		case ev := <-events:
+			c.apply(ev)
+			seen = ev.Name == last
+		case <-time.After(5 * time.Second):
+			t.Fatal("no store event for the last device")
+		}
+	}
+	rolling := maps.Clone(c.rolling)
+	if _, ok := placeIncrementally(c, increment{devices: c.dirtyDevs, rolling: c.rolling, limit: minIncrementalLimit}); ok {
+		t.Fatalf("placeIncrementally decided for %d changed devices, limit %d", len(c.dirtyDevs), minIncrementalLimit)
+	}
+	if !maps.Equal(rolling, c.rolling) {
+		t.Error("placeIncrementally changed the rollouts while declining")
+	}
+	full := c.fullPasses.Load()
+	c.pass(ctx)
+	if c.fullPasses.Load() != full+1 {
+		t.Fatal("the pass did not fall back to the full placement")
+	}
+	checkFixpoint(t, c, "after the fallback")
+	if ds := c.model.Desired(last); ds == nil || len(ds.Pods) != 1 {
+		t.Errorf("desired state of %s: %+v, want web", last, ds)
+	}
 }

@@ -76,7 +76,7 @@ func (c *Controller) selectNames(sel schema.LabelSelector) []string {
 	if !narrowed {
 		var out []string
 		for _, name := range c.names() {
-			if sel.Matches(c.devices[name].Labels) {
+			if sel.Matches(c.labels(name)) {
 				out = append(out, name)
 			}
 		}
@@ -90,7 +90,7 @@ func (c *Controller) selectNames(sel schema.LabelSelector) []string {
 				continue
 			}
 			seen[name] = struct{}{}
-			if d, ok := c.devices[name]; ok && sel.Matches(d.Labels) {
+			if d, ok := c.model.Device(name); ok && sel.Matches(d.Labels) {
 				out = append(out, name)
 			}
 		}
@@ -99,52 +99,8 @@ func (c *Controller) selectNames(sel schema.LabelSelector) []string {
 	return out
 }
 
-// depAgg is a deployment's status, kept up to date device by device.
-type depAgg struct {
-	hash   string
-	status schema.DeploymentStatus
-	cat    map[string]category // the devices it targets
-}
-
-// rebuildAgg counts a deployment's status from scratch.
-func (c *Controller) rebuildAgg(dep *schema.Deployment) {
-	names := c.selectNames(dep.Spec.Selector)
-	a := &depAgg{
-		hash:   schema.PodSpecHash(dep.Spec.Template.Spec),
-		status: schema.DeploymentStatus{ObservedGeneration: dep.Metadata.Generation},
-		cat:    make(map[string]category, len(names)),
-	}
-	for _, name := range names {
-		cat := c.categoryOf(dep.Metadata.Name, a.hash, name)
-		a.cat[name] = cat
-		countDevice(&a.status, cat, 1)
-	}
-	c.aggs[dep.Metadata.Name] = a
-}
-
-// updateAgg recounts one device in a deployment's status.
-func (c *Controller) updateAgg(dep *schema.Deployment, name string) {
-	a := c.aggs[dep.Metadata.Name]
-	if a == nil {
-		c.rebuildAgg(dep)
-		return
-	}
-	if old, ok := a.cat[name]; ok {
-		countDevice(&a.status, old, -1)
-		delete(a.cat, name)
-	}
-	if d, ok := c.devices[name]; ok && dep.Spec.Selector.Matches(d.Labels) {
-		cat := c.categoryOf(dep.Metadata.Name, a.hash, name)
-		a.cat[name] = cat
-		countDevice(&a.status, cat, 1)
-	}
-}
-
-func (c *Controller) categoryOf(depName, hash, device string) category {
-	var st *schema.DeviceStatus
-	var online bool
-	if c.opts.Status != nil {
-		st, online = c.opts.Status.DeviceState(device, c.devices[device].UID)
-	}
-	return deviceCategory(depName, hash, st, online)
+// labels returns a registered device's labels.
+func (c *Controller) labels(name string) map[string]string {
+	d, _ := c.model.Device(name)
+	return d.Labels
 }

@@ -1,11 +1,3 @@
-// Package ingest receives what agents publish — status, online and events —
-// over the hub's MQTT connection, checks it, keeps the latest report of
-// every device in memory, and writes reports to the store in batches.
-//
-// Bad input never corrupts state: a payload that does not decode, does not
-// validate, is too large, or names another device than its topic is
-// counted (fleet_mqtt_malformed_payloads_total), logged at a limited rate
-// and dropped; the device's last good report stays.
 package ingest
 
 import (
@@ -19,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fleetmq/fleet/hub/controller"
+	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/hub/metrics"
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
@@ -30,7 +22,7 @@ const (
 	DefaultFlushInterval   = 200 * time.Millisecond
 	DefaultFlushBatch      = 256
 	DefaultMaxPayload      = 64 << 10
-	DefaultStaleAfter      = 90 * time.Second
+	DefaultStaleAfter      = fleetmodel.DefaultStaleAfter
 	DefaultEventsPerDevice = 32
 	// maxChunkBytes bounds one store transaction of reports.
 	maxChunkBytes = 512 << 10
@@ -44,22 +36,19 @@ type Subscriber interface {
 	Subscribe(ctx context.Context, filter string, handler func(topic string, payload []byte)) error
 }
 
-// Registry tells which devices exist (the controller).
-type Registry interface {
-	// Device returns the uid and labels of a registered device.
-	Device(name string) (uid string, labels map[string]string, ok bool)
-	// Desired returns the device's current desired state, or nil.
-	Desired(name string) *schema.DesiredState
-}
-
-// Options configure an Ingest. Conn, Store and Registry are required.
+// Options configure an Ingest. Conn, Store and Model are required.
 type Options struct {
-	Conn     Subscriber
-	Store    *store.Store
-	Registry Registry
-	Topics   schema.Topics
-	Logger   *slog.Logger
-	Metrics  *metrics.Metrics
+	Conn  Subscriber
+	Store *store.Store
+	// Model is where reports go. The ingest reads from it only which
+	// devices exist (Device) and writes only reports (UpdateReport,
+	// AddEvent, LoadReports). A concrete type, not an interface: the
+	// update of every status message is a closure that would escape to
+	// the heap through an interface call.
+	Model   *fleetmodel.Model
+	Topics  schema.Topics
+	Logger  *slog.Logger
+	Metrics *metrics.Metrics
 	// OnChange is called with the device's name after its report or
 	// online state changed (the controller's DeviceStatusChanged). It must
 	// not block.
@@ -71,14 +60,9 @@ type Options struct {
 	FlushBatch    int
 	// MaxPayload is the largest payload accepted; default 64 KiB.
 	MaxPayload int
-	// StaleAfter: a device not heard from for this long is stale (and
-	// counts as offline); default 90 s, three agent heartbeats.
-	StaleAfter time.Duration
 	// EventsPerDevice is how many recent events are kept per device;
 	// default 32.
 	EventsPerDevice int
-	// Now is the clock; default time.Now.
-	Now func() time.Time
 }
 
 func (o *Options) setDefaults() {
@@ -97,34 +81,9 @@ func (o *Options) setDefaults() {
 	if o.MaxPayload <= 0 {
 		o.MaxPayload = DefaultMaxPayload
 	}
-	if o.StaleAfter <= 0 {
-		o.StaleAfter = DefaultStaleAfter
-	}
 	if o.EventsPerDevice <= 0 {
 		o.EventsPerDevice = DefaultEventsPerDevice
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-}
-
-// entry is what the hub knows of one device from its messages.
-type entry struct {
-	// uid of the device the messages were accepted for; "" for a report
-	// loaded from the store (which deletes it with the device).
-	uid      string
-	status   *schema.DeviceStatus // never modified once stored here
-	raw      []byte               // status as received
-	online   bool
-	lastSeen time.Time
-	events   []schema.Event // ring, oldest at evStart once full
-	evStart  int
-	// version counts changes; the cached API JSON is for infoVersion.
-	version     uint64
-	info        []byte
-	infoVersion uint64
-	infoGen     int64
-	infoUntil   time.Time
 }
 
 // pendingStatus is a report waiting to be written.
@@ -135,14 +94,16 @@ type pendingStatus struct {
 
 // Ingest is the status ingest. Create it with New, then Run.
 type Ingest struct {
-	opts Options
-	log  *slog.Logger
-	m    *metrics.Metrics
+	opts  Options
+	log   *slog.Logger
+	m     *metrics.Metrics
+	model *fleetmodel.Model
 
-	mu      sync.RWMutex
-	entries map[string]*entry
-	dirty   map[string]pendingStatus
-	arch    map[string]string // device → reported arch not yet in its labels
+	// What waits to be written to the store. Lock order: the model's
+	// lock, then mu.
+	mu    sync.Mutex
+	dirty map[string]pendingStatus
+	arch  map[string]string // device → reported arch not yet in its labels
 
 	flush chan struct{}
 
@@ -154,14 +115,14 @@ type Ingest struct {
 // New returns an Ingest.
 func New(opts Options) (*Ingest, error) {
 	opts.setDefaults()
-	if opts.Conn == nil || opts.Store == nil || opts.Registry == nil {
-		return nil, errors.New("new ingest: Conn, Store and Registry are required")
+	if opts.Conn == nil || opts.Store == nil || opts.Model == nil {
+		return nil, errors.New("new ingest: Conn, Store and Model are required")
 	}
 	return &Ingest{
 		opts:       opts,
 		log:        opts.Logger,
 		m:          opts.Metrics,
-		entries:    map[string]*entry{},
+		model:      opts.Model,
 		dirty:      map[string]pendingStatus{},
 		arch:       map[string]string{},
 		flush:      make(chan struct{}, 1),
@@ -170,11 +131,11 @@ func New(opts Options) (*Ingest, error) {
 	}, nil
 }
 
-// Load reads the last stored report of every device. Run calls it; call it
-// earlier to have reports before Run starts.
+// Load reads the last stored report of every device into the model. Call
+// it before Run.
 func (in *Ingest) Load(ctx context.Context) error {
-	now := in.opts.Now()
-	loaded := map[string]*entry{}
+	now := in.model.Now()
+	loaded := map[string]fleetmodel.Report{}
 	err := in.opts.Store.View(ctx, func(t *store.Txn) error {
 		return t.Scan(store.StatusPrefix, func(key string, val []byte) error {
 			name := key[len(store.StatusPrefix):]
@@ -189,20 +150,14 @@ func (in *Ingest) Load(ctx context.Context) error {
 			if seen.After(now) {
 				seen = now
 			}
-			loaded[name] = &entry{status: &st, raw: append([]byte(nil), val...), lastSeen: seen, version: 1}
+			loaded[name] = fleetmodel.Report{Status: &st, Raw: append([]byte(nil), val...), LastSeen: seen}
 			return nil
 		})
 	})
 	if err != nil {
 		return fmt.Errorf("ingest: load statuses: %w", err)
 	}
-	in.mu.Lock()
-	for name, e := range loaded {
-		if _, ok := in.entries[name]; !ok {
-			in.entries[name] = e
-		}
-	}
-	in.mu.Unlock()
+	in.model.LoadReports(loaded)
 	return nil
 }
 
@@ -261,7 +216,7 @@ func (in *Ingest) Handle(topic string, payload []byte) {
 		in.malformed(kind, device, fmt.Errorf("payload of %d bytes, more than %d", len(payload), in.opts.MaxPayload))
 		return
 	}
-	uid, labels, ok := in.opts.Registry.Device(device)
+	uid, labels, ok := in.model.Device(device)
 	if !ok {
 		if in.m != nil {
 			in.m.Ignored.WithLabelValues(kind, metrics.ReasonUnknownDevice).Inc()
@@ -293,32 +248,38 @@ func (in *Ingest) handleStatus(device, uid string, labels map[string]string, pay
 		in.malformed(schema.TopicStatus, device, fmt.Errorf("payload names device %q", truncate(st.Device)))
 		return
 	}
-	now := in.opts.Now()
-	in.mu.Lock()
-	e := in.entryLocked(device, uid)
-	if older(&st, e.status) {
-		// A late or re-delivered report (QoS 1 duplicates, reordering
-		// across reconnects) must not take the hub's view backwards.
+	var rejected, notify, full bool
+	in.model.UpdateReport(device, uid, func(r *fleetmodel.Report, wasOnline bool) bool {
+		if older(&st, r.Status) {
+			// A late or re-delivered report (QoS 1 duplicates, reordering
+			// across reconnects) must not take the hub's view backwards.
+			rejected = true
+			return false
+		}
+		// A heartbeat repeats the last report with a new time: the
+		// controller has nothing to redo for it, unless the device was
+		// offline or stale until now. (10,000 devices send 333 a second.)
+		notify = !wasOnline || !sameReport(r.Status, &st)
+		r.Status, r.Raw, r.LastSeen = &st, payload, in.model.Now()
+		// Under the model's lock, so the store gets the reports in the
+		// model's order.
+		in.mu.Lock()
+		in.dirty[device] = pendingStatus{uid: uid, raw: payload}
+		if a := st.Agent.Arch; a != "" && labels[schema.LabelArch] != a {
+			if err := schema.ValidateLabelValue(a); err == nil {
+				in.arch[device] = a
+			}
+		}
+		full = len(in.dirty) >= in.opts.FlushBatch
 		in.mu.Unlock()
+		return true
+	})
+	if rejected {
 		if in.m != nil {
 			in.m.Ignored.WithLabelValues(schema.TopicStatus, metrics.ReasonStale).Inc()
 		}
 		return
 	}
-	// A heartbeat repeats the last report with a new time: the controller
-	// has nothing to redo for it, unless the device was stale until now.
-	// (10,000 devices send 333 a second.)
-	notify := !sameReport(e.status, &st) || !e.online || e.lastSeen.IsZero() || now.Sub(e.lastSeen) > in.opts.StaleAfter
-	e.status, e.raw, e.lastSeen = &st, payload, now
-	e.version++
-	in.dirty[device] = pendingStatus{uid: uid, raw: payload}
-	if a := st.Agent.Arch; a != "" && labels[schema.LabelArch] != a {
-		if err := schema.ValidateLabelValue(a); err == nil {
-			in.arch[device] = a
-		}
-	}
-	full := len(in.dirty) >= in.opts.FlushBatch
-	in.mu.Unlock()
 	if in.m != nil {
 		in.m.StatusMessages.Inc()
 	}
@@ -353,15 +314,15 @@ func (in *Ingest) handleOnline(device, uid string, payload []byte) {
 		in.malformed(schema.TopicOnline, device, fmt.Errorf("payload %q: want %q or %q", truncate(string(payload)), schema.Online, schema.Offline))
 		return
 	}
-	in.mu.Lock()
-	e := in.entryLocked(device, uid)
-	changed := e.online != online
-	e.online = online
-	if online {
-		e.lastSeen = in.opts.Now()
-	}
-	e.version++
-	in.mu.Unlock()
+	var changed bool
+	in.model.UpdateReport(device, uid, func(r *fleetmodel.Report, _ bool) bool {
+		changed = r.Online != online
+		r.Online = online
+		if online {
+			r.LastSeen = in.model.Now()
+		}
+		return true
+	})
 	if changed {
 		in.log.Debug("device online state", "device", device, "online", online)
 	}
@@ -382,31 +343,7 @@ func (in *Ingest) handleEvent(device, uid string, payload []byte) {
 		in.malformed(schema.TopicEvents, device, fmt.Errorf("payload names device %q", truncate(ev.Device)))
 		return
 	}
-	in.mu.Lock()
-	e := in.entryLocked(device, uid)
-	if n := in.opts.EventsPerDevice; len(e.events) < n {
-		e.events = append(e.events, ev)
-	} else {
-		e.events[e.evStart] = ev
-		e.evStart = (e.evStart + 1) % n
-	}
-	e.lastSeen = in.opts.Now()
-	e.version++
-	in.mu.Unlock()
-}
-
-// entryLocked returns the device's entry, a new one if the device has none
-// or the one it has belongs to an earlier device of the same name.
-func (in *Ingest) entryLocked(device, uid string) *entry {
-	e := in.entries[device]
-	if e == nil || e.uid != "" && e.uid != uid {
-		e = &entry{uid: uid}
-		in.entries[device] = e
-	}
-	if e.uid == "" {
-		e.uid = uid
-	}
-	return e
+	in.model.AddEvent(device, uid, ev, in.opts.EventsPerDevice)
 }
 
 // malformed counts and (rate-limited) logs a refused payload. The payload
@@ -433,252 +370,6 @@ func truncate(s string) string {
 		return s[:64] + "..."
 	}
 	return s
-}
-
-// Forget drops what is known of a deleted device.
-func (in *Ingest) Forget(device string) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	delete(in.entries, device)
-	delete(in.dirty, device)
-	delete(in.arch, device)
-}
-
-// ---- what other parts read -------------------------------------------------------
-
-// usable returns the entry if it belongs to the device with this uid.
-func (in *Ingest) usableLocked(name, uid string) *entry {
-	e := in.entries[name]
-	if e == nil || e.uid != "" && uid != "" && e.uid != uid {
-		return nil
-	}
-	return e
-}
-
-// DeviceState implements controller.StatusSource: the last report, and
-// whether the device is online and not stale.
-func (in *Ingest) DeviceState(name, uid string) (*schema.DeviceStatus, bool) {
-	now := in.opts.Now()
-	in.mu.RLock()
-	defer in.mu.RUnlock()
-	e := in.usableLocked(name, uid)
-	if e == nil {
-		return nil, false
-	}
-	return e.status, e.online && !e.lastSeen.IsZero() && now.Sub(e.lastSeen) <= in.opts.StaleAfter
-}
-
-// DeviceInfo returns the hub's view of a device (schema.DeviceObservedInfo).
-func (in *Ingest) DeviceInfo(name, uid string) *schema.DeviceObservedInfo {
-	desired := in.opts.Registry.Desired(name)
-	in.mu.RLock()
-	defer in.mu.RUnlock()
-	var (
-		st       *schema.DeviceStatus
-		online   bool
-		lastSeen time.Time
-	)
-	if e := in.usableLocked(name, uid); e != nil {
-		st, online, lastSeen = e.status, e.online, e.lastSeen
-	}
-	return controller.ObservedInfo(desired, st, online, lastSeen, in.opts.Now(), in.opts.StaleAfter)
-}
-
-// DeviceInfoJSON is DeviceInfo encoded, cached until the device's state,
-// its desired generation or its staleness changes: a list of 10,000
-// devices mostly copies bytes.
-func (in *Ingest) DeviceInfoJSON(name, uid string) []byte {
-	desired := in.opts.Registry.Desired(name)
-	var gen int64
-	if desired != nil {
-		gen = desired.Generation
-	}
-	now := in.opts.Now()
-	in.mu.RLock()
-	e := in.usableLocked(name, uid)
-	if e == nil {
-		in.mu.RUnlock()
-		b, _ := json.Marshal(controller.ObservedInfo(desired, nil, false, time.Time{}, now, in.opts.StaleAfter))
-		return b
-	}
-	if e.info != nil && e.infoVersion == e.version && e.infoGen == gen && now.Before(e.infoUntil) {
-		b := e.info
-		in.mu.RUnlock()
-		return b
-	}
-	st, online, lastSeen, version := e.status, e.online, e.lastSeen, e.version
-	in.mu.RUnlock()
-
-	info := controller.ObservedInfo(desired, st, online, lastSeen, now, in.opts.StaleAfter)
-	b, err := json.Marshal(info)
-	if err != nil {
-		return nil
-	}
-	until := now.Add(24 * time.Hour)
-	if !lastSeen.IsZero() && !info.Stale {
-		until = lastSeen.Add(in.opts.StaleAfter)
-	}
-	in.mu.Lock()
-	if e2 := in.entries[name]; e2 == e && e.version == version {
-		e.info, e.infoVersion, e.infoGen, e.infoUntil = b, version, gen, until
-	}
-	in.mu.Unlock()
-	return b
-}
-
-// Events returns the device's recent events, oldest first.
-func (in *Ingest) Events(name, uid string) []schema.Event {
-	in.mu.RLock()
-	defer in.mu.RUnlock()
-	out := []schema.Event{}
-	e := in.usableLocked(name, uid)
-	if e == nil {
-		return out
-	}
-	out = append(out, e.events[e.evStart:]...)
-	return append(out, e.events[:e.evStart]...)
-}
-
-// ---- writing to the store -----------------------------------------------------
-
-func (in *Ingest) wakeFlush() {
-	select {
-	case in.flush <- struct{}{}:
-	default:
-	}
-}
-
-// Flush writes the waiting reports (and fleet/arch labels) to the store
-// now. What fails stays waiting for the next flush.
-func (in *Ingest) Flush(ctx context.Context) {
-	in.mu.Lock()
-	dirty, arch := in.dirty, in.arch
-	if len(dirty) > 0 {
-		in.dirty = map[string]pendingStatus{}
-	}
-	if len(arch) > 0 {
-		in.arch = map[string]string{}
-	}
-	in.mu.Unlock()
-	if len(dirty) > 0 {
-		if err := in.writeStatuses(ctx, dirty); err != nil {
-			in.log.Error("store device statuses", "devices", len(dirty), "err", err)
-			in.requeue(dirty, nil)
-		}
-	}
-	if len(arch) > 0 {
-		if err := in.writeArch(ctx, arch); err != nil {
-			in.log.Error("store fleet/arch labels", "devices", len(arch), "err", err)
-			in.requeue(nil, arch)
-		}
-	}
-}
-
-// requeue puts back what failed, unless newer reports came meanwhile.
-func (in *Ingest) requeue(dirty map[string]pendingStatus, arch map[string]string) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	for k, v := range dirty {
-		if _, newer := in.dirty[k]; !newer && in.entries[k] != nil {
-			in.dirty[k] = v
-		}
-	}
-	for k, v := range arch {
-		if _, newer := in.arch[k]; !newer && in.entries[k] != nil {
-			in.arch[k] = v
-		}
-	}
-}
-
-// writeStatuses stores reports in transactions of at most maxChunkBytes,
-// skipping devices deleted (or re-created) since the report came.
-func (in *Ingest) writeStatuses(ctx context.Context, dirty map[string]pendingStatus) error {
-	names := make([]string, 0, len(dirty))
-	for n := range dirty {
-		names = append(names, n)
-	}
-	for len(names) > 0 {
-		n, size := 0, 0
-		for n < len(names) && (n == 0 || size+len(dirty[names[n]].raw) < maxChunkBytes) {
-			size += len(dirty[names[n]].raw)
-			n++
-		}
-		chunk := names[:n]
-		names = names[n:]
-		_, err := in.opts.Store.Write(ctx, func(t *store.Txn) error {
-			for _, name := range chunk {
-				p := dirty[name]
-				// DeviceUID answers from the store's in-memory index,
-				// exact for this transaction: no read and decode of the
-				// device object per report.
-				if uid, ok := t.DeviceUID(name); !ok || p.uid != "" && uid != p.uid {
-					continue
-				}
-				if err := t.Set(store.StatusKey(name), p.raw); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, name := range chunk {
-			delete(dirty, name)
-		}
-		if in.m != nil {
-			in.m.StatusFlushes.Inc()
-		}
-	}
-	return nil
-}
-
-// writeArch sets the fleet/arch label of devices whose agent reported an
-// architecture their label does not have: one transaction per 256 devices,
-// a write only where the label changes.
-func (in *Ingest) writeArch(ctx context.Context, arch map[string]string) error {
-	names := make([]string, 0, len(arch))
-	for n := range arch {
-		names = append(names, n)
-	}
-	for len(names) > 0 {
-		chunk := names[:min(256, len(names))]
-		names = names[len(chunk):]
-		var set []string
-		_, err := in.opts.Store.Write(ctx, func(t *store.Txn) error {
-			set = set[:0]
-			for _, name := range chunk {
-				a := arch[name]
-				o, err := t.GetObject(schema.KindDevice, name)
-				if err != nil || o.GetMetadata().Labels[schema.LabelArch] == a {
-					continue // deleted meanwhile, or already labelled
-				}
-				set = append(set, name)
-				_, err = t.MutateObject(schema.KindDevice, name, func(o schema.Object) error {
-					md := o.GetMetadata()
-					if md.Labels == nil {
-						md.Labels = map[string]string{}
-					}
-					md.Labels[schema.LabelArch] = a
-					return nil
-				})
-				if err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, name := range set {
-			in.log.Info("device architecture label set", "device", name, "arch", arch[name])
-		}
-		for _, name := range chunk {
-			delete(arch, name)
-		}
-	}
-	return nil
 }
 
 // older reports whether st is an older report than cur from the same hub

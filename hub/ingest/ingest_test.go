@@ -11,25 +11,30 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/hub/metrics"
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
 
-// registry is a Registry over the store's devices, read on every call.
-type registry struct {
-	st *store.Store
-}
-
-func (r registry) Device(name string) (string, map[string]string, bool) {
-	o, err := r.st.Get(context.Background(), schema.KindDevice, name)
+// storeDevice returns a device's uid and labels as stored.
+func storeDevice(st *store.Store, name string) (string, map[string]string, bool) {
+	o, err := st.Get(context.Background(), schema.KindDevice, name)
 	if err != nil {
 		return "", nil, false
 	}
 	return o.GetMetadata().UID, o.GetMetadata().Labels, true
 }
 
-func (registry) Desired(string) *schema.DesiredState { return nil }
+// register puts a stored device into the model, as the controller does.
+func register(t testing.TB, st *store.Store, w *fleetmodel.Writer, name string) {
+	t.Helper()
+	uid, labels, ok := storeDevice(st, name)
+	if !ok {
+		t.Fatalf("device %s is not stored", name)
+	}
+	w.PutDevice(name, fleetmodel.Device{UID: uid, Labels: labels})
+}
 
 type noConn struct{}
 
@@ -54,6 +59,8 @@ func (c *clock) add(d time.Duration) {
 
 type fixture struct {
 	st    *store.Store
+	fm    *fleetmodel.Model
+	w     *fleetmodel.Writer
 	in    *Ingest
 	m     *metrics.Metrics
 	clock *clock
@@ -72,7 +79,12 @@ func newFixture(t testing.TB, devices ...string) *fixture {
 		}
 	}
 	f := &fixture{st: st, m: metrics.New(metrics.Gauges{}), clock: &clock{now: time.Unix(1_700_000_000, 0)}}
-	f.in, err = New(Options{Conn: noConn{}, Store: st, Registry: registry{st}, Metrics: f.m, Now: f.clock.Now, MaxPayload: 4096})
+	f.fm = fleetmodel.New(fleetmodel.Options{Now: f.clock.Now})
+	f.w = f.fm.Writer()
+	for _, d := range devices {
+		register(t, st, f.w, d)
+	}
+	f.in, err = New(Options{Conn: noConn{}, Store: st, Model: f.fm, Metrics: f.m, MaxPayload: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +110,7 @@ const topicPrefix = "fleet/v1/devices/"
 func TestHandleStatusStoresAndLabels(t *testing.T) {
 	f := newFixture(t, "pi")
 	f.in.Handle(topicPrefix+"pi/status", []byte(statusJSON("pi", 3, "arm64")))
-	st, _ := f.in.DeviceState("pi", "")
+	st, _ := f.fm.DeviceState("pi", "")
 	if st == nil || st.ObservedGeneration != 3 {
 		t.Fatalf("DeviceState = %+v", st)
 	}
@@ -137,14 +149,16 @@ func TestHandleStatusStoresAndLabels(t *testing.T) {
 	}
 
 	// A new Ingest (a restarted hub) has the report from the store.
-	in2, err := New(Options{Conn: noConn{}, Store: f.st, Registry: registry{f.st}, Now: f.clock.Now})
+	fm2 := fleetmodel.New(fleetmodel.Options{Now: f.clock.Now})
+	register(t, f.st, fm2.Writer(), "pi")
+	in2, err := New(Options{Conn: noConn{}, Store: f.st, Model: fm2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := in2.Load(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := in2.DeviceState("pi", ""); st == nil || st.ObservedGeneration != 4 {
+	if st, _ := fm2.DeviceState("pi", ""); st == nil || st.ObservedGeneration != 4 {
 		t.Errorf("after reload: %+v", st)
 	}
 }
@@ -177,11 +191,11 @@ func TestHandleMalformedChangesNothing(t *testing.T) {
 			if got := counter(t, f.m.Malformed.WithLabelValues(tt.kind)); got != before+1 {
 				t.Errorf("malformed{%s} went from %v to %v", tt.kind, before, got)
 			}
-			st, online := f.in.DeviceState("pi", "")
+			st, online := f.fm.DeviceState("pi", "")
 			if st == nil || st.ObservedGeneration != 7 || st.Agent.Arch != "amd64" || !online {
 				t.Errorf("state changed: %+v online=%v", st, online)
 			}
-			if st, _ := f.in.DeviceState("other", ""); st != nil {
+			if st, _ := f.fm.DeviceState("other", ""); st != nil {
 				t.Errorf("other device got a state: %+v", st)
 			}
 		})
@@ -191,7 +205,7 @@ func TestHandleMalformedChangesNothing(t *testing.T) {
 func TestHandleUnknownDeviceIgnored(t *testing.T) {
 	f := newFixture(t, "pi")
 	f.in.Handle(topicPrefix+"ghost/status", []byte(statusJSON("ghost", 1, "arm")))
-	if st, _ := f.in.DeviceState("ghost", ""); st != nil {
+	if st, _ := f.fm.DeviceState("ghost", ""); st != nil {
 		t.Errorf("unknown device stored: %+v", st)
 	}
 	if n := counter(t, f.m.Ignored.WithLabelValues("status", metrics.ReasonUnknownDevice)); n != 1 {
@@ -209,30 +223,31 @@ func TestHandleUnknownDeviceIgnored(t *testing.T) {
 func TestOnlineStaleAndEvents(t *testing.T) {
 	f := newFixture(t, "pi")
 	f.in.Handle(topicPrefix+"pi/online", []byte("online"))
-	if _, online := f.in.DeviceState("pi", ""); !online {
+	if _, online := f.fm.DeviceState("pi", ""); !online {
 		t.Fatal("not online")
 	}
 	f.clock.add(DefaultStaleAfter + time.Second)
-	if _, online := f.in.DeviceState("pi", ""); online {
+	if _, online := f.fm.DeviceState("pi", ""); online {
 		t.Error("online after the stale threshold")
 	}
-	if info := f.in.DeviceInfo("pi", ""); !info.Stale || !info.Online {
+	if info := f.fm.DeviceInfo("pi", ""); !info.Stale || !info.Online {
 		t.Errorf("info %+v: want online (as last told) and stale", info)
 	}
 	f.in.Handle(topicPrefix+"pi/online", []byte("offline"))
-	if info := f.in.DeviceInfo("pi", ""); info.Online {
+	if info := f.fm.DeviceInfo("pi", ""); info.Online {
 		t.Error("online after offline")
 	}
 	for i := range DefaultEventsPerDevice + 5 {
 		f.in.Handle(topicPrefix+"pi/events", fmt.Appendf(nil, `{"device":"pi","type":"Normal","reason":"r%d"}`, i))
 	}
-	evs := f.in.Events("pi", "")
+	evs := f.fm.Events("pi", "")
 	if len(evs) != DefaultEventsPerDevice || evs[0].Reason != "r5" || evs[len(evs)-1].Reason != fmt.Sprintf("r%d", DefaultEventsPerDevice+4) {
 		t.Errorf("events: %d, first %q", len(evs), evs[0].Reason)
 	}
-	f.in.Forget("pi")
-	if len(f.in.Events("pi", "")) != 0 {
-		t.Error("events kept after Forget")
+	// The controller removes the deleted device's desired state.
+	f.w.SetDesired(1, func(int) (string, *schema.DesiredState) { return "pi", nil })
+	if len(f.fm.Events("pi", "")) != 0 {
+		t.Error("events kept after the device was removed")
 	}
 }
 
@@ -240,26 +255,26 @@ func TestDeviceInfoJSONCache(t *testing.T) {
 	f := newFixture(t, "pi")
 	f.in.Handle(topicPrefix+"pi/status", []byte(statusJSON("pi", 1, "arm64")))
 	f.in.Handle(topicPrefix+"pi/online", []byte("online"))
-	a := f.in.DeviceInfoJSON("pi", "")
-	b := f.in.DeviceInfoJSON("pi", "")
+	a := f.fm.DeviceInfoJSON("pi", "")
+	b := f.fm.DeviceInfoJSON("pi", "")
 	if &a[0] != &b[0] {
 		t.Error("second call did not use the cache")
 	}
 	f.clock.add(DefaultStaleAfter + time.Second)
 	var info schema.DeviceObservedInfo
-	if err := json.Unmarshal(f.in.DeviceInfoJSON("pi", ""), &info); err != nil || !info.Stale {
+	if err := json.Unmarshal(f.fm.DeviceInfoJSON("pi", ""), &info); err != nil || !info.Stale {
 		t.Errorf("cache not invalidated by staleness: %+v %v", info, err)
 	}
 	f.in.Handle(topicPrefix+"pi/status", []byte(statusJSON("pi", 2, "arm64")))
 	info = schema.DeviceObservedInfo{}
-	if err := json.Unmarshal(f.in.DeviceInfoJSON("pi", ""), &info); err != nil || info.ObservedGeneration != 2 || info.Stale {
+	if err := json.Unmarshal(f.fm.DeviceInfoJSON("pi", ""), &info); err != nil || info.ObservedGeneration != 2 || info.Stale {
 		t.Errorf("cache not invalidated by a report: %+v %v", info, err)
 	}
 }
 
 func TestStatusOfDeletedDeviceNotWritten(t *testing.T) {
 	f := newFixture(t, "pi")
-	uid, _, _ := registry{f.st}.Device("pi")
+	uid, _, _ := storeDevice(f.st, "pi")
 	f.in.Handle(topicPrefix+"pi/status", []byte(statusJSON("pi", 1, "")))
 	if _, err := f.st.Delete(t.Context(), schema.KindDevice, "pi", "", false); err != nil {
 		t.Fatal(err)
@@ -267,6 +282,7 @@ func TestStatusOfDeletedDeviceNotWritten(t *testing.T) {
 	if _, err := f.st.Create(t.Context(), &schema.Device{Metadata: schema.ObjectMeta{Name: "pi"}}, false); err != nil {
 		t.Fatal(err)
 	}
+	register(t, f.st, f.w, "pi")
 	f.in.Flush(t.Context())
 	_ = f.st.View(t.Context(), func(tx *store.Txn) error {
 		if _, err := tx.Get(store.StatusKey("pi")); err == nil {
@@ -274,8 +290,8 @@ func TestStatusOfDeletedDeviceNotWritten(t *testing.T) {
 		}
 		return nil
 	})
-	uid2, _, _ := registry{f.st}.Device("pi")
-	if st, _ := f.in.DeviceState("pi", uid2); st != nil || uid == uid2 {
+	uid2, _, _ := storeDevice(f.st, "pi")
+	if st, _ := f.fm.DeviceState("pi", uid2); st != nil || uid == uid2 {
 		t.Errorf("new device sees the old one's report: %+v", st)
 	}
 }
@@ -291,7 +307,7 @@ func TestStatusOfDeviceDeletedBeforeFlushNotWritten(t *testing.T) {
 	if _, err := f.st.Delete(t.Context(), schema.KindDevice, "pi", "", false); err != nil {
 		t.Fatal(err)
 	}
-	// No Forget: the controller has not seen the deletion yet.
+	// The model still has it: the controller has not seen the deletion yet.
 	f.in.Flush(t.Context())
 	_ = f.st.View(t.Context(), func(tx *store.Txn) error {
 		if _, err := tx.Get(store.StatusKey("pi")); err == nil {
@@ -365,7 +381,7 @@ func TestHeartbeatDoesNotWakeTheController(t *testing.T) {
 			t.Fatalf("after %s: %d changes, want %d", s.what, len(changes), s.want)
 		}
 	}
-	if st, _ := f.in.DeviceState("pi", ""); st == nil || !st.Time.Equal(time.Date(2024, 1, 1, 0, 2, 10, 0, time.UTC)) {
+	if st, _ := f.fm.DeviceState("pi", ""); st == nil || !st.Time.Equal(time.Date(2024, 1, 1, 0, 2, 10, 0, time.UTC)) {
 		t.Errorf("the hub's copy is not the latest report: %+v", st)
 	}
 }
@@ -388,7 +404,7 @@ func FuzzHandle(f *testing.F) {
 	f.Fuzz(func(t *testing.T, kind uint8, b []byte) {
 		f := fx
 		f.in.Handle(topicPrefix+"pi/"+kinds[int(kind)%len(kinds)], b)
-		if st, _ := f.in.DeviceState("pi", ""); st != nil {
+		if st, _ := f.fm.DeviceState("pi", ""); st != nil {
 			if st.Device != "pi" {
 				t.Fatalf("kept a report of %q", st.Device)
 			}
@@ -396,7 +412,7 @@ func FuzzHandle(f *testing.F) {
 				t.Fatalf("kept an invalid report: %v", err)
 			}
 		}
-		for _, ev := range f.in.Events("pi", "") {
+		for _, ev := range f.fm.Events("pi", "") {
 			if ev.Device != "pi" {
 				t.Fatalf("kept an event of %q", ev.Device)
 			}
@@ -405,7 +421,7 @@ func FuzzHandle(f *testing.F) {
 			}
 		}
 		var info schema.DeviceObservedInfo
-		if err := json.Unmarshal(f.in.DeviceInfoJSON("pi", ""), &info); err != nil {
+		if err := json.Unmarshal(f.fm.DeviceInfoJSON("pi", ""), &info); err != nil {
 			t.Fatalf("device info: %v", err)
 		}
 		f.in.Flush(t.Context())

@@ -58,7 +58,9 @@ type Metrics struct {
 	StatusFlushes prometheus.Counter
 }
 
-// Gauges are read at scrape time from the hub's state.
+// Gauges are read at scrape time from the hub's state (the fleet model,
+// which keeps its counts up to date as it changes: a scrape looks at no
+// device).
 type Gauges struct {
 	Devices, Online, Converged func() float64
 }

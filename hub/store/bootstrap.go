@@ -330,6 +330,20 @@ type EnrollResult struct {
 	Device *schema.Device
 }
 
+// check refuses an enrollment request that is malformed (schema.ErrInvalid).
+func (e Enrollment) check() error {
+	if err := schema.ValidateName(e.Device); err != nil {
+		return fmt.Errorf("enroll: %w: device name %w", schema.ErrInvalid, err)
+	}
+	if err := schema.ValidateRequestID(e.RequestID); err != nil {
+		return fmt.Errorf("enroll: %w: %w", schema.ErrInvalid, err)
+	}
+	if len(e.Secret) < 32 || len(e.Secret) > 256 {
+		return fmt.Errorf("enroll: %w: the request secret must be 32 to 256 characters", schema.ErrInvalid)
+	}
+	return nil
+}
+
 // Enroll creates the device e.Device with the bootstrap token's labels,
 // issues its token and spends one use of the bootstrap token, all in one
 // transaction: of N concurrent enrollments with a token that has M uses
@@ -343,14 +357,8 @@ type EnrollResult struct {
 // within EnrollRetryWindow gets a new token for the device it created,
 // which replaces the first (lost) one, and spends no use.
 func (s *Store) Enroll(ctx context.Context, e Enrollment) (EnrollResult, error) {
-	if err := schema.ValidateName(e.Device); err != nil {
-		return EnrollResult{}, fmt.Errorf("enroll: %w: device name %w", schema.ErrInvalid, err)
-	}
-	if err := schema.ValidateRequestID(e.RequestID); err != nil {
-		return EnrollResult{}, fmt.Errorf("enroll: %w: %w", schema.ErrInvalid, err)
-	}
-	if len(e.Secret) < 32 || len(e.Secret) > 256 {
-		return EnrollResult{}, fmt.Errorf("enroll: %w: the request secret must be 32 to 256 characters", schema.ErrInvalid)
+	if err := e.check(); err != nil {
+		return EnrollResult{}, err
 	}
 	// The token and its hashes before the transaction, which may run
 	// more than once and holds the store's write lock.

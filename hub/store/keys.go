@@ -69,15 +69,6 @@ var kinds = []kindInfo{
 	{schema.KindDeployment, "deployments", "DeploymentList"},
 }
 
-// Kinds lists the kinds the store holds.
-func Kinds() []string {
-	out := make([]string, len(kinds))
-	for i, k := range kinds {
-		out[i] = k.Kind
-	}
-	return out
-}
-
 // ResourceForKind maps "Device" to "devices".
 func ResourceForKind(kind string) (string, bool) {
 	for _, k := range kinds {

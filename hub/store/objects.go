@@ -54,26 +54,10 @@ func (s *Store) List(ctx context.Context, kind string, selector map[string]strin
 	return objs, rev, nil
 }
 
-// ListRaw calls fn with the stored JSON of every object of kind, in name
-// order, and returns the revision it was read at. It decodes nothing, for
-// the API's large lists; raw is only valid during the call.
-func (s *Store) ListRaw(ctx context.Context, kind string, fn func(raw []byte) error) (uint64, error) {
-	res, ok := ResourceForKind(kind)
-	if !ok {
-		return 0, fmt.Errorf("list %s: unknown kind: %w", kind, ErrNotFound)
-	}
-	var rev uint64
-	err := s.View(ctx, func(t *Txn) error {
-		rev = t.Revision()
-		return t.Scan(objectPrefix(res), func(_ string, val []byte) error { return fn(val) })
-	})
-	if err != nil {
-		return 0, err
-	}
-	return rev, nil
-}
-
-// ListRawNamed is ListRaw with the name of each object.
+// ListRawNamed calls fn with the name and the stored JSON of every object
+// of kind, in name order, and returns the revision it was read at. It
+// decodes nothing, for the API's large lists; raw is only valid during the
+// call.
 func (s *Store) ListRawNamed(ctx context.Context, kind string, fn func(name string, raw []byte) error) (uint64, error) {
 	res, ok := ResourceForKind(kind)
 	if !ok {

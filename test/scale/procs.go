@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/broker"
-	"github.com/fleetmq/fleet/hub/client"
+	"github.com/fleetmq/fleet/client"
 	"github.com/fleetmq/fleet/schema"
 	"github.com/fleetmq/fleet/test/scale/hollow"
 	"github.com/fleetmq/fleet/test/sysdeps"

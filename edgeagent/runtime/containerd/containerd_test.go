@@ -54,7 +54,7 @@ func TestCreateStartList(t *testing.T) {
 	spec.Labels = map[string]string{"team": "edge"}
 	mustCreateStart(t, rt, spec)
 
-	c, ok := find(t, rt, "web")
+	c, ok := runtimetest.Find(t, rt, "web")
 	if !ok {
 		t.Fatal("not listed")
 	}
@@ -205,7 +205,7 @@ func TestMounts(t *testing.T) {
 	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "missing") {
 		t.Errorf("Create with a missing host path = %v", err)
 	}
-	if _, ok := find(t, rt, "badmount"); ok {
+	if _, ok := runtimetest.Find(t, rt, "badmount"); ok {
 		t.Error("failed Create left a container")
 	}
 }
@@ -294,7 +294,7 @@ func TestExitCodeAndRestart(t *testing.T) {
 	if ev.ExitCode != 7 || ev.At.IsZero() {
 		t.Errorf("exit event %+v, want code 7 with a time", ev)
 	}
-	c, _ := find(t, rt, "seven")
+	c, _ := runtimetest.Find(t, rt, "seven")
 	if c.State != runtime.StateExited || c.ExitCode != 7 || c.FinishedAt.IsZero() || c.FinishedAt.Before(c.StartedAt) {
 		t.Errorf("after exit: %+v", c)
 	}
@@ -314,7 +314,7 @@ func TestExitCodeAndRestart(t *testing.T) {
 	if e.taskPID(t, "seven") != 0 {
 		t.Error("task not deleted by Stop")
 	}
-	c, _ = find(t, rt, "seven")
+	c, _ = runtimetest.Find(t, rt, "seven")
 	if c.State != runtime.StateExited || c.ExitCode != 7 || c.FinishedAt.IsZero() {
 		t.Errorf("after Stop: %+v", c)
 	}
@@ -336,14 +336,14 @@ func TestStopThenStartRestarts(t *testing.T) {
 	if err := rt.Stop(ctx, "svc", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	c, _ := find(t, rt, "svc")
+	c, _ := runtimetest.Find(t, rt, "svc")
 	if c.State != runtime.StateExited || c.ExitCode != 0 {
 		t.Errorf("after graceful Stop: %+v, want exited 0", c)
 	}
 	if err := rt.Start(ctx, "svc"); err != nil {
 		t.Fatal(err)
 	}
-	c, _ = find(t, rt, "svc")
+	c, _ = runtimetest.Find(t, rt, "svc")
 	if c.State != runtime.StateRunning || c.ExitCode != 0 || !c.FinishedAt.IsZero() {
 		t.Errorf("after restart: %+v", c)
 	}
@@ -371,7 +371,7 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 	if d := time.Since(start); d < 300*time.Millisecond {
 		t.Errorf("Stop returned after %v, before the grace period", d)
 	}
-	c, _ := find(t, rt, "stubborn")
+	c, _ := runtimetest.Find(t, rt, "stubborn")
 	if c.State != runtime.StateExited || c.ExitCode != 137 {
 		t.Errorf("after SIGKILL: %+v, want exited 137", c)
 	}
@@ -439,7 +439,7 @@ func TestAdoptAfterAgentExit(t *testing.T) {
 	}
 
 	rt := e.newRuntime(t)
-	c, ok := find(t, rt, "adopted")
+	c, ok := runtimetest.Find(t, rt, "adopted")
 	if !ok || c.State != runtime.StateRunning {
 		t.Fatalf("restarted agent sees %+v (listed %v), want running", c, ok)
 	}
@@ -454,7 +454,7 @@ func TestAdoptAfterAgentExit(t *testing.T) {
 	if err := rt2.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := find(t, rt, "adopted"); c.State != runtime.StateRunning || e.taskPID(t, "adopted") != pid {
+	if c, _ := runtimetest.Find(t, rt, "adopted"); c.State != runtime.StateRunning || e.taskPID(t, "adopted") != pid {
 		t.Fatalf("after another client closed: %+v", c)
 	}
 	// Start on the adopted container changes nothing; Stop works.
@@ -511,7 +511,7 @@ func TestRuntimeCloseKeepsTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt2 := e.newRuntime(t)
-	c, ok := find(t, rt2, "keep")
+	c, ok := runtimetest.Find(t, rt2, "keep")
 	if !ok || c.State != runtime.StateRunning || e.taskPID(t, "keep") != pid {
 		t.Fatalf("after the first client closed: %+v", c)
 	}
@@ -555,7 +555,7 @@ func TestUnmanagedContainersIgnored(t *testing.T) {
 	case <-time.After(awaitTimeout):
 		t.Fatal("no exit event")
 	}
-	if _, ok := find(t, rt, "other"); ok {
+	if _, ok := runtimetest.Find(t, rt, "other"); ok {
 		t.Error("List shows an unmanaged container")
 	}
 	for name, err := range map[string]error{

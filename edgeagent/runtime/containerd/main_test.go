@@ -175,21 +175,6 @@ func awaitExit(t *testing.T, exits <-chan runtime.ExitEvent, id string) runtime.
 	}
 }
 
-// find returns container id from List.
-func find(t *testing.T, rt runtime.Runtime, id string) (runtime.Container, bool) {
-	t.Helper()
-	cs, err := rt.List(context.Background())
-	if err != nil {
-		t.Fatalf("List: %v", err)
-	}
-	for _, c := range cs {
-		if c.ID == id {
-			return c, true
-		}
-	}
-	return runtime.Container{}, false
-}
-
 // await polls cond until it holds or awaitTimeout passes.
 func await(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()

@@ -134,8 +134,9 @@ func (s *suite) create(t *testing.T, rt runtime.Runtime, id string) {
 	}
 }
 
-// get returns the listed container id; ok false if it is not listed.
-func get(t *testing.T, rt runtime.Runtime, id string) (runtime.Container, bool) {
+// Find returns the container id as rt lists it; ok false if it is not
+// listed. A failing List fails the test.
+func Find(t *testing.T, rt runtime.Runtime, id string) (runtime.Container, bool) {
 	t.Helper()
 	cs, err := rt.List(context.Background())
 	if err != nil {
@@ -152,7 +153,7 @@ func get(t *testing.T, rt runtime.Runtime, id string) (runtime.Container, bool) 
 // mustGet is get that fails t when id is not listed.
 func mustGet(t *testing.T, rt runtime.Runtime, id string) runtime.Container {
 	t.Helper()
-	c, ok := get(t, rt, id)
+	c, ok := Find(t, rt, id)
 	if !ok {
 		t.Fatalf("container %s not listed", id)
 	}
@@ -291,10 +292,10 @@ func (s *suite) testRemove(t *testing.T, rt runtime.Runtime) {
 	if err := rt.Remove(ctx, "gone"); err != nil {
 		t.Fatalf("Remove of a running container: %v", err)
 	}
-	if _, ok := get(t, rt, "gone"); ok {
+	if _, ok := Find(t, rt, "gone"); ok {
 		t.Fatal("removed container still listed")
 	}
-	if _, ok := get(t, rt, "kept"); !ok {
+	if _, ok := Find(t, rt, "kept"); !ok {
 		t.Fatal("Remove took another container with it")
 	}
 	if err := rt.Remove(ctx, "gone"); !errors.Is(err, runtime.ErrNotFound) {
@@ -453,7 +454,7 @@ func (s *suite) testUnavailableImage(t *testing.T, rt runtime.Runtime) {
 	if err := rt.Create(ctx, spec); !errors.Is(err, runtime.ErrImage) {
 		t.Errorf("Create with an unavailable image = %v, want ErrImage", err)
 	}
-	if _, ok := get(t, rt, "noimage"); ok {
+	if _, ok := Find(t, rt, "noimage"); ok {
 		t.Error("failed Create left a container")
 	}
 }

@@ -1,0 +1,76 @@
+package mqttio
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+)
+
+// The default broker ports: MQTT over TCP, and over TLS.
+const (
+	DefaultPort    = "1883"
+	DefaultTLSPort = "8883"
+)
+
+// ParseBrokerURL checks a broker URL and returns it with the scheme's
+// default port filled in when it names none. The schemes are tcp:// and
+// mqtt:// (plain, port 1883) and ssl://, tls:// and mqtts:// (TLS, port
+// 8883); a host is required. Errors name the URL with its password
+// redacted.
+func ParseBrokerURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // ue would repeat the URL, password and all
+		}
+		return nil, fmt.Errorf("broker URL: %w", err)
+	}
+	switch u.Scheme {
+	case "tcp", "mqtt", "ssl", "tls", "mqtts":
+	default:
+		return nil, fmt.Errorf("broker %q: scheme must be tcp, mqtt, ssl, tls or mqtts", u.Redacted())
+	}
+	if u.Hostname() == "" {
+		return nil, fmt.Errorf("broker %q: no host", u.Redacted())
+	}
+	if u.Port() == "" {
+		u.Host = net.JoinHostPort(u.Hostname(), DefaultPortFor(u.Scheme))
+	}
+	return u, nil
+}
+
+// IsTLS reports whether a broker URL's scheme is a TLS one: ssl, tls or
+// mqtts.
+func IsTLS(u *url.URL) bool {
+	switch u.Scheme {
+	case "ssl", "tls", "mqtts":
+		return true
+	}
+	return false
+}
+
+// DefaultPortFor returns the default port of a broker URL scheme: 8883
+// for the TLS ones, else 1883.
+func DefaultPortFor(scheme string) string {
+	if IsTLS(&url.URL{Scheme: scheme}) {
+		return DefaultTLSPort
+	}
+	return DefaultPort
+}
+
+// HostPort splits a broker URL into host and port, with the scheme's
+// default port when the URL names none. Unlike ParseBrokerURL it does not
+// judge the scheme or require a host: it reads what a hub reported.
+func HostPort(s string) (host, port string, err error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", "", err
+	}
+	port = u.Port()
+	if port == "" {
+		port = DefaultPortFor(u.Scheme)
+	}
+	return u.Hostname(), port, nil
+}

@@ -1,0 +1,55 @@
+package client
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// AdminConfigName is the file, in fleet-hub's data directory, that holds
+// the hub's URL and the admin token for the fleet CLI. It is the only
+// plaintext copy of the token.
+const AdminConfigName = "admin.conf"
+
+// AdminConfig is what admin.conf holds: the flat form of a config file
+// (ConfigFile), the keys hub and token. This package owns the format:
+// fleet-hub writes the file's text with Marshal and reads it back with
+// ReadAdminConfig; the CLI reads it as it reads any config file, with the
+// same parser.
+type AdminConfig struct {
+	Hub   string `json:"hub"`
+	Token string `json:"token"`
+}
+
+// AdminConfigPath returns where a hub with data directory dataDir keeps
+// admin.conf.
+func AdminConfigPath(dataDir string) string {
+	return filepath.Join(dataDir, AdminConfigName)
+}
+
+// ReadAdminConfig reads the hub and token of admin.conf, a config file of
+// the flat form; contexts, if the file has any, are not looked at. The
+// error wraps fs.ErrNotExist when there is no file, and it is an error for
+// the file to hold no token.
+func ReadAdminConfig(path string) (AdminConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return AdminConfig{}, fmt.Errorf("read admin config: %w", err)
+	}
+	f, err := parseConfigFile(data)
+	if err != nil {
+		return AdminConfig{}, fmt.Errorf("read admin config %s: %w", path, err)
+	}
+	if f.Token == "" {
+		return AdminConfig{}, fmt.Errorf("read admin config %s: no token", path)
+	}
+	return AdminConfig{Hub: f.Hub, Token: f.Token}, nil
+}
+
+// Marshal returns the text of admin.conf: a comment that says what the
+// file is, then the keys hub and token. The writer (fleet-hub) replaces
+// the file atomically with mode 0600.
+func (c AdminConfig) Marshal() []byte {
+	return fmt.Appendf(nil, "# Fleet hub admin client config, written by fleet-hub. Keep it secret:\n"+
+		"# the token grants full control of the fleet.\nhub: %s\ntoken: %s\n", c.Hub, c.Token)
+}
