@@ -16,6 +16,7 @@ import (
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/fleetmq/fleet/broker/mqttio"
+	"github.com/fleetmq/fleet/schema"
 )
 
 // Defaults of ExternalOptions.
@@ -181,11 +182,11 @@ func dialBuffered(u *url.URL, cfg *tls.Config, timeout time.Duration) (net.Conn,
 // externalServer checks the URL and returns it with a port, and the TLS
 // configuration to use, if any.
 func externalServer(opts ExternalOptions) (string, *tls.Config, error) {
-	u, err := mqttio.ParseBrokerURL(opts.URL)
+	u, err := schema.ParseBrokerURL(opts.URL)
 	if err != nil {
 		return "", nil, fmt.Errorf("mqtt dial: %w", err)
 	}
-	if !mqttio.IsTLS(u) {
+	if !schema.IsTLSBroker(u) {
 		if opts.CAFile != "" || opts.TLSConfig != nil {
 			return "", nil, fmt.Errorf("mqtt dial %s: CAFile or TLSConfig given for a plain-text URL; use ssl://", redact(opts.URL))
 		}

@@ -10,12 +10,6 @@ import (
 	"github.com/fleetmq/fleet/schema"
 )
 
-// Default MQTT ports, by URL scheme.
-const (
-	DefaultMQTTPort    = "1883"
-	DefaultMQTTTLSPort = "8883"
-)
-
 // Info reads what the hub says about itself (GET /v1/info): its version,
 // its store id and the MQTT URL devices connect to.
 func (c *Client) Info(ctx context.Context) (*schema.HubInfo, error) {
@@ -35,7 +29,7 @@ func (c *Client) Info(ctx context.Context) (*schema.HubInfo, error) {
 func (c *Client) BrokerURL(info *schema.HubInfo) (brokerURL string, guessed bool) {
 	host := c.base.Hostname()
 	if info == nil || info.MQTTURL == "" {
-		return "tcp://" + net.JoinHostPort(host, DefaultMQTTPort), true
+		return "tcp://" + net.JoinHostPort(host, schema.DefaultBrokerPort), true
 	}
 	u, err := url.Parse(info.MQTTURL)
 	if err != nil || u.Scheme == "" {
@@ -44,7 +38,7 @@ func (c *Client) BrokerURL(info *schema.HubInfo) (brokerURL string, guessed bool
 	if h := u.Hostname(); h == "" || isWildcard(h) {
 		port := u.Port()
 		if port == "" {
-			port = defaultPort(u.Scheme)
+			port = schema.BrokerDefaultPort(u.Scheme)
 		}
 		u.Host = net.JoinHostPort(host, port)
 	}
@@ -57,33 +51,14 @@ func isWildcard(host string) bool {
 }
 
 // IsTLSBrokerURL reports whether an MQTT URL's scheme is a TLS one (ssl,
-// tls, mqtts), as the agent understands them.
+// tls, mqtts), as the agent understands them (schema.IsTLSBroker).
 func IsTLSBrokerURL(brokerURL string) bool {
 	scheme, _, _ := strings.Cut(brokerURL, "://")
-	switch strings.ToLower(scheme) {
-	case "ssl", "tls", "mqtts":
-		return true
-	}
-	return false
-}
-
-func defaultPort(scheme string) string {
-	if IsTLSBrokerURL(scheme + "://") {
-		return DefaultMQTTTLSPort
-	}
-	return DefaultMQTTPort
+	return schema.IsTLSBroker(&url.URL{Scheme: strings.ToLower(scheme)})
 }
 
 // BrokerHostPort splits an MQTT URL into host and port, with the scheme's
-// default port when the URL names none.
+// default port when the URL names none (schema.BrokerHostPort).
 func BrokerHostPort(brokerURL string) (host, port string, err error) {
-	u, err := url.Parse(brokerURL)
-	if err != nil {
-		return "", "", err
-	}
-	port = u.Port()
-	if port == "" {
-		port = defaultPort(u.Scheme)
-	}
-	return u.Hostname(), port, nil
+	return schema.BrokerHostPort(brokerURL)
 }

@@ -13,7 +13,6 @@ import (
 	"sync"
 
 	"github.com/fleetmq/fleet/broker"
-	"github.com/fleetmq/fleet/broker/mqttio"
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -132,7 +131,7 @@ func mqttURLFor(addr net.Addr, secure bool) string {
 // checkMQTTURL checks an advertised or external broker URL as devices
 // will read it.
 func checkMQTTURL(s string) error {
-	_, err := mqttio.ParseBrokerURL(s)
+	_, err := schema.ParseBrokerURL(s)
 	return err
 }
 

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/url"
 	"time"
+
+	"github.com/fleetmq/fleet/schema"
 )
 
 // DefaultReadBufferSize fits most packets of Fleet's topics: acknowledgements,
@@ -46,13 +48,13 @@ func Buffered(conn net.Conn) (int, bool) {
 	return bc.r.Buffered(), true
 }
 
-// Dial opens the network connection to a broker URL that ParseBrokerURL
+// Dial opens the network connection to a broker URL that schema.ParseBrokerURL
 // accepted: TCP, or for ssl://, tls:// and mqtts:// TLS with tlsCfg (nil:
 // the system roots), verifying the broker's host name. The dial is
 // abandoned when ctx is done and bounded by timeout.
 func Dial(ctx context.Context, u *url.URL, tlsCfg *tls.Config, timeout time.Duration) (net.Conn, error) {
 	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
-	if !IsTLS(u) {
+	if !schema.IsTLSBroker(u) {
 		return d.DialContext(ctx, "tcp", u.Host)
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}

@@ -11,6 +11,7 @@ import (
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/fleetmq/fleet/broker/mqttio/mqttiotest"
+	"github.com/fleetmq/fleet/schema"
 )
 
 // countingConn counts the reads that reach the connection.
@@ -140,7 +141,7 @@ func TestDial(t *testing.T) {
 		{"ssl://" + secure, nil, false}, // system roots do not know the test CA
 	}
 	for _, tt := range tests {
-		u, err := ParseBrokerURL(tt.url)
+		u, err := schema.ParseBrokerURL(tt.url)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -124,7 +124,7 @@ func runCheck(ctx context.Context, cfg config, out io.Writer, timeout time.Durat
 // checkConfig validates what the agent would refuse at start.
 func checkConfig(c *checker, cfg config) (*url.URL, *tls.Config, bool) {
 	var problems []string
-	u, err := mqttio.ParseBrokerURL(cfg.Broker)
+	u, err := schema.ParseBrokerURL(cfg.Broker)
 	if err != nil {
 		problems = append(problems, err.Error())
 	}
@@ -132,7 +132,7 @@ func checkConfig(c *checker, cfg config) (*url.URL, *tls.Config, bool) {
 	if err != nil {
 		problems = append(problems, err.Error())
 	}
-	if u != nil && cfg.CA != "" && !mqttio.IsTLS(u) {
+	if u != nil && cfg.CA != "" && !schema.IsTLSBroker(u) {
 		problems = append(problems, fmt.Sprintf("--ca is set but --broker %s is not TLS (use ssl://, tls:// or mqtts://)", cfg.Broker))
 	}
 	if _, err := cfg.releasePages(); err != nil {

@@ -94,7 +94,7 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	u, err := mqttio.ParseBrokerURL(cfg.Broker)
+	u, err := schema.ParseBrokerURL(cfg.Broker)
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if cfg.CA != "" && !mqttio.IsTLS(u) {
+	if cfg.CA != "" && !schema.IsTLSBroker(u) {
 		return fmt.Errorf("--ca is set but --broker %s is not TLS (use ssl://, tls:// or mqtts://)", cfg.Broker)
 	}
 	resync, err := cfg.resync()

@@ -111,7 +111,7 @@ type Options struct {
 }
 
 func (o *Options) check() error {
-	if _, err := mqttio.ParseBrokerURL(o.Broker); err != nil {
+	if _, err := schema.ParseBrokerURL(o.Broker); err != nil {
 		return fmt.Errorf("enroll: %w", err)
 	}
 	if _, err := schema.ParseBootstrapToken(o.BootstrapToken); err != nil {
@@ -370,7 +370,7 @@ func exchange(ctx context.Context, o Options, req request) (schema.EnrollRespons
 // ends, so an attempt never outlives its timeout.
 func dialer(ctx context.Context, o Options) func() (net.Conn, error) {
 	return func() (net.Conn, error) {
-		u, err := mqttio.ParseBrokerURL(o.Broker)
+		u, err := schema.ParseBrokerURL(o.Broker)
 		if err != nil {
 			return nil, err
 		}

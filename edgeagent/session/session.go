@@ -118,7 +118,7 @@ func New(o Options) (*Session, error) {
 	if err := schema.ValidateName(o.Device); err != nil {
 		return nil, fmt.Errorf("session: device: %w", err)
 	}
-	broker, err := mqttio.ParseBrokerURL(o.Broker)
+	broker, err := schema.ParseBrokerURL(o.Broker)
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}

@@ -1,4 +1,4 @@
-package mqttio
+package schema
 
 import (
 	"errors"
@@ -9,8 +9,8 @@ import (
 
 // The default broker ports: MQTT over TCP, and over TLS.
 const (
-	DefaultPort    = "1883"
-	DefaultTLSPort = "8883"
+	DefaultBrokerPort    = "1883"
+	DefaultBrokerTLSPort = "8883"
 )
 
 // ParseBrokerURL checks a broker URL and returns it with the scheme's
@@ -36,14 +36,14 @@ func ParseBrokerURL(s string) (*url.URL, error) {
 		return nil, fmt.Errorf("broker %q: no host", u.Redacted())
 	}
 	if u.Port() == "" {
-		u.Host = net.JoinHostPort(u.Hostname(), DefaultPortFor(u.Scheme))
+		u.Host = net.JoinHostPort(u.Hostname(), BrokerDefaultPort(u.Scheme))
 	}
 	return u, nil
 }
 
 // IsTLS reports whether a broker URL's scheme is a TLS one: ssl, tls or
 // mqtts.
-func IsTLS(u *url.URL) bool {
+func IsTLSBroker(u *url.URL) bool {
 	switch u.Scheme {
 	case "ssl", "tls", "mqtts":
 		return true
@@ -53,24 +53,24 @@ func IsTLS(u *url.URL) bool {
 
 // DefaultPortFor returns the default port of a broker URL scheme: 8883
 // for the TLS ones, else 1883.
-func DefaultPortFor(scheme string) string {
-	if IsTLS(&url.URL{Scheme: scheme}) {
-		return DefaultTLSPort
+func BrokerDefaultPort(scheme string) string {
+	if IsTLSBroker(&url.URL{Scheme: scheme}) {
+		return DefaultBrokerTLSPort
 	}
-	return DefaultPort
+	return DefaultBrokerPort
 }
 
 // HostPort splits a broker URL into host and port, with the scheme's
 // default port when the URL names none. Unlike ParseBrokerURL it does not
 // judge the scheme or require a host: it reads what a hub reported.
-func HostPort(s string) (host, port string, err error) {
+func BrokerHostPort(s string) (host, port string, err error) {
 	u, err := url.Parse(s)
 	if err != nil {
 		return "", "", err
 	}
 	port = u.Port()
 	if port == "" {
-		port = DefaultPortFor(u.Scheme)
+		port = BrokerDefaultPort(u.Scheme)
 	}
 	return u.Hostname(), port, nil
 }

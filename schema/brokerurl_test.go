@@ -1,4 +1,4 @@
-package mqttio
+package schema
 
 import (
 	"net/url"
@@ -42,21 +42,21 @@ func TestParseBrokerURL(t *testing.T) {
 			t.Errorf("ParseBrokerURL(%q) err = %v", tt.in, err)
 			continue
 		}
-		if u.Host != tt.host || IsTLS(u) != tt.tls {
-			t.Errorf("ParseBrokerURL(%q) = %s tls=%v, want %s tls=%v", tt.in, u.Host, IsTLS(u), tt.host, tt.tls)
+		if u.Host != tt.host || IsTLSBroker(u) != tt.tls {
+			t.Errorf("ParseBrokerURL(%q) = %s tls=%v, want %s tls=%v", tt.in, u.Host, IsTLSBroker(u), tt.host, tt.tls)
 		}
 	}
 }
 
-func TestIsTLS(t *testing.T) {
+func TestIsTLSBroker(t *testing.T) {
 	for scheme, want := range map[string]bool{"tcp": false, "mqtt": false, "ssl": true, "tls": true, "mqtts": true, "https": false, "": false} {
-		if got := IsTLS(&url.URL{Scheme: scheme}); got != want {
-			t.Errorf("IsTLS(%s://) = %v, want %v", scheme, got, want)
+		if got := IsTLSBroker(&url.URL{Scheme: scheme}); got != want {
+			t.Errorf("IsTLSBroker(%s://) = %v, want %v", scheme, got, want)
 		}
 	}
 }
 
-func TestHostPort(t *testing.T) {
+func TestBrokerHostPort(t *testing.T) {
 	tests := []struct{ url, host, port string }{
 		{"tcp://10.0.0.5:1883", "10.0.0.5", "1883"},
 		{"tcp://hub.lan", "hub.lan", "1883"},
@@ -66,12 +66,12 @@ func TestHostPort(t *testing.T) {
 		{"tcp://:1883", "", "1883"}, // a listen address, as a hub may report it
 	}
 	for _, tt := range tests {
-		host, port, err := HostPort(tt.url)
+		host, port, err := BrokerHostPort(tt.url)
 		if err != nil || host != tt.host || port != tt.port {
-			t.Errorf("HostPort(%q) = %q, %q, %v; want %q, %q", tt.url, host, port, err, tt.host, tt.port)
+			t.Errorf("BrokerHostPort(%q) = %q, %q, %v; want %q, %q", tt.url, host, port, err, tt.host, tt.port)
 		}
 	}
-	if _, _, err := HostPort("tcp://h:x"); err == nil {
+	if _, _, err := BrokerHostPort("tcp://h:x"); err == nil {
 		t.Error("HostPort of a bad port succeeded")
 	}
 }
