@@ -377,6 +377,9 @@ func asErr(err error, target **json.UnmarshalTypeError) bool {
 }
 
 func jsonTypeName(t reflect.Type) string {
+	if t == intOrPercentType {
+		return "a count or a percentage such as \"5%\""
+	}
 	switch t.Kind() {
 	case reflect.String:
 		return "string"
@@ -511,6 +514,11 @@ func checkInt(n json.Number, t reflect.Type) string {
 
 // kindMatches reports whether a decoded JSON value fits the Go type.
 func kindMatches(v any, t reflect.Type) bool {
+	if t == intOrPercentType {
+		_, isString := v.(string)
+		_, isNumber := v.(json.Number)
+		return isString || isNumber
+	}
 	switch t.Kind() {
 	case reflect.String:
 		_, ok := v.(string)

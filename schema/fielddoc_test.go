@@ -109,11 +109,12 @@ func TestFieldDocLookups(t *testing.T) {
 // payloadTypes are the Go types of the documented kinds that
 // schema.NewObject does not make.
 var payloadTypes = map[string]reflect.Type{
-	schema.KindDesiredState:   reflect.TypeFor[schema.DesiredState](),
-	schema.KindDeviceStatus:   reflect.TypeFor[schema.DeviceStatus](),
-	schema.KindEvent:          reflect.TypeFor[schema.Event](),
-	schema.KindEnrollRequest:  reflect.TypeFor[schema.EnrollRequest](),
-	schema.KindEnrollResponse: reflect.TypeFor[schema.EnrollResponse](),
+	schema.KindDesiredState:       reflect.TypeFor[schema.DesiredState](),
+	schema.KindDeviceStatus:       reflect.TypeFor[schema.DeviceStatus](),
+	schema.KindEvent:              reflect.TypeFor[schema.Event](),
+	schema.KindEnrollRequest:      reflect.TypeFor[schema.EnrollRequest](),
+	schema.KindEnrollResponse:     reflect.TypeFor[schema.EnrollResponse](),
+	schema.KindDeploymentRevision: reflect.TypeFor[schema.DeploymentRevision](),
 }
 
 // TestFieldDocsMatchReflection walks every documented kind as

@@ -97,7 +97,7 @@ const noVolumes = "Fleet has no volumes: a container mounts a host directory its
 var fieldHints = map[fieldKey]string{
 	fieldOf[ObjectMeta]("namespace"):          "Fleet has no namespaces: delete metadata.namespace",
 	fieldOf[DeploymentSpec]("replicas"):       "Fleet has no spec.replicas: the pod runs once on each matching device, so delete replicas and label the devices to run it (fleet device label NAME key=value)",
-	fieldOf[DeploymentSpec]("updateStrategy"): "Fleet calls it spec.strategy: type AllAtOnce (the default) or RollingUpdate, with rollingUpdate.maxUnavailable",
+	fieldOf[DeploymentSpec]("updateStrategy"): "Fleet calls it spec.strategy: type AllAtOnce (the default), RollingUpdate (with rollingUpdate.maxUnavailable) or Staged (waves gated on health, with staged.steps)",
 	fieldOf[PodSpec]("nodeSelector"):          "Fleet picks devices with the Deployment's spec.selector.matchLabels (" + LabelDevice + ": NAME picks one): delete nodeSelector",
 	fieldOf[PodSpec]("volumes"):               noVolumes,
 	fieldOf[Container]("volumeMounts"):        noVolumes,
@@ -109,6 +109,7 @@ var fieldHints = map[fieldKey]string{
 // typeHints say how to write a field Kubernetes types differently.
 var typeHints = map[fieldKey]string{
 	fieldOf[RollingUpdate]("maxUnavailable"): `write maxUnavailable as a string: "1" or "25%"`,
+	fieldOf[StagedStep]("pause"):             "write pause as a duration with its unit: 30s, 10m or 1h30m",
 }
 
 // synonyms are Kubernetes field names that Fleet spells differently.

@@ -171,6 +171,17 @@ type DeploymentSpec struct {
 	// Strategy governs how a changed template reaches the devices: all at
 	// once, or a few devices at a time.
 	Strategy Strategy `json:"strategy,omitempty"`
+	// Paused stops the rollout of template changes: while it is true no
+	// device is moved to a new template; each keeps the pod it has. A
+	// device that has none gets the current template if a targeted device
+	// already has it, else the pod most targeted devices have, else
+	// nothing: pausing never publishes a template no device had. "fleet
+	// rollout pause" and "fleet rollout resume" set it. Defaults to false.
+	Paused bool `json:"paused,omitempty"`
+	// RevisionHistoryLimit is how many revisions of the pod template the
+	// hub keeps for "fleet rollout history" and "fleet rollout undo", from 1
+	// to 100; the oldest beyond it are deleted. Defaults to 10.
+	RevisionHistoryLimit *int32 `json:"revisionHistoryLimit,omitempty"`
 }
 
 // LabelSelector selects by labels as a Kubernetes label selector does: a
@@ -293,11 +304,17 @@ type PodTemplate struct {
 	Spec PodSpec `json:"spec"`
 }
 
-// TemplateMeta holds the labels of a Deployment's pod template.
+// TemplateMeta holds the labels and annotations of a Deployment's pod
+// template.
 type TemplateMeta struct {
 	// Labels are key/value pairs that describe the pod, with the syntax of
 	// metadata.labels. "fleet describe deployment" shows them.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Annotations are free-form key/value notes on the pod; they are part
+	// of the pod's hash, so changing one restarts the pod on every device
+	// (per the strategy). "fleet rollout restart" sets fleet/restartedAt.
+	// At most 64 KiB in all.
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // Strategy types.
@@ -307,18 +324,27 @@ const (
 	// StrategyRollingUpdate moves at most MaxUnavailable devices at a time to
 	// the new pod, waiting for each batch to converge.
 	StrategyRollingUpdate = "RollingUpdate"
+	// StrategyStaged moves the new pod to the devices in waves, each gated
+	// on the health of the devices before it, and stops (or rolls back) when
+	// too many fail.
+	StrategyStaged = "Staged"
 )
 
 // Strategy governs how a changed template reaches the devices.
 type Strategy struct {
-	// Type is AllAtOnce or RollingUpdate. AllAtOnce publishes a changed pod
-	// to every targeted device at once; RollingUpdate moves at most
-	// rollingUpdate.maxUnavailable devices at a time, waiting for each batch to
-	// converge. Defaults to AllAtOnce.
+	// Type is AllAtOnce, RollingUpdate or Staged. AllAtOnce publishes a
+	// changed pod to every targeted device at once; RollingUpdate moves at
+	// most rollingUpdate.maxUnavailable devices at a time, waiting for each
+	// batch to converge; Staged moves the devices in the waves of
+	// staged.steps, each started only when the devices before it are healthy,
+	// and stops or rolls back when too many fail. Defaults to AllAtOnce.
 	Type string `json:"type,omitempty"`
 	// RollingUpdate tunes the RollingUpdate strategy; it may be set only when
 	// type is RollingUpdate.
 	RollingUpdate *RollingUpdate `json:"rollingUpdate,omitempty"`
+	// Staged describes the waves of the Staged strategy; it is required when
+	// type is Staged and may be set only then.
+	Staged *Staged `json:"staged,omitempty"`
 }
 
 // RollingUpdate tunes the RollingUpdate strategy.
@@ -328,6 +354,71 @@ type RollingUpdate struct {
 	// ("25%"), rounded down but at least one. Default "25%".
 	MaxUnavailable string `json:"maxUnavailable,omitempty"`
 }
+
+// Staged describes a staged rollout: the new pod reaches the targeted
+// devices in waves, one per step. A step starts when every device of the
+// steps before it runs the new pod Ready for minReadySeconds (or has
+// failed, within failureThreshold) and the previous step's pause is over.
+// A device fails when its pod crash-loops, its image cannot be pulled, or
+// it is online but not Ready within progressDeadlineSeconds. An offline
+// device is pending, never failed: the rollout waits for it at most
+// progressDeadlineSeconds after giving it the new pod, then goes on
+// without it. See package hub/rollout for the exact rules.
+type Staged struct {
+	// Steps are the waves, in order. Each says how many targeted devices run
+	// the new pod once it has started, counting those of the steps before:
+	// a number of devices ({devices: 1}) or a percentage of the targeted
+	// devices, rounded up ({percent: 10}), and optionally how long to wait
+	// once its devices are healthy ({percent: 10, pause: 10m}). The counts
+	// never decrease and the last step must be {percent: 100}. Required: at
+	// least one step, such as [{devices: 1}, {percent: 10, pause: 10m},
+	// {percent: 100}].
+	Steps []StagedStep `json:"steps"`
+	// MinReadySeconds is how long a device must report the new pod Ready
+	// before it counts as healthy. Defaults to 0.
+	MinReadySeconds int32 `json:"minReadySeconds,omitempty"`
+	// ProgressDeadlineSeconds is how long an online device may take to
+	// report the new pod Ready before it counts as failed, and how long the
+	// rollout waits for an offline device before it goes on without it.
+	// Defaults to 600.
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
+	// FailureThreshold is how many failed devices stop the rollout: a count
+	// (3: the third failure stops it) or a percentage of the targeted
+	// devices, rounded up ("5%"). 0 stops it at the first failure. Defaults
+	// to 0.
+	FailureThreshold IntOrPercent `json:"failureThreshold,omitempty"`
+	// AutoRollback, when true, moves every device back to the last revision
+	// that completed its rollout once the rollout stops; when false, the
+	// rollout stays stopped where it is, for an operator to decide. Defaults
+	// to false.
+	AutoRollback bool `json:"autoRollback,omitempty"`
+	// SelectorOrder puts devices with these labels first: each entry is
+	// "key=value" (the label has this value) or "key" (the label is set);
+	// devices matching the first entry go first, then those matching the
+	// second, and so on, then the rest; within each group online devices
+	// go first, then by device name. Example: [canary=true].
+	SelectorOrder []string `json:"selectorOrder,omitempty"`
+}
+
+// StagedStep is one wave of a staged rollout: exactly one of devices and
+// percent.
+type StagedStep struct {
+	// Devices is how many targeted devices run the new pod once this step
+	// has started, counting those of the steps before: at least 1.
+	Devices *int32 `json:"devices,omitempty"`
+	// Percent is the percentage of the targeted devices, from 1 to 100,
+	// rounded up, that run the new pod once this step has started, counting
+	// those of the steps before.
+	Percent *int32 `json:"percent,omitempty"`
+	// Pause is how long to wait, once every device of this step is healthy,
+	// before the next step starts: a duration such as 30s, 10m or 1h30m.
+	// After the last step it delays the end of the rollout. Defaults to 0.
+	Pause string `json:"pause,omitempty"`
+}
+
+// IntOrPercent is a count (3) or a percentage ("5%"). A manifest may write
+// the count as a number or a string.
+type IntOrPercent string
 
 // DeploymentStatus aggregates the state of the deployment's devices.
 // An offline device counts as pending, never as failed.
@@ -347,6 +438,10 @@ type DeploymentStatus struct {
 	Pending int `json:"pending"`
 	// Failed is how many online updated devices report the pod failed.
 	Failed int `json:"failed"`
+	// Revision is the number of the deployment's current revision: that
+	// of its pod template in "fleet rollout history". 0 until the hub
+	// has recorded one.
+	Revision int64 `json:"revision,omitempty"`
 }
 
 // ---- Pods --------------------------------------------------------------------
@@ -478,9 +573,12 @@ type Pod struct {
 	// Spec is the pod, as the Deployment's spec.template.spec with its
 	// defaults filled in.
 	Spec PodSpec `json:"spec"`
-	// Hash identifies the spec: the hub sets it (schema.PodSpecHash) and the
-	// agent recomputes it. When it changes, the agent replaces the pod's
-	// containers.
+	// Annotations are the template's annotations
+	// (spec.template.metadata.annotations), part of the hash.
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// Hash identifies the pod: the hub sets it (schema.PodHash: its spec
+	// and annotations) and the agent recomputes it. When it changes, the
+	// agent replaces the pod's containers.
 	Hash string `json:"hash,omitempty"`
 }
 

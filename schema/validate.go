@@ -216,17 +216,22 @@ func validateMeta(m *ObjectMeta, errs *errList) {
 		errs.add("metadata.name", "%v", err)
 	}
 	validateLabels(m.Labels, "metadata.labels", errs)
-	size := 0
-	for k, v := range m.Annotations {
-		size += len(k) + len(v)
-	}
-	if size > 64<<10 {
-		errs.add("metadata.annotations", "total size must be at most 64 KiB")
-	}
+	validateAnnotations(m.Annotations, "metadata.annotations", errs)
 	if m.ResourceVersion != "" {
 		if _, err := strconv.ParseUint(m.ResourceVersion, 10, 64); err != nil {
 			errs.add("metadata.resourceVersion", "must be a decimal number, as returned by the hub")
 		}
+	}
+}
+
+// validateAnnotations checks the total size of annotations.
+func validateAnnotations(annotations map[string]string, field string, errs *errList) {
+	size := 0
+	for k, v := range annotations {
+		size += len(k) + len(v)
+	}
+	if size > 64<<10 {
+		errs.add(field, "total size must be at most 64 KiB")
 	}
 }
 
@@ -267,6 +272,10 @@ func ValidateDeployment(d *Deployment) error {
 	validateSelector(d.Spec.Selector, "spec.selector", &errs)
 	if t := d.Spec.Template.Metadata; t != nil {
 		validateLabels(t.Labels, "spec.template.metadata.labels", &errs)
+		validateAnnotations(t.Annotations, "spec.template.metadata.annotations", &errs)
+	}
+	if n := d.Spec.RevisionHistoryLimit; n != nil && (*n < 1 || *n > MaxRevisionHistoryLimit) {
+		errs.add("spec.revisionHistoryLimit", "%d: must be from 1 to %d", *n, MaxRevisionHistoryLimit)
 	}
 	validateStrategy(d.Spec.Strategy, "spec.strategy", &errs)
 	validatePodSpec(&d.Spec.Template.Spec, "spec.template.spec", &errs)
@@ -274,19 +283,124 @@ func ValidateDeployment(d *Deployment) error {
 }
 
 func validateStrategy(s Strategy, field string, errs *errList) {
+	if s.RollingUpdate != nil && s.Type != StrategyRollingUpdate && validStrategyType(s.Type) {
+		errs.add(field+".rollingUpdate", "may only be set when type is %q", StrategyRollingUpdate)
+	}
+	if s.Staged != nil && s.Type != StrategyStaged && validStrategyType(s.Type) {
+		errs.add(field+".staged", "may only be set when type is %q", StrategyStaged)
+	}
 	switch s.Type {
 	case "", StrategyAllAtOnce:
-		if s.RollingUpdate != nil {
-			errs.add(field+".rollingUpdate", "may only be set when type is %q", StrategyRollingUpdate)
-		}
 	case StrategyRollingUpdate:
 		if s.RollingUpdate != nil && s.RollingUpdate.MaxUnavailable != "" {
 			if _, err := parseMaxUnavailable(s.RollingUpdate.MaxUnavailable); err != nil {
 				errs.add(field+".rollingUpdate.maxUnavailable", "%v", err)
 			}
 		}
+	case StrategyStaged:
+		if s.Staged == nil {
+			errs.add(field+".staged", "required when type is %q: at least staged.steps, such as [{devices: 1}, {percent: 10, pause: 10m}, {percent: 100}]", StrategyStaged)
+			return
+		}
+		validateStaged(s.Staged, field+".staged", errs)
 	default:
-		errs.add(field+".type", "unsupported value %q: want %q or %q", truncate(s.Type), StrategyAllAtOnce, StrategyRollingUpdate)
+		errs.add(field+".type", "unsupported value %q: want %q, %q or %q", truncate(s.Type), StrategyAllAtOnce, StrategyRollingUpdate, StrategyStaged)
+	}
+}
+
+func validStrategyType(t string) bool {
+	switch t {
+	case "", StrategyAllAtOnce, StrategyRollingUpdate, StrategyStaged:
+		return true
+	}
+	return false
+}
+
+// validateStaged checks a Staged strategy: well-formed steps whose counts
+// never decrease and end at 100%, durations, the failure threshold and
+// the selector order.
+func validateStaged(s *Staged, field string, errs *errList) {
+	switch {
+	case len(s.Steps) == 0:
+		errs.add(field+".steps", "required: at least one step, the last {percent: 100}, such as [{devices: 1}, {percent: 10, pause: 10m}, {percent: 100}]")
+	case len(s.Steps) > maxStagedSteps:
+		errs.add(field+".steps", "at most %d steps, got %d", maxStagedSteps, len(s.Steps))
+	}
+	prevDevices, prevPercent := -1, -1 // index of the last step of each kind
+	for i, st := range s.Steps {
+		f := fmt.Sprintf("%s.steps[%d]", field, i)
+		switch {
+		case st.Devices != nil && st.Percent != nil:
+			errs.add(f, "set exactly one of devices and percent, not both")
+		case st.Devices == nil && st.Percent == nil:
+			errs.add(f, "set exactly one of devices (a number of devices) and percent (of the targeted devices)")
+		case st.Devices != nil:
+			switch n := *st.Devices; {
+			case n < 1:
+				errs.add(f+".devices", "must be at least 1, got %d", n)
+			case prevDevices >= 0 && n < *s.Steps[prevDevices].Devices:
+				errs.add(f+".devices", "must not be less than the %d devices of steps[%d]: each step counts the devices of the steps before it", *s.Steps[prevDevices].Devices, prevDevices)
+			default:
+				prevDevices = i
+			}
+		default:
+			switch n := *st.Percent; {
+			case n < 1 || n > 100:
+				errs.add(f+".percent", "must be from 1 to 100, got %d", n)
+			case prevPercent >= 0 && n < *s.Steps[prevPercent].Percent:
+				errs.add(f+".percent", "must not be less than the %d%% of steps[%d]: each step counts the devices of the steps before it", *s.Steps[prevPercent].Percent, prevPercent)
+			default:
+				prevPercent = i
+			}
+		}
+		if st.Pause != "" {
+			if _, err := parsePause(st.Pause); err != nil {
+				errs.add(f+".pause", "%v", err)
+			}
+		}
+	}
+	if n := len(s.Steps); n > 0 && n <= maxStagedSteps {
+		last := s.Steps[n-1]
+		switch {
+		case last.Percent != nil && last.Devices == nil && *last.Percent >= 1 && *last.Percent < 100:
+			errs.add(field+".steps", "never reaches 100%%: the last step, steps[%d], stops at %d%% of the devices; end with {percent: 100}", n-1, *last.Percent)
+		case last.Devices != nil && last.Percent == nil:
+			errs.add(field+".steps", "never reaches 100%%: the last step, steps[%d], counts %d devices, not every targeted device; end with {percent: 100}", n-1, *last.Devices)
+		}
+	}
+	if s.MinReadySeconds < 0 {
+		errs.add(field+".minReadySeconds", "must not be negative, got %d", s.MinReadySeconds)
+	}
+	if p := s.ProgressDeadlineSeconds; p != nil {
+		switch {
+		case *p < 1:
+			errs.add(field+".progressDeadlineSeconds", "must be at least 1, got %d", *p)
+		case *p <= s.MinReadySeconds:
+			errs.add(field+".progressDeadlineSeconds", "must be greater than minReadySeconds (%d), got %d", s.MinReadySeconds, *p)
+		}
+	} else if s.MinReadySeconds >= DefaultProgressDeadlineSeconds {
+		errs.add(field+".minReadySeconds", "must be less than progressDeadlineSeconds (default %d), got %d: raise progressDeadlineSeconds too", DefaultProgressDeadlineSeconds, s.MinReadySeconds)
+	}
+	if s.FailureThreshold != "" {
+		if _, _, err := parseIntOrPercent(string(s.FailureThreshold)); err != nil {
+			errs.add(field+".failureThreshold", "%v", err)
+		}
+	}
+	for i, e := range s.SelectorOrder {
+		f := fmt.Sprintf("%s.selectorOrder[%d]", field, i)
+		key, value, hasValue := strings.Cut(e, "=")
+		if e == "" {
+			errs.add(f, "required: want key=value or key, such as canary=true")
+			continue
+		}
+		if err := ValidateLabelKey(key); err != nil {
+			errs.add(f, "%v: want key=value or key, such as canary=true", err)
+		}
+		if hasValue {
+			if err := ValidateLabelValue(value); err != nil {
+				errs.add(f, "%v: want key=value or key, such as canary=true", err)
+			}
+		}
 	}
 }
 

@@ -52,12 +52,26 @@ func typeDocTable() map[string]typeDoc {
 				"status":   {doc: "Status counts the targeted devices by how far they are. Read-only: the hub fills it in and ignores it in manifests."},
 			},
 		},
+		"DeploymentRevision": {
+			doc: "DeploymentRevision is one numbered version of a Deployment's pod template, kept by the hub: each change of spec.template makes one, and \"fleet rollout undo\" goes back to one. Read-only: the hub writes them.",
+			fields: map[string]fieldDoc{
+				"deployment":  {doc: "Deployment is the name of the deployment the revision belongs to."},
+				"revision":    {doc: "Revision numbers the revision: 1 for the deployment's first template, one more for each change. Going back to an older template makes it the newest revision again, under a new number."},
+				"template":    {doc: "Template is the deployment's pod template at this revision."},
+				"hash":        {doc: "Hash is the hash of the template devices run (TemplateHash): the spec hash \"fleet get pods\" and device reports show."},
+				"createdAt":   {doc: "CreatedAt is when the hub stored the revision, an RFC 3339 time."},
+				"changeCause": {doc: "ChangeCause says why the template changed: the deployment's kubernetes.io/change-cause (or fleet/change-cause) annotation at the time, else who applied it, as \"by NAME (ROLE)\"."},
+				"outcome":     {doc: "Outcome is how the revision's rollout ended: Complete, Failed or RolledBack; empty while unknown."},
+			},
+		},
 		"DeploymentSpec": {
 			doc: "DeploymentSpec says where the pod runs and what it is.",
 			fields: map[string]fieldDoc{
-				"selector": {doc: "Selector picks the devices the pod runs on, by their labels. An empty selector matches every device."},
-				"template": {doc: "Template is the pod every selected device runs. Required.", required: true},
-				"strategy": {doc: "Strategy governs how a changed template reaches the devices: all at once, or a few devices at a time."},
+				"selector":             {doc: "Selector picks the devices the pod runs on, by their labels. An empty selector matches every device."},
+				"template":             {doc: "Template is the pod every selected device runs. Required.", required: true},
+				"strategy":             {doc: "Strategy governs how a changed template reaches the devices: all at once, or a few devices at a time."},
+				"paused":               {doc: "Paused stops the rollout of template changes: while it is true no device is moved to a new template; each keeps the pod it has. A device that has none gets the current template if a targeted device already has it, else the pod most targeted devices have, else nothing: pausing never publishes a template no device had. \"fleet rollout pause\" and \"fleet rollout resume\" set it. Defaults to false.", def: "false"},
+				"revisionHistoryLimit": {doc: "RevisionHistoryLimit is how many revisions of the pod template the hub keeps for \"fleet rollout history\" and \"fleet rollout undo\", from 1 to 100; the oldest beyond it are deleted. Defaults to 10.", def: "10"},
 			},
 		},
 		"DeploymentStatus": {
@@ -69,6 +83,7 @@ func typeDocTable() map[string]typeDoc {
 				"ready":              {doc: "Ready is how many updated devices have the pod ready, or finished successfully."},
 				"pending":            {doc: "Pending is how many targeted devices are neither ready nor failed: not on the current template yet, starting it, or offline."},
 				"failed":             {doc: "Failed is how many online updated devices report the pod failed."},
+				"revision":           {doc: "Revision is the number of the deployment's current revision: that of its pod template in \"fleet rollout history\". 0 until the hub has recorded one."},
 			},
 		},
 		"DesiredState": {
@@ -157,6 +172,9 @@ func typeDocTable() map[string]typeDoc {
 				"message":   {doc: "Message says what happened, for people; at most 4096 characters."},
 			},
 		},
+		"IntOrPercent": {
+			doc: "IntOrPercent is a count (3) or a percentage (\"5%\"). A manifest may write the count as a number or a string.",
+		},
 		"LabelSelector": {
 			doc: "LabelSelector selects by labels as a Kubernetes label selector does: a set of labels matches when it contains every MatchLabels pair and satisfies every MatchExpressions requirement. An empty selector matches every set of labels, the empty one included.",
 			fields: map[string]fieldDoc{
@@ -210,9 +228,10 @@ func typeDocTable() map[string]typeDoc {
 		"Pod": {
 			doc: "Pod is one pod in a DesiredState, named after its Deployment.",
 			fields: map[string]fieldDoc{
-				"name": {doc: "Name is the pod's name: that of the Deployment it comes from."},
-				"spec": {doc: "Spec is the pod, as the Deployment's spec.template.spec with its defaults filled in."},
-				"hash": {doc: "Hash identifies the spec: the hub sets it (schema.PodSpecHash) and the agent recomputes it. When it changes, the agent replaces the pod's containers."},
+				"name":        {doc: "Name is the pod's name: that of the Deployment it comes from."},
+				"spec":        {doc: "Spec is the pod, as the Deployment's spec.template.spec with its defaults filled in."},
+				"annotations": {doc: "Annotations are the template's annotations (spec.template.metadata.annotations), part of the hash."},
+				"hash":        {doc: "Hash identifies the pod: the hub sets it (schema.PodHash: its spec and annotations) and the agent recomputes it. When it changes, the agent replaces the pod's containers."},
 			},
 		},
 		"PodPhase": {
@@ -267,23 +286,48 @@ func typeDocTable() map[string]typeDoc {
 			doc:  "RestartPolicy says when a pod's exited containers are restarted.",
 			enum: []string{"Always", "OnFailure", "Never"},
 		},
+		"RevisionOutcome": {
+			doc:  "RevisionOutcome is how a revision's rollout ended.",
+			enum: []string{"Complete", "Failed", "RolledBack"},
+		},
 		"RollingUpdate": {
 			doc: "RollingUpdate tunes the RollingUpdate strategy.",
 			fields: map[string]fieldDoc{
 				"maxUnavailable": {doc: "MaxUnavailable is how many targeted devices may be moving to the new pod at once: a count (\"2\") or a percentage of the targeted devices (\"25%\"), rounded down but at least one. Default \"25%\".", def: "25%"},
 			},
 		},
+		"Staged": {
+			doc: "Staged describes a staged rollout: the new pod reaches the targeted devices in waves, one per step. A step starts when every device of the steps before it runs the new pod Ready for minReadySeconds (or has failed, within failureThreshold) and the previous step's pause is over. A device fails when its pod crash-loops, its image cannot be pulled, or it is online but not Ready within progressDeadlineSeconds. An offline device is pending, never failed: the rollout waits for it at most progressDeadlineSeconds after giving it the new pod, then goes on without it. See package hub/rollout for the exact rules.",
+			fields: map[string]fieldDoc{
+				"steps":                   {doc: "Steps are the waves, in order. Each says how many targeted devices run the new pod once it has started, counting those of the steps before: a number of devices ({devices: 1}) or a percentage of the targeted devices, rounded up ({percent: 10}), and optionally how long to wait once its devices are healthy ({percent: 10, pause: 10m}). The counts never decrease and the last step must be {percent: 100}. Required: at least one step, such as [{devices: 1}, {percent: 10, pause: 10m}, {percent: 100}].", required: true},
+				"minReadySeconds":         {doc: "MinReadySeconds is how long a device must report the new pod Ready before it counts as healthy. Defaults to 0.", def: "0"},
+				"progressDeadlineSeconds": {doc: "ProgressDeadlineSeconds is how long an online device may take to report the new pod Ready before it counts as failed, and how long the rollout waits for an offline device before it goes on without it. Defaults to 600.", def: "600"},
+				"failureThreshold":        {doc: "FailureThreshold is how many failed devices stop the rollout: a count (3: the third failure stops it) or a percentage of the targeted devices, rounded up (\"5%\"). 0 stops it at the first failure. Defaults to 0.", def: "0"},
+				"autoRollback":            {doc: "AutoRollback, when true, moves every device back to the last revision that completed its rollout once the rollout stops; when false, the rollout stays stopped where it is, for an operator to decide. Defaults to false.", def: "false"},
+				"selectorOrder":           {doc: "SelectorOrder puts devices with these labels first: each entry is \"key=value\" (the label has this value) or \"key\" (the label is set); devices matching the first entry go first, then those matching the second, and so on, then the rest; within each group online devices go first, then by device name. Example: [canary=true]."},
+			},
+		},
+		"StagedStep": {
+			doc: "StagedStep is one wave of a staged rollout: exactly one of devices and percent.",
+			fields: map[string]fieldDoc{
+				"devices": {doc: "Devices is how many targeted devices run the new pod once this step has started, counting those of the steps before: at least 1."},
+				"percent": {doc: "Percent is the percentage of the targeted devices, from 1 to 100, rounded up, that run the new pod once this step has started, counting those of the steps before."},
+				"pause":   {doc: "Pause is how long to wait, once every device of this step is healthy, before the next step starts: a duration such as 30s, 10m or 1h30m. After the last step it delays the end of the rollout. Defaults to 0.", def: "0"},
+			},
+		},
 		"Strategy": {
 			doc: "Strategy governs how a changed template reaches the devices.",
 			fields: map[string]fieldDoc{
-				"type":          {doc: "Type is AllAtOnce or RollingUpdate. AllAtOnce publishes a changed pod to every targeted device at once; RollingUpdate moves at most rollingUpdate.maxUnavailable devices at a time, waiting for each batch to converge. Defaults to AllAtOnce.", def: "AllAtOnce"},
+				"type":          {doc: "Type is AllAtOnce, RollingUpdate or Staged. AllAtOnce publishes a changed pod to every targeted device at once; RollingUpdate moves at most rollingUpdate.maxUnavailable devices at a time, waiting for each batch to converge; Staged moves the devices in the waves of staged.steps, each started only when the devices before it are healthy, and stops or rolls back when too many fail. Defaults to AllAtOnce.", def: "AllAtOnce"},
 				"rollingUpdate": {doc: "RollingUpdate tunes the RollingUpdate strategy; it may be set only when type is RollingUpdate."},
+				"staged":        {doc: "Staged describes the waves of the Staged strategy; it is required when type is Staged and may be set only then."},
 			},
 		},
 		"TemplateMeta": {
-			doc: "TemplateMeta holds the labels of a Deployment's pod template.",
+			doc: "TemplateMeta holds the labels and annotations of a Deployment's pod template.",
 			fields: map[string]fieldDoc{
-				"labels": {doc: "Labels are key/value pairs that describe the pod, with the syntax of metadata.labels. \"fleet describe deployment\" shows them."},
+				"labels":      {doc: "Labels are key/value pairs that describe the pod, with the syntax of metadata.labels. \"fleet describe deployment\" shows them."},
+				"annotations": {doc: "Annotations are free-form key/value notes on the pod; they are part of the pod's hash, so changing one restarts the pod on every device (per the strategy). \"fleet rollout restart\" sets fleet/restartedAt. At most 64 KiB in all."},
 			},
 		},
 		"TypeMeta": {
@@ -298,4 +342,4 @@ func typeDocTable() map[string]typeDoc {
 
 // documentedKinds are the kinds typeDocTable covers: the stored resources,
 // then the payloads.
-var documentedKinds = []string{"Deployment", "Device", "DesiredState", "DeviceStatus", "EnrollRequest", "EnrollResponse", "Event"}
+var documentedKinds = []string{"Deployment", "Device", "DeploymentRevision", "DesiredState", "DeviceStatus", "EnrollRequest", "EnrollResponse", "Event"}

@@ -1,8 +1,10 @@
 package test
 
 import (
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetmq/fleet/schema"
 )
@@ -48,5 +50,64 @@ func e2eBadTagKeepsRunning(t *testing.T, f *Fleet) {
 	h := f.PodHash(t, "e2e-safe")
 	for _, d := range devs {
 		f.AwaitContainerRunning(t, d, "e2e-safe", h)
+	}
+}
+
+// e2eRolloutUndo: apply v1, then v2; the history lists both revisions;
+// "fleet rollout undo" returns every device to v1's pod hash, with v1's
+// image already present (no pull), and the history says v2 was rolled
+// back from.
+func e2eRolloutUndo(t *testing.T, f *Fleet) {
+	devs := f.Devices()
+	const name = "e2e-undo"
+	f.deleteOnCleanup(t, name)
+	v1 := e2eDep{Name: name}
+	f.applyDeps(t, v1)
+	f.AwaitRollout(t, name, len(devs), e2eConverge)
+	h1 := f.PodHash(t, name)
+	v2 := v1
+	v2.Env = map[string]string{"VERSION": "2"}
+	f.applyDeps(t, v2)
+	f.AwaitRollout(t, name, len(devs), e2eConverge)
+	h2 := f.PodHash(t, name)
+	if h1 == h2 {
+		t.Fatalf("v1 and v2 have the same pod hash %s", h1)
+	}
+	out := f.CLI(t, "rollout", "history", "deployment/"+name)
+	if !regexp.MustCompile(`(?m)^1 +`).MatchString(out) || !regexp.MustCompile(`(?m)^2 \(current\) +`).MatchString(out) {
+		t.Fatalf("fleet rollout history lists no revisions 1 and 2:\n%s", out)
+	}
+
+	marks := f.eventMarks()
+	undone := time.Now().Add(-time.Second)
+	if out := f.CLI(t, "rollout", "undo", "deployment/"+name); out != "deployment/"+name+" rolled back\n" {
+		t.Errorf("fleet rollout undo: %q", out)
+	}
+	f.AwaitRollout(t, name, len(devs), e2eConverge)
+	if h := f.PodHash(t, name); h != h1 {
+		t.Fatalf("after the undo the pod hash is %s, want v1's %s", h, h1)
+	}
+	for _, d := range devs {
+		f.AwaitContainerRunning(t, d, name, h1)
+		started := false
+		for _, e := range f.eventsSince(d, marks[d]) {
+			started = started || e.Topic == topicTaskStart && e.ID == containerID(name, h1)
+		}
+		if !started {
+			t.Errorf("%s: v1's task did not start again after the undo: %s", d, fmtEvents(f.eventsSince(d, marks[d])))
+		}
+		var evs schema.EventList
+		f.Get(t, "/v1/devices/"+d+"/events", &evs)
+		present := false
+		for _, e := range evs.Items {
+			present = present || e.Reason == "Pulled" && e.Pod == name && !e.Time.Before(undone) && strings.Contains(e.Message, "is present")
+		}
+		if !present {
+			t.Errorf("%s: no Pulled event saying v1's image is present after the undo: %+v", d, evs.Items)
+		}
+	}
+	out = f.CLI(t, "rollout", "history", "deployment/"+name)
+	if !regexp.MustCompile(`(?m)^2 +.*RolledBack`).MatchString(out) || !regexp.MustCompile(`(?m)^3 \(current\) +`).MatchString(out) {
+		t.Errorf("fleet rollout history after the undo:\n%s", out)
 	}
 }

@@ -36,6 +36,7 @@ type e2eScenario struct {
 var e2eScenarios = []e2eScenario{
 	{"apply_converges", e2eApplyConverges},
 	{"bad_image_tag_keeps_running", e2eBadTagKeepsRunning},
+	{"rollout_undo_returns_to_previous", e2eRolloutUndo},
 	{"agent_check", e2eAgentCheck},
 	{"selector_and_label_move_pods", e2eMovePods},
 	{"isolation", e2eIsolation},

@@ -372,7 +372,7 @@ func (f *Fleet) Deployment(t testing.TB, name string) schema.Deployment {
 func (f *Fleet) PodHash(t testing.TB, deployment string) string {
 	t.Helper()
 	d := f.Deployment(t, deployment)
-	return schema.PodSpecHash(d.Spec.Template.Spec)
+	return schema.TemplateHash(d.Spec.Template)
 }
 
 // ---- waiting --------------------------------------------------------------------

@@ -46,6 +46,7 @@ type Hub struct {
 	info        *schema.HubInfo
 	credentials map[string]credential
 	failures    map[string]*failure
+	revisions   map[string][]schema.DeploymentRevision // oldest first
 }
 
 type change struct {
@@ -254,6 +255,9 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/v1/"), "/")
+	if h.serveRevisions(w, r, parts) {
+		return
+	}
 	if !strings.HasPrefix(r.URL.Path, "/v1/") || len(parts) > 3 {
 		writeStatus(w, http.StatusNotFound, "NotFound", "no such path "+r.URL.Path, nil)
 		return
@@ -408,6 +412,7 @@ func (h *Hub) store(kind string, o schema.Object) {
 	case *schema.Device:
 		h.devices[o.Metadata.Name] = o
 	case *schema.Deployment:
+		h.recordRevision(o)
 		h.deployments[o.Metadata.Name] = o
 	}
 }
@@ -591,6 +596,7 @@ func (h *Hub) delete(w http.ResponseWriter, r *http.Request, kind, name string) 
 		delete(h.tokens, name)
 	} else {
 		delete(h.deployments, name)
+		delete(h.revisions, name)
 	}
 	h.record(kind, schema.WatchDeleted, cur)
 	writeJSON(w, http.StatusOK, cur)

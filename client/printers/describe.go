@@ -87,9 +87,17 @@ func DescribeDeployment(w io.Writer, dep *schema.Deployment, devices []schema.De
 	default:
 		d.line(0, "Strategy:\t%s", orNone(s.Type))
 	}
+	if dep.Spec.Paused {
+		d.line(0, "Paused:\ttrue (no device moves to a new template: fleet rollout resume deployment/%s)", dep.Metadata.Name)
+	} else {
+		d.line(0, "Paused:\tfalse")
+	}
 	d.line(0, "Pod Template:")
 	if dep.Spec.Template.Metadata != nil {
 		d.labels(1, "Labels", dep.Spec.Template.Metadata.Labels)
+		if a := dep.Spec.Template.Metadata.Annotations; len(a) > 0 {
+			d.labels(1, "Annotations", a)
+		}
 	} else {
 		d.labels(1, "Labels", nil)
 	}
@@ -98,6 +106,9 @@ func DescribeDeployment(w io.Writer, dep *schema.Deployment, devices []schema.De
 	if st := dep.Status; st == nil {
 		d.line(1, "<not yet reconciled>")
 	} else {
+		if st.Revision > 0 {
+			d.line(1, "Revision:\t%d (fleet rollout history deployment/%s)", st.Revision, dep.Metadata.Name)
+		}
 		d.line(1, "Observed Generation:\t%d", st.ObservedGeneration)
 		d.line(1, "Devices:\t%d targeted, %d updated, %d ready, %d pending, %d failed", st.Targeted, st.Updated, st.Ready, st.Pending, st.Failed)
 	}

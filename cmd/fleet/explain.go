@@ -98,11 +98,12 @@ type explainResource struct {
 // payloadTypes are the Go types of the kinds schema.NewObject does not
 // make: the MQTT payloads.
 var payloadTypes = map[string]reflect.Type{
-	schema.KindDesiredState:   reflect.TypeFor[schema.DesiredState](),
-	schema.KindDeviceStatus:   reflect.TypeFor[schema.DeviceStatus](),
-	schema.KindEvent:          reflect.TypeFor[schema.Event](),
-	schema.KindEnrollRequest:  reflect.TypeFor[schema.EnrollRequest](),
-	schema.KindEnrollResponse: reflect.TypeFor[schema.EnrollResponse](),
+	schema.KindDesiredState:       reflect.TypeFor[schema.DesiredState](),
+	schema.KindDeviceStatus:       reflect.TypeFor[schema.DeviceStatus](),
+	schema.KindEvent:              reflect.TypeFor[schema.Event](),
+	schema.KindEnrollRequest:      reflect.TypeFor[schema.EnrollRequest](),
+	schema.KindEnrollResponse:     reflect.TypeFor[schema.EnrollResponse](),
+	schema.KindDeploymentRevision: reflect.TypeFor[schema.DeploymentRevision](),
 }
 
 // kindType returns the Go struct of a documented kind, or nil.

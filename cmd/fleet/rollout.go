@@ -34,6 +34,7 @@ new pod and reports it ready.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newRolloutStatusCmd(cli))
+	addRolloutRevisionCmds(cmd, cli)
 	return cmd
 }
 

@@ -668,17 +668,17 @@ func hashedPods(ds *schema.DesiredState) []schema.Pod {
 	}
 	pods := slices.Clone(ds.Pods)
 	for i := range pods {
-		pods[i].Hash = schema.PodSpecHash(pods[i].Spec)
+		pods[i].Hash = schema.PodHash(pods[i])
 	}
 	return pods
 }
 
-// podHash is p's Hash, or PodSpecHash of its spec when unset.
+// podHash is p's Hash, or schema.PodHash of it when unset.
 func podHash(p schema.Pod) string {
 	if p.Hash != "" {
 		return p.Hash
 	}
-	return schema.PodSpecHash(p.Spec)
+	return schema.PodHash(p)
 }
 
 // persist writes agent.json when its content changed (SaveAgent skips an

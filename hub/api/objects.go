@@ -199,14 +199,19 @@ func (s *Server) statusJSON(kind, name string) []byte {
 	return nil
 }
 
-// writeWithStatus writes the JSON object raw with "status": status added
-// (replacing none: stored objects carry no status). Without a status, or
-// if raw is not an object, raw is written as is.
+// writeWithStatus writes the JSON object raw with "status": status added,
+// replacing the status stored with it (a Deployment's status.revision;
+// the status the hub derives carries it as well). Without a status, or if
+// raw is not an object, raw is written as is.
 func writeWithStatus(b *bytes.Buffer, raw, status []byte) {
 	end := bytes.LastIndexByte(raw, '}')
 	if len(status) == 0 || end < 1 {
 		b.Write(raw)
 		return
+	}
+	if bytes.Contains(raw, []byte(`"status":`)) {
+		raw = withoutStatus(raw)
+		end = bytes.LastIndexByte(raw, '}')
 	}
 	body := bytes.TrimRight(raw[:end], " \t\r\n")
 	b.Write(body)
@@ -287,4 +292,24 @@ func (s *Server) issueToken(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("issued device token", "device", name)
 	w.Header().Set("Cache-Control", "no-store")
 	WriteJSON(w, http.StatusOK, schema.DeviceCredentials{Name: name, Token: tok})
+}
+
+// withoutStatus returns the JSON object raw without its top-level status
+// field; raw as is if it does not decode as an object. Object fields come
+// out in key order, which for Fleet objects (apiVersion, kind, metadata,
+// spec) is the order they are stored in.
+func withoutStatus(raw []byte) []byte {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return raw
+	}
+	if _, ok := fields["status"]; !ok {
+		return raw
+	}
+	delete(fields, "status")
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return raw
+	}
+	return out
 }

@@ -121,6 +121,7 @@ func (s *Server) routes() {
 	s.Handle("/v1/credentials", methods{http.MethodGet: s.listCredentials, http.MethodPost: s.createCredential})
 	s.Handle("/v1/credentials/{name}", methods{http.MethodDelete: s.deleteCredential})
 	s.bootstrapRoutes()
+	s.revisionRoutes()
 	s.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		WriteStatus(w, NewStatus(http.StatusNotFound, ReasonNotFound, "no such path "+r.URL.Path, nil))
 	}))
@@ -199,7 +200,9 @@ func (s *Server) authenticate(h http.Handler) http.Handler {
 			WriteStatus(w, NewStatus(http.StatusForbidden, ReasonForbidden, fmt.Sprintf("credential %q (role %s) may only read", cred.Name, cred.Role), nil))
 			return
 		}
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), credKey{}, cred)))
+		ctx := context.WithValue(r.Context(), credKey{}, cred)
+		ctx = store.WithActor(ctx, fmt.Sprintf("%s (%s)", cred.Name, cred.Role))
+		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

@@ -17,8 +17,8 @@ type depAgg struct {
 func (c *Controller) rebuildAgg(dep *schema.Deployment) {
 	names := c.selectNames(dep.Spec.Selector)
 	a := &depAgg{
-		hash:   schema.PodSpecHash(dep.Spec.Template.Spec),
-		status: schema.DeploymentStatus{ObservedGeneration: dep.Metadata.Generation},
+		hash:   schema.TemplateHash(dep.Spec.Template),
+		status: schema.DeploymentStatus{ObservedGeneration: dep.Metadata.Generation, Revision: depRevision(dep)},
 		cat:    make(map[string]category, len(names)),
 	}
 	for _, name := range names {

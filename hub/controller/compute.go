@@ -27,6 +27,7 @@ type DeviceView struct {
 // devices to a changed template at a time: a device that already runs an
 // older template keeps it until the devices moved before it have converged.
 // Devices that never ran the deployment get the current template at once.
+// A paused deployment moves no device to another template (placePaused).
 func DesiredPods(devices []DeviceView, deployments []schema.Deployment) map[string][]schema.Pod {
 	out := placeAll(devices, deployments, nil)
 	for name := range out {
@@ -58,7 +59,9 @@ func placeAll(devices []DeviceView, deployments []schema.Deployment, holding fun
 			holding(dep.Metadata.Name)
 		}
 		for j, d := range targeted {
-			out[d.Name] = append(out[d.Name], pods[j])
+			if pods[j].Name != "" { // a paused deployment may give none
+				out[d.Name] = append(out[d.Name], pods[j])
+			}
 		}
 	}
 	return out
@@ -127,7 +130,7 @@ func placeIncrementally(f fleetView, in increment) (p placement, ok bool) {
 	}
 	hashes := make(map[string]string, len(in.deps))
 	for i := range in.deps {
-		hashes[in.deps[i].Metadata.Name] = schema.PodSpecHash(in.deps[i].Spec.Template.Spec)
+		hashes[in.deps[i].Metadata.Name] = schema.TemplateHash(in.deps[i].Spec.Template)
 	}
 	p = placement{work: map[string][]schema.Pod{}, holding: map[string]bool{}, placed: map[string]bool{}}
 	for name := range in.changedDeps {
@@ -183,12 +186,16 @@ func (in *increment) devicePods(place map[string]bool, prev *schema.DesiredState
 				pods = append(pods, *p)
 			}
 		case !dep.Spec.Selector.Matches(labels):
-		case p != nil && p.Hash != hashes[depName] && dep.Spec.Strategy.Type == schema.StrategyRollingUpdate:
-			// Part of a rollout: its budget decides.
+		case p != nil && p.Hash != hashes[depName] && dep.Spec.Strategy.Type == schema.StrategyRollingUpdate,
+			dep.Spec.Paused:
+			// Part of a rollout, or paused: the placement of the whole
+			// deployment decides.
 			place[depName] = true
-			pods = append(pods, *p)
+			if p != nil {
+				pods = append(pods, *p)
+			}
 		default:
-			pods = append(pods, schema.Pod{Name: depName, Spec: dep.Spec.Template.Spec, Hash: hashes[depName]})
+			pods = append(pods, templatePod(dep, hashes[depName]))
 		}
 	}
 	return pods
@@ -253,6 +260,9 @@ func placeEverywhere(f fleetView, in increment, depName string, p placement) {
 	placed, held := PlaceDeployment(dep, targeted)
 	p.holding[depName] = held > 0
 	for i, v := range targeted {
+		if placed[i].Name == "" {
+			continue // paused, with nothing to give a device that has no pod
+		}
 		if cur := findPod(v.Prev, depName); cur != nil && cur.Hash == placed[i].Hash {
 			if _, ok := p.work[v.Name]; !ok {
 				continue // unchanged, and nothing else changed it
@@ -274,11 +284,15 @@ func placeEverywhere(f fleetView, in increment, depName string, p placement) {
 // an older template: a RollingUpdate moves at most maxUnavailable devices
 // at a time, and a device that already runs an older template keeps it
 // until the devices moved before it have converged. Devices that never ran
-// the deployment get the current template at once. held > 0 means a
-// rollout is in progress, so a report can change the placement.
+// the deployment get the current template at once. A paused deployment
+// moves no device (placePaused); pods[i] has no name when it gives
+// device i no pod. held > 0 means a rollout is in progress (or paused),
+// so a report or a device joining can change the placement.
 func PlaceDeployment(dep *schema.Deployment, targeted []*DeviceView) (pods []schema.Pod, held int) {
-	spec := dep.Spec.Template.Spec
-	hash := schema.PodSpecHash(spec)
+	if dep.Spec.Paused {
+		return placePaused(dep, targeted)
+	}
+	hash := schema.TemplateHash(dep.Spec.Template)
 	name := dep.Metadata.Name
 	budget := len(targeted)
 	if dep.Spec.Strategy.Type == schema.StrategyRollingUpdate {
@@ -307,7 +321,69 @@ func PlaceDeployment(dep *schema.Deployment, targeted []*DeviceView) (pods []sch
 			held++
 			continue
 		}
-		pods[i] = schema.Pod{Name: name, Spec: spec, Hash: hash}
+		pods[i] = templatePod(dep, hash)
+	}
+	return pods, held
+}
+
+// templatePod is the pod of the deployment's current template; hash is
+// its schema.TemplateHash.
+func templatePod(dep *schema.Deployment, hash string) schema.Pod {
+	p := schema.Pod{Name: dep.Metadata.Name, Spec: dep.Spec.Template.Spec, Hash: hash}
+	if m := dep.Spec.Template.Metadata; m != nil && len(m.Annotations) > 0 {
+		p.Annotations = m.Annotations
+	}
+	return p
+}
+
+// placePaused is PlaceDeployment for a paused deployment: no device is
+// moved to another template. A device keeps the pod it has; one that has
+// none gets the current template if a targeted device already has it
+// (the rollout had published it), else the pod most targeted devices have
+// (on a tie, the one with the smallest hash), else nothing: a paused
+// deployment never publishes a template that no device had. Every device
+// not on the current template counts as held.
+func placePaused(dep *schema.Deployment, targeted []*DeviceView) (pods []schema.Pod, held int) {
+	name := dep.Metadata.Name
+	hash := schema.TemplateHash(dep.Spec.Template)
+	var (
+		fill    *schema.Pod
+		count   = map[string]int{}
+		current bool
+	)
+	for _, d := range targeted {
+		p := findPod(d.Prev, name)
+		if p == nil {
+			continue
+		}
+		count[p.Hash]++
+		switch {
+		case p.Hash == hash:
+			current = true
+		case fill == nil, count[p.Hash] > count[fill.Hash], count[p.Hash] == count[fill.Hash] && p.Hash < fill.Hash:
+			fill = p
+		}
+	}
+	if current {
+		cur := templatePod(dep, hash)
+		fill = &cur
+	}
+	pods = make([]schema.Pod, len(targeted))
+	for i, d := range targeted {
+		p := findPod(d.Prev, name)
+		switch {
+		case p != nil:
+			pods[i] = *p
+		case fill != nil:
+			pods[i] = *fill
+		default:
+			// Nothing to give it: an empty slot the callers skip.
+			held++
+			continue
+		}
+		if pods[i].Hash != hash {
+			held++
+		}
 	}
 	return pods, held
 }
@@ -355,8 +431,8 @@ func SamePods(a, b []schema.Pod) bool {
 // are failing and how many are pending. An offline device is pending, never
 // failed.
 func AggregateDeployment(dep *schema.Deployment, devices []DeviceView) schema.DeploymentStatus {
-	hash := schema.PodSpecHash(dep.Spec.Template.Spec)
-	s := schema.DeploymentStatus{ObservedGeneration: dep.Metadata.Generation}
+	hash := schema.TemplateHash(dep.Spec.Template)
+	s := schema.DeploymentStatus{ObservedGeneration: dep.Metadata.Generation, Revision: depRevision(dep)}
 	for i := range devices {
 		d := &devices[i]
 		if dep.Spec.Selector.Matches(d.Labels) {
@@ -364,6 +440,15 @@ func AggregateDeployment(dep *schema.Deployment, devices []DeviceView) schema.De
 		}
 	}
 	return s
+}
+
+// depRevision is the deployment's current revision, as the store keeps
+// it in its status.
+func depRevision(dep *schema.Deployment) int64 {
+	if dep.Status == nil {
+		return 0
+	}
+	return dep.Status.Revision
 }
 
 // category is where one targeted device counts in a DeploymentStatus.

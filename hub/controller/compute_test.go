@@ -142,3 +142,88 @@ func TestConvergedAndAggregate(t *testing.T) {
 		t.Errorf("AggregateDeployment = %+v, want %+v (offline device pending, not failed)", s, want)
 	}
 }
+
+// TestPlacePaused: a paused deployment moves no device to another
+// template, and gives a device that has no pod the template already
+// published, if any.
+func TestPlacePaused(t *testing.T) {
+	v1 := deployment("app", "app:1", nil)
+	v2 := deployment("app", "app:2", nil)
+	v3 := deployment("app", "app:3", nil)
+	restarted := deployment("app", "app:1", nil)
+	restarted.Spec.Template.Metadata = &schema.TemplateMeta{Annotations: map[string]string{schema.AnnotationRestartedAt: "2025-01-01T00:00:00Z"}}
+	names := map[string]string{}
+	pod := func(d schema.Deployment) *schema.Pod {
+		p := templatePod(&d, schema.TemplateHash(d.Spec.Template))
+		names[p.Hash] = d.Spec.Template.Spec.Containers[0].Image
+		return &p
+	}
+	p1, p2 := pod(v1), pod(v2)
+	pod(v3)
+	if r := pod(restarted); r.Hash == p1.Hash || r.Annotations[schema.AnnotationRestartedAt] == "" {
+		t.Fatalf("a restarted template's pod %+v must carry its annotations and another hash", r)
+	}
+	if p1.Hash != schema.PodSpecHash(v1.Spec.Template.Spec) {
+		t.Fatal("a template without annotations must keep its spec hash")
+	}
+	paused := func(d schema.Deployment) schema.Deployment { d.Spec.Paused = true; return d }
+
+	tests := []struct {
+		name string
+		dep  schema.Deployment
+		prev []*schema.Pod // per device d0, d1…; nil: no pod yet
+		want string
+		held int
+	}{
+		{"paused mid-rollout: each keeps its pod; a new device gets the published current template",
+			paused(v2), []*schema.Pod{p1, p2, nil}, "d0=app:1 d1=app:2 d2=app:2", 1},
+		{"paused before the current template was published: a new device gets the pod most have",
+			paused(v3), []*schema.Pod{p1, p1, p2, nil}, "d0=app:1 d1=app:1 d2=app:2 d3=app:1", 4},
+		{"a tie goes to the smaller hash",
+			paused(v3), []*schema.Pod{p1, p2, nil}, "d0=app:1 d1=app:2 d2=" + names[min(p1.Hash, p2.Hash)], 3},
+		{"paused from the start publishes nothing",
+			paused(v1), []*schema.Pod{nil, nil}, "d0=- d1=-", 2},
+		{"a restart while paused moves no device",
+			paused(restarted), []*schema.Pod{p1, p1}, "d0=app:1 d1=app:1", 2},
+		{"resumed: every device moves (AllAtOnce)",
+			v3, []*schema.Pod{p1, p2, nil}, "d0=app:3 d1=app:3 d2=app:3", 0},
+		{"paused and current everywhere: nothing held",
+			paused(v1), []*schema.Pod{p1, nil}, "d0=app:1 d1=app:1", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var devs []DeviceView
+			for i, p := range tt.prev {
+				d := device(fmt.Sprintf("d%d", i))
+				if p != nil {
+					d.Prev = &schema.DesiredState{Generation: 1, Pods: []schema.Pod{*p}}
+				}
+				devs = append(devs, d)
+			}
+			targeted := make([]*DeviceView, len(devs))
+			for i := range devs {
+				targeted[i] = &devs[i]
+			}
+			dep := tt.dep
+			pods, held := PlaceDeployment(&dep, targeted)
+			got := ""
+			for i, p := range pods {
+				img := "-"
+				if p.Name != "" {
+					img = names[p.Hash]
+				}
+				got += fmt.Sprintf(" d%d=%s", i, img)
+			}
+			if got[1:] != tt.want || held != tt.held {
+				t.Errorf("placed %s (held %d), want %s (held %d)", got[1:], held, tt.want, tt.held)
+			}
+			// The full placement agrees, and drops the empty slots.
+			all := DesiredPods(devs, []schema.Deployment{dep})
+			for i, p := range pods {
+				if n := len(all[devs[i].Name]); (p.Name == "") != (n == 0) {
+					t.Errorf("DesiredPods gives d%d %d pods, PlaceDeployment %+v", i, n, p)
+				}
+			}
+		})
+	}
+}

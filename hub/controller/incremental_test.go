@@ -147,6 +147,12 @@ func incrementalVsFull(t *testing.T, seed uint64) {
 				d.Spec.Strategy = schema.Strategy{Type: schema.StrategyRollingUpdate,
 					RollingUpdate: &schema.RollingUpdate{MaxUnavailable: fmt.Sprint(1 + rng.IntN(2))}}
 			}
+			// Paused deployments, and restarts (a template annotation).
+			d.Spec.Paused = rng.IntN(4) == 0
+			if rng.IntN(4) == 0 {
+				d.Spec.Template.Metadata = &schema.TemplateMeta{Annotations: map[string]string{
+					schema.AnnotationRestartedAt: fmt.Sprintf("2025-01-01T00:00:0%dZ", rng.IntN(2))}}
+			}
 			write(d)
 		case op < 7:
 			name := depName()

@@ -8,6 +8,10 @@
 //	v1/meta/revision           uint64, big-endian: bumped inside every write transaction
 //	v1/meta/store-id           random UUID created on first open (DesiredState.Store)
 //	v1/objects/{resource}/{n}  object JSON; resource is "devices" or "deployments"
+//	v1/revisions/{dep}/{n}     a Deployment's revision n (20 digits), a
+//	                           schema.DeploymentRevision, written with the Deployment
+//	                           (revisions.go); the Deployment's stored status.revision
+//	                           is the newest
 //	v1/desired/{device}        per-device DesiredState (written by the controller)
 //	v1/desired-generation/{d}  last generation of a deleted device (decimal), so a
 //	                           re-created device continues from it

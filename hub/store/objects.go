@@ -249,6 +249,11 @@ func (t *Txn) DeleteObject(kind, name, resourceVersion string) (schema.Object, e
 			return nil, err
 		}
 	}
+	if kind == schema.KindDeployment {
+		if err := t.deleteRevisions(name); err != nil {
+			return nil, err
+		}
+	}
 	if !t.dryRun {
 		md.ResourceVersion = strconv.FormatUint(t.Revision(), 10)
 	}
@@ -290,6 +295,9 @@ func (t *Txn) MutateObject(kind, name string, fn func(schema.Object) error) (sch
 	if err := schema.Validate(obj); err != nil {
 		return nil, fmt.Errorf("mutate: %w", err)
 	}
+	if err := supported(obj); err != nil {
+		return nil, fmt.Errorf("mutate: %w", err)
+	}
 	same, sameSpec, err := compare(obj, prev, true)
 	if err != nil {
 		return nil, err
@@ -299,6 +307,9 @@ func (t *Txn) MutateObject(kind, name string, fn func(schema.Object) error) (sch
 	}
 	if !sameSpec {
 		md.Generation++
+		if err := t.objectRevisions(obj, prev); err != nil {
+			return nil, err
+		}
 	}
 	return obj, t.storeObject(obj, prevRaw)
 }
@@ -324,6 +335,9 @@ func (t *Txn) putObject(in schema.Object, mode putMode) (schema.Object, string, 
 	// Validate what the user sent before looking at what is stored, so an
 	// invalid object fails the same way whether or not it exists.
 	if err := schema.Validate(obj); err != nil {
+		return nil, "", err
+	}
+	if err := supported(obj); err != nil {
 		return nil, "", err
 	}
 	key := ObjectKey(kind, name)
@@ -372,6 +386,11 @@ func (t *Txn) putObject(in schema.Object, mode putMode) (schema.Object, string, 
 		}
 		if !sameSpec {
 			md.Generation++
+		}
+	}
+	if !exists || md.Generation != prev.GetMetadata().Generation {
+		if err := t.objectRevisions(obj, prev); err != nil {
+			return nil, "", err
 		}
 	}
 	if err := t.storeObject(obj, prevRaw); err != nil {
@@ -427,4 +446,19 @@ func checkDuplicates(objs []schema.Object) error {
 		seen[k] = true
 	}
 	return nil
+}
+
+// supported refuses what the schema accepts but this hub does not run yet,
+// so that nothing is stored that would behave other than it says: a Staged
+// strategy (its wave planner, hub/rollout, is not wired into the
+// controller yet) would otherwise roll out all at once.
+func supported(obj schema.Object) error {
+	d, ok := obj.(*schema.Deployment)
+	if !ok || d.Spec.Strategy.Type != schema.StrategyStaged {
+		return nil
+	}
+	return &schema.ValidationError{Kind: schema.KindDeployment, Name: d.Metadata.Name, Errors: []schema.FieldError{{
+		Field:   "spec.strategy.type",
+		Message: fmt.Sprintf("%q is not supported by this hub yet: use %q (maxUnavailable devices at a time) or %q", schema.StrategyStaged, schema.StrategyRollingUpdate, schema.StrategyAllAtOnce),
+	}}}
 }

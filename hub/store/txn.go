@@ -27,9 +27,12 @@ type Txn struct {
 	dirty bool
 	// dryRun: the transaction is never committed; objects keep their
 	// current resourceVersion.
-	dryRun     bool
-	events     []Event
-	authWrites map[string][]byte
+	dryRun bool
+	// actor is who asks for the write (WithActor), for the change cause
+	// of revisions; changeCause, if set, replaces it and the annotations.
+	actor, changeCause string
+	events             []Event
+	authWrites         map[string][]byte
 }
 
 // Revision is the revision of the snapshot; once a write transaction has
@@ -185,7 +188,7 @@ func (s *Store) write(ctx context.Context, dryRun bool, fn func(t *Txn) error) (
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		t, err := s.attempt(dryRun, fn)
+		t, err := s.attempt(dryRun, actorFrom(ctx), fn)
 		if errors.Is(err, badger.ErrConflict) {
 			continue
 		}
@@ -202,14 +205,14 @@ func (s *Store) write(ctx context.Context, dryRun bool, fn func(t *Txn) error) (
 
 // attempt runs fn once and commits. It returns a nil Txn when there was
 // nothing to commit (or dryRun).
-func (s *Store) attempt(dryRun bool, fn func(t *Txn) error) (*Txn, error) {
+func (s *Store) attempt(dryRun bool, actor string, fn func(t *Txn) error) (*Txn, error) {
 	b := s.db.NewTransaction(true)
 	defer b.Discard()
 	rev, err := readRevision(b)
 	if err != nil {
 		return nil, fmt.Errorf("read revision: %w", err)
 	}
-	t := &Txn{s: s, b: b, rev: rev, writable: true, serial: !dryRun}
+	t := &Txn{s: s, b: b, rev: rev, writable: true, serial: !dryRun, actor: actor}
 	if err := fn(t); err != nil {
 		return nil, err
 	}
