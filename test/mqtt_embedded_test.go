@@ -278,7 +278,7 @@ func TestMQTTDeploymentStatusAndArchLabel(t *testing.T) {
 	brokenc.mustPublish(topics.Device("broken", schema.TopicStatus), true, statusPayload("broken", ds2.Generation, ds2.Store, failed...))
 	// "off" never connects: pending, not failed.
 
-	want := schema.DeploymentStatus{ObservedGeneration: 1, Targeted: 3, Updated: 2, Ready: 1, Failed: 1, Pending: 1}
+	want := schema.DeploymentStatus{ObservedGeneration: 1, Targeted: 3, Updated: 2, Ready: 1, Failed: 1, Pending: 1, Revision: 1}
 	awaitf(t, mqttWait, func() bool {
 		s := getDeployment(t, h, "web").Status
 		return s != nil && *s == want
@@ -323,7 +323,7 @@ func TestMQTTDeploymentStatusAndArchLabel(t *testing.T) {
 	brokenc.c.Disconnect(0) // a clean disconnect sends no will: say it
 	b2 := mustDialMQTT(t, h.MQTTURL, "broken", toks["broken"], dialOpts{})
 	b2.mustPublish(topics.Device("broken", schema.TopicOnline), true, []byte("offline"))
-	want = schema.DeploymentStatus{ObservedGeneration: 1, Targeted: 3, Updated: 2, Ready: 1, Failed: 0, Pending: 2}
+	want = schema.DeploymentStatus{ObservedGeneration: 1, Targeted: 3, Updated: 2, Ready: 1, Failed: 0, Pending: 2, Revision: 1}
 	awaitf(t, mqttWait, func() bool {
 		s := getDeployment(t, h, "web").Status
 		return s != nil && *s == want
