@@ -36,8 +36,9 @@ type EventsOptions struct {
 
 // Events queues and publishes events (non-retained, QoS 1). Record never
 // blocks. A crash loop cannot flood the link: each (reason, pod,
-// container) is limited by a token bucket and all events together by
+// container) is limited by a token bucket and all pod events together by
 // another; suppressed events are counted in the next one that passes.
+// Events about the agent itself (no pod) pass the second bucket.
 type Events struct {
 	o    EventsOptions
 	kick chan struct{}
@@ -126,7 +127,11 @@ func (e *Events) Record(typ, reason, pod, container, message string) {
 		e.mu.Unlock()
 		return
 	}
-	if !e.all.take(now, e.o.Burst, e.o.Interval) {
+	// Events about the agent itself (no pod: a refused desired state, a
+	// cleared topic) are few and are what an operator must see, so a busy
+	// minute of container events never starves them: only their own
+	// bucket limits them.
+	if pod != "" && !e.all.take(now, e.o.Burst, e.o.Interval) {
 		e.suppressed++
 		e.mu.Unlock()
 		return

@@ -273,6 +273,14 @@ func TestEventsRateLimit(t *testing.T) {
 	if n := e2.Pending(); n != 20 {
 		t.Fatalf("global limit: %d queued", n)
 	}
+	// An event about the agent itself (a refused desired state) is not
+	// starved by a burst of container events; its own bucket still holds.
+	for range 5 {
+		e2.Record(schema.EventWarning, "InvalidDesiredState", "", "", "bad payload")
+	}
+	if n := e2.Pending(); n != 23 {
+		t.Fatalf("after a burst of pod events: %d queued, want 20 and the 3 InvalidDesiredState of their own burst", n)
+	}
 	// The queue is bounded; the oldest go first.
 	e3 := NewEvents(EventsOptions{Device: "dev1", Topic: "t", Publisher: &fakePub{}, Clock: clk, Burst: 1000, QueueSize: 5})
 	for i := 0; i < 50; i++ {
