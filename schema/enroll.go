@@ -159,10 +159,14 @@ const (
 // name and its own token, or a refusal (Reason and Message).
 type EnrollResponse struct {
 	TypeMeta `json:",inline"`
-	Device   string `json:"device"`
+	// Device is the name the device asked to enroll under.
+	Device string `json:"device"`
 	// Token is the device's MQTT password; present only on success.
-	Token   string `json:"token,omitempty"`
-	Reason  string `json:"reason,omitempty"`
+	Token string `json:"token,omitempty"`
+	// Reason says why the hub refused: Unauthorized, Expired, UsedUp,
+	// NameTaken, Invalid, RequestReused or InternalError; empty on success.
+	Reason string `json:"reason,omitempty"`
+	// Message explains a refusal to a person.
 	Message string `json:"message,omitempty"`
 }
 

@@ -337,7 +337,9 @@ type Strategy struct {
 	// most rollingUpdate.maxUnavailable devices at a time, waiting for each
 	// batch to converge; Staged moves the devices in the waves of
 	// staged.steps, each started only when the devices before it are healthy,
-	// and stops or rolls back when too many fail. Defaults to AllAtOnce.
+	// and stops or rolls back when too many fail (this hub validates Staged
+	// but does not run it yet, and refuses to store it). Defaults to
+	// AllAtOnce.
 	Type string `json:"type,omitempty"`
 	// RollingUpdate tunes the RollingUpdate strategy; it may be set only when
 	// type is RollingUpdate.

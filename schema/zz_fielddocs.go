@@ -147,10 +147,10 @@ func typeDocTable() map[string]typeDoc {
 		"EnrollResponse": {
 			doc: "EnrollResponse is the hub's answer on the response topic: the device's name and its own token, or a refusal (Reason and Message).",
 			fields: map[string]fieldDoc{
-				"device":  {},
+				"device":  {doc: "Device is the name the device asked to enroll under."},
 				"token":   {doc: "Token is the device's MQTT password; present only on success."},
-				"reason":  {},
-				"message": {},
+				"reason":  {doc: "Reason says why the hub refused: Unauthorized, Expired, UsedUp, NameTaken, Invalid, RequestReused or InternalError; empty on success."},
+				"message": {doc: "Message explains a refusal to a person."},
 			},
 		},
 		"EnvVar": {
@@ -318,7 +318,7 @@ func typeDocTable() map[string]typeDoc {
 		"Strategy": {
 			doc: "Strategy governs how a changed template reaches the devices.",
 			fields: map[string]fieldDoc{
-				"type":          {doc: "Type is AllAtOnce, RollingUpdate or Staged. AllAtOnce publishes a changed pod to every targeted device at once; RollingUpdate moves at most rollingUpdate.maxUnavailable devices at a time, waiting for each batch to converge; Staged moves the devices in the waves of staged.steps, each started only when the devices before it are healthy, and stops or rolls back when too many fail. Defaults to AllAtOnce.", def: "AllAtOnce"},
+				"type":          {doc: "Type is AllAtOnce, RollingUpdate or Staged. AllAtOnce publishes a changed pod to every targeted device at once; RollingUpdate moves at most rollingUpdate.maxUnavailable devices at a time, waiting for each batch to converge; Staged moves the devices in the waves of staged.steps, each started only when the devices before it are healthy, and stops or rolls back when too many fail (this hub validates Staged but does not run it yet, and refuses to store it). Defaults to AllAtOnce.", def: "AllAtOnce"},
 				"rollingUpdate": {doc: "RollingUpdate tunes the RollingUpdate strategy; it may be set only when type is RollingUpdate."},
 				"staged":        {doc: "Staged describes the waves of the Staged strategy; it is required when type is Staged and may be set only then."},
 			},
