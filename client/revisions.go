@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -81,36 +80,9 @@ func (c *Client) UpdateDeployment(ctx context.Context, d *schema.Deployment) (*s
 // rollout pause, resume and restart use it). mutate reports whether it
 // changed anything; when it did not, nothing is written.
 func (c *Client) ModifyDeployment(ctx context.Context, name string, mutate func(*schema.Deployment) (bool, error)) (dep *schema.Deployment, written bool, err error) {
-	ctx, cancel := c.bound(ctx)
-	defer cancel()
-	var lastErr error
-	for attempt := range modifyAttempts {
-		if attempt > 0 {
-			if err := sleepCtx(ctx, retryDelay(attempt)); err != nil {
-				return nil, false, fmt.Errorf("update deployment %q: %w (after %v)", name, err, lastErr)
-			}
-		}
-		d, err := c.GetDeployment(ctx, name)
-		if err != nil {
-			return nil, false, err
-		}
-		changed, err := mutate(d)
-		if err != nil {
-			return nil, false, err
-		}
-		if !changed {
-			return d, false, nil
-		}
+	return modify(ctx, c, "deployment", name, c.GetDeployment, func(ctx context.Context, d *schema.Deployment) (*schema.Deployment, error) {
 		d.TypeMeta = schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDeployment}
 		d.Status = nil
-		out, err := c.UpdateDeployment(ctx, d)
-		if err == nil {
-			return out, true, nil
-		}
-		if !IsConflict(err) {
-			return nil, false, err
-		}
-		lastErr = err
-	}
-	return nil, false, fmt.Errorf("update deployment %q: still conflicting with other writers after %d attempts: %w", name, modifyAttempts, lastErr)
+		return c.UpdateDeployment(ctx, d)
+	}, mutate)
 }

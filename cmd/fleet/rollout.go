@@ -85,22 +85,7 @@ does.`,
 }
 
 // rolloutTarget reads "deployment NAME" or "deployment/NAME".
-func rolloutTarget(args []string) (string, error) {
-	kind, refs, err := parseRefs(args)
-	if err != nil {
-		return "", err
-	}
-	if len(refs) != 1 {
-		return "", errors.New("name one deployment: deployment NAME or deployment/NAME")
-	}
-	if kind == "" {
-		kind = refs[0].kind
-	}
-	if kind != client.Deployments {
-		return "", fmt.Errorf("rollout status works on deployments, not %s: a device's progress is in fleet get devices %s", kind, refs[0].name)
-	}
-	return refs[0].name, nil
-}
+func rolloutTarget(args []string) (string, error) { return rolloutDeployment("status", args) }
 
 func runRolloutStatus(ctx context.Context, cli *cliContext, args []string, o rolloutStatusOptions) error {
 	name, err := rolloutTarget(args)

@@ -34,6 +34,9 @@ func rolloutDeployment(verb string, args []string) (string, error) {
 		kind = refs[0].kind
 	}
 	if kind != client.Deployments {
+		if verb == "status" && kind == client.Devices {
+			return "", fmt.Errorf("rollout status works on deployments, not %s: a device's progress is in fleet get devices %s", kind, refs[0].name)
+		}
 		return "", fmt.Errorf("rollout %s works on deployments, not %s", verb, kind)
 	}
 	return refs[0].name, nil
