@@ -74,6 +74,9 @@ type DeploymentRevision struct {
 	// Outcome is how the revision's rollout ended: Complete, Failed or
 	// RolledBack; empty while unknown.
 	Outcome RevisionOutcome `json:"outcome,omitempty"`
+	// Reason says in one line why the rollout ended so, such as the
+	// devices that failed a revision the hub rolled back from.
+	Reason string `json:"reason,omitempty"`
 }
 
 // DeploymentRevisionList is the answer of GET

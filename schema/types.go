@@ -337,9 +337,8 @@ type Strategy struct {
 	// most rollingUpdate.maxUnavailable devices at a time, waiting for each
 	// batch to converge; Staged moves the devices in the waves of
 	// staged.steps, each started only when the devices before it are healthy,
-	// and stops or rolls back when too many fail (this hub validates Staged
-	// but does not run it yet, and refuses to store it). Defaults to
-	// AllAtOnce.
+	// and stops or rolls back when too many fail (status.rollout follows
+	// it). Defaults to AllAtOnce.
 	Type string `json:"type,omitempty"`
 	// RollingUpdate tunes the RollingUpdate strategy; it may be set only when
 	// type is RollingUpdate.
@@ -444,6 +443,13 @@ type DeploymentStatus struct {
 	// of its pod template in "fleet rollout history". 0 until the hub
 	// has recorded one.
 	Revision int64 `json:"revision,omitempty"`
+	// Rollout is the state of a Staged rollout (absent for the other
+	// strategies): its revision, step, counts, what it waits for, and
+	// why it stopped or rolled back.
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
+	// Conditions say in one line each how the rollout stands (a
+	// Progressing condition, for a Staged rollout).
+	Conditions []DeploymentCondition `json:"conditions,omitempty"`
 }
 
 // ---- Pods --------------------------------------------------------------------

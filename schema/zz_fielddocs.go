@@ -52,6 +52,16 @@ func typeDocTable() map[string]typeDoc {
 				"status":   {doc: "Status counts the targeted devices by how far they are. Read-only: the hub fills it in and ignores it in manifests."},
 			},
 		},
+		"DeploymentCondition": {
+			doc: "DeploymentCondition is one aspect of a Deployment's state, as Kubernetes' conditions: Type Progressing says whether its rollout is moving (True) or has stopped (False), and Reason and Message say why.",
+			fields: map[string]fieldDoc{
+				"type":               {doc: "Type is the aspect: Progressing."},
+				"status":             {doc: "Status is True, False or Unknown."},
+				"reason":             {doc: "Reason is one word: RolloutProgressing, RolloutPaused, RolloutComplete, RolloutStopped or RolloutRolledBack."},
+				"message":            {doc: "Message says why, in one line."},
+				"lastTransitionTime": {doc: "LastTransitionTime is when Status or Reason last changed."},
+			},
+		},
 		"DeploymentRevision": {
 			doc: "DeploymentRevision is one numbered version of a Deployment's pod template, kept by the hub: each change of spec.template makes one, and \"fleet rollout undo\" goes back to one. Read-only: the hub writes them.",
 			fields: map[string]fieldDoc{
@@ -62,6 +72,7 @@ func typeDocTable() map[string]typeDoc {
 				"createdAt":   {doc: "CreatedAt is when the hub stored the revision, an RFC 3339 time."},
 				"changeCause": {doc: "ChangeCause says why the template changed: the deployment's kubernetes.io/change-cause (or fleet/change-cause) annotation at the time, else who applied it, as \"by NAME (ROLE)\"."},
 				"outcome":     {doc: "Outcome is how the revision's rollout ended: Complete, Failed or RolledBack; empty while unknown."},
+				"reason":      {doc: "Reason says in one line why the rollout ended so, such as the devices that failed a revision the hub rolled back from."},
 			},
 		},
 		"DeploymentSpec": {
@@ -84,6 +95,8 @@ func typeDocTable() map[string]typeDoc {
 				"pending":            {doc: "Pending is how many targeted devices are neither ready nor failed: not on the current template yet, starting it, or offline."},
 				"failed":             {doc: "Failed is how many online updated devices report the pod failed."},
 				"revision":           {doc: "Revision is the number of the deployment's current revision: that of its pod template in \"fleet rollout history\". 0 until the hub has recorded one."},
+				"rollout":            {doc: "Rollout is the state of a Staged rollout (absent for the other strategies): its revision, step, counts, what it waits for, and why it stopped or rolled back."},
+				"conditions":         {doc: "Conditions say in one line each how the rollout stands (a Progressing condition, for a Staged rollout)."},
 			},
 		},
 		"DesiredState": {
@@ -296,6 +309,41 @@ func typeDocTable() map[string]typeDoc {
 				"maxUnavailable": {doc: "MaxUnavailable is how many targeted devices may be moving to the new pod at once: a count (\"2\") or a percentage of the targeted devices (\"25%\"), rounded down but at least one. Default \"25%\".", def: "25%"},
 			},
 		},
+		"RolloutEvent": {
+			doc: "RolloutEvent is one transition of a Staged rollout.",
+			fields: map[string]fieldDoc{
+				"time":    {doc: "Time is when it happened."},
+				"type":    {doc: "Type is Normal, or Warning for a stop or a rollback."},
+				"reason":  {doc: "Reason is one word: WaveStarted, Paused, Resumed, Complete, Stopped, RolledBack."},
+				"message": {doc: "Message says what happened, in one line."},
+			},
+		},
+		"RolloutPhase": {
+			doc:  "RolloutPhase is where a Staged rollout of one revision stands.",
+			enum: []string{"Progressing", "Paused", "Complete", "Stopped", "RolledBack"},
+		},
+		"RolloutStatus": {
+			doc: "RolloutStatus is the state of a Deployment's Staged rollout, in its status (status.rollout): what \"fleet rollout status\" and \"fleet describe\" show. The counts are about the revision being rolled out.",
+			fields: map[string]fieldDoc{
+				"revision":         {doc: "Revision is the number of the revision being rolled out."},
+				"hash":             {doc: "Hash is that revision's template hash, the hash devices report."},
+				"lastGoodRevision": {doc: "LastGoodRevision is the number of the last revision whose rollout completed, which devices outside the waves run and a rollback returns to; 0 when there is none (a first rollout)."},
+				"phase":            {doc: "Phase is where the rollout stands: Progressing, Paused, Complete, Stopped or RolledBack."},
+				"step":             {doc: "Step is the current step, from 1."},
+				"steps":            {doc: "Steps is how many steps the strategy has."},
+				"targeted":         {doc: "Targeted counts the devices the selector matches."},
+				"updated":          {doc: "Updated counts the devices given the revision."},
+				"ready":            {doc: "Ready counts the updated devices that are healthy: Ready for minReadySeconds."},
+				"failed":           {doc: "Failed counts the updated devices that failed the revision while online (crash loop, image pull, or not Ready within progressDeadlineSeconds)."},
+				"pending":          {doc: "Pending counts the rest: not given the revision yet, starting it, or offline."},
+				"waiting":          {doc: "Waiting says in one line what the rollout waits for."},
+				"waitUntil":        {doc: "WaitUntil is when that wait ends at the latest (absent: no bound, such as an operator's pause)."},
+				"reason":           {doc: "Reason says in one line why the rollout stopped or rolled back."},
+				"startedAt":        {doc: "StartedAt is when the rollout of this revision started."},
+				"finishedAt":       {doc: "FinishedAt is when its phase became final."},
+				"events":           {doc: "Events are the rollout's most recent transitions (a wave starting, a pause, completion, a stop or a rollback), oldest first."},
+			},
+		},
 		"Staged": {
 			doc: "Staged describes a staged rollout: the new pod reaches the targeted devices in waves, one per step. A step starts when every device of the steps before it runs the new pod Ready for minReadySeconds (or has failed, within failureThreshold) and the previous step's pause is over. A device fails when its pod crash-loops, its image cannot be pulled, or it is online but not Ready within progressDeadlineSeconds. An offline device is pending, never failed: the rollout waits for it at most progressDeadlineSeconds after giving it the new pod, then goes on without it. See package hub/rollout for the exact rules.",
 			fields: map[string]fieldDoc{
@@ -318,7 +366,7 @@ func typeDocTable() map[string]typeDoc {
 		"Strategy": {
 			doc: "Strategy governs how a changed template reaches the devices.",
 			fields: map[string]fieldDoc{
-				"type":          {doc: "Type is AllAtOnce, RollingUpdate or Staged. AllAtOnce publishes a changed pod to every targeted device at once; RollingUpdate moves at most rollingUpdate.maxUnavailable devices at a time, waiting for each batch to converge; Staged moves the devices in the waves of staged.steps, each started only when the devices before it are healthy, and stops or rolls back when too many fail (this hub validates Staged but does not run it yet, and refuses to store it). Defaults to AllAtOnce.", def: "AllAtOnce"},
+				"type":          {doc: "Type is AllAtOnce, RollingUpdate or Staged. AllAtOnce publishes a changed pod to every targeted device at once; RollingUpdate moves at most rollingUpdate.maxUnavailable devices at a time, waiting for each batch to converge; Staged moves the devices in the waves of staged.steps, each started only when the devices before it are healthy, and stops or rolls back when too many fail (status.rollout follows it). Defaults to AllAtOnce.", def: "AllAtOnce"},
 				"rollingUpdate": {doc: "RollingUpdate tunes the RollingUpdate strategy; it may be set only when type is RollingUpdate."},
 				"staged":        {doc: "Staged describes the waves of the Staged strategy; it is required when type is Staged and may be set only then."},
 			},

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os/exec"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -281,7 +282,7 @@ func TestMQTTDeploymentStatusAndArchLabel(t *testing.T) {
 	want := schema.DeploymentStatus{ObservedGeneration: 1, Targeted: 3, Updated: 2, Ready: 1, Failed: 1, Pending: 1, Revision: 1}
 	awaitf(t, mqttWait, func() bool {
 		s := getDeployment(t, h, "web").Status
-		return s != nil && *s == want
+		return s != nil && reflect.DeepEqual(*s, want)
 	}, "deployment status %+v (got %+v)", want, getDeployment(t, h, "web").Status)
 	if d := getDevice(t, h, "ok"); d.Status == nil || !d.Status.Converged || !d.Status.Online || d.Status.DesiredGeneration != ds.Generation {
 		t.Errorf("device ok: %+v", d.Status)
@@ -292,7 +293,7 @@ func TestMQTTDeploymentStatusAndArchLabel(t *testing.T) {
 
 	// The list carries the same status.
 	var list schema.DeploymentList
-	if err := json.Unmarshal(mustDo(t, h, http.MethodGet, "/v1/deployments", nil, http.StatusOK), &list); err != nil || len(list.Items) != 1 || list.Items[0].Status == nil || *list.Items[0].Status != want {
+	if err := json.Unmarshal(mustDo(t, h, http.MethodGet, "/v1/deployments", nil, http.StatusOK), &list); err != nil || len(list.Items) != 1 || list.Items[0].Status == nil || !reflect.DeepEqual(*list.Items[0].Status, want) {
 		t.Errorf("list: %+v %v", list, err)
 	}
 	var devs schema.DeviceList
@@ -316,7 +317,7 @@ func TestMQTTDeploymentStatusAndArchLabel(t *testing.T) {
 			Name string `json:"name"`
 			schema.DeploymentStatus
 		}
-		return m.Topic == topics.DeploymentStatus("web") && json.Unmarshal(m.Payload, &s) == nil && s.Name == "web" && s.DeploymentStatus == want
+		return m.Topic == topics.DeploymentStatus("web") && json.Unmarshal(m.Payload, &s) == nil && s.Name == "web" && reflect.DeepEqual(s.DeploymentStatus, want)
 	})
 
 	// The failing device goes offline (its will): pending, never failed.
@@ -326,7 +327,7 @@ func TestMQTTDeploymentStatusAndArchLabel(t *testing.T) {
 	want = schema.DeploymentStatus{ObservedGeneration: 1, Targeted: 3, Updated: 2, Ready: 1, Failed: 0, Pending: 2, Revision: 1}
 	awaitf(t, mqttWait, func() bool {
 		s := getDeployment(t, h, "web").Status
-		return s != nil && *s == want
+		return s != nil && reflect.DeepEqual(*s, want)
 	}, "offline device pending: %+v", getDeployment(t, h, "web").Status)
 
 	// The agent reported arm64: the hub labels the device, and a selector

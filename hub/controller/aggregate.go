@@ -66,8 +66,9 @@ func (c *Controller) publishAggs(ctx context.Context, names []string) {
 			gone = append(gone, name)
 			continue
 		}
-		c.model.SetDeploymentStatus(name, a.status)
-		live = append(live, namedStatus{name, a.status})
+		status := c.staged.decorate(name, a.status)
+		c.model.SetDeploymentStatus(name, status)
+		live = append(live, namedStatus{name, status})
 	}
 	c.pub.publishDeploymentStatuses(ctx, live, gone)
 }

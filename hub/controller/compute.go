@@ -29,18 +29,23 @@ type DeviceView struct {
 // Devices that never ran the deployment get the current template at once.
 // A paused deployment moves no device to another template (placePaused).
 func DesiredPods(devices []DeviceView, deployments []schema.Deployment) map[string][]schema.Pod {
-	out := placeAll(devices, deployments, nil)
+	out := placeAll(devices, deployments, PlaceDeployment, nil)
 	for name := range out {
 		sortPods(out[name])
 	}
 	return out
 }
 
-// placeAll places every deployment on the devices its selector matches and
-// returns each device's pods, unsorted (an empty list for a device none
-// targets). holding, if set, is called with the name of each deployment
-// that holds devices back on an older template.
-func placeAll(devices []DeviceView, deployments []schema.Deployment, holding func(dep string)) map[string][]schema.Pod {
+// placeFunc decides the pod one deployment puts on each device it targets:
+// PlaceDeployment, or the controller's, which also places Staged
+// deployments by their rollout's plan.
+type placeFunc func(dep *schema.Deployment, targeted []*DeviceView) (pods []schema.Pod, held int)
+
+// placeAll places every deployment on the devices its selector matches
+// with place and returns each device's pods, unsorted (an empty list for a
+// device none targets). holding, if set, is called with the name of each
+// deployment that holds devices back on an older template.
+func placeAll(devices []DeviceView, deployments []schema.Deployment, place placeFunc, holding func(dep string)) map[string][]schema.Pod {
 	out := make(map[string][]schema.Pod, len(devices))
 	for _, d := range devices {
 		out[d.Name] = []schema.Pod{}
@@ -54,7 +59,7 @@ func placeAll(devices []DeviceView, deployments []schema.Deployment, holding fun
 				targeted = append(targeted, &devices[j])
 			}
 		}
-		pods, held := PlaceDeployment(dep, targeted)
+		pods, held := place(dep, targeted)
 		if held > 0 && holding != nil {
 			holding(dep.Metadata.Name)
 		}
@@ -78,6 +83,8 @@ type fleetView interface {
 	deviceState(name, uid string) (*schema.DeviceStatus, bool)
 	// size is how many devices are registered.
 	size() int
+	// place decides one deployment's pods (a placeFunc).
+	place(dep *schema.Deployment, targeted []*DeviceView) (pods []schema.Pod, held int)
 }
 
 // increment is what changed since the last pass: the input of
@@ -187,8 +194,9 @@ func (in *increment) devicePods(place map[string]bool, prev *schema.DesiredState
 			}
 		case !dep.Spec.Selector.Matches(labels):
 		case p != nil && p.Hash != hashes[depName] && dep.Spec.Strategy.Type == schema.StrategyRollingUpdate,
-			dep.Spec.Paused:
-			// Part of a rollout, or paused: the placement of the whole
+			dep.Spec.Paused, dep.Spec.Strategy.Type == schema.StrategyStaged:
+			// Part of a rollout, paused, or staged (its plan says which
+			// revision a joining device gets): the placement of the whole
 			// deployment decides.
 			place[depName] = true
 			if p != nil {
@@ -237,7 +245,7 @@ func placeEverywhere(f fleetView, in increment, depName string, p placement) {
 	dep, ok := in.byName[depName]
 	var targeted []*DeviceView
 	if ok {
-		rolling := dep.Spec.Strategy.Type == schema.StrategyRollingUpdate
+		rolling := dep.Spec.Strategy.Type == schema.StrategyRollingUpdate || dep.Spec.Strategy.Type == schema.StrategyStaged
 		for _, name := range f.selectNames(dep.Spec.Selector) {
 			delete(maybe, name)
 			d, _ := f.device(name)
@@ -257,7 +265,7 @@ func placeEverywhere(f fleetView, in increment, depName string, p placement) {
 		p.holding[depName] = false
 		return
 	}
-	placed, held := PlaceDeployment(dep, targeted)
+	placed, held := f.place(dep, targeted)
 	p.holding[depName] = held > 0
 	for i, v := range targeted {
 		if placed[i].Name == "" {

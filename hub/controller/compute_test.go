@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/fleetmq/fleet/hub/fleetmodel"
@@ -138,7 +139,7 @@ func TestConvergedAndAggregate(t *testing.T) {
 	c.Online = false
 	s := AggregateDeployment(&dep, []DeviceView{a, b, c, d})
 	want := schema.DeploymentStatus{ObservedGeneration: 1, Targeted: 4, Updated: 3, Ready: 1, Failed: 1, Pending: 2}
-	if s != want {
+	if !reflect.DeepEqual(s, want) {
 		t.Errorf("AggregateDeployment = %+v, want %+v (offline device pending, not failed)", s, want)
 	}
 }

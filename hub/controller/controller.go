@@ -69,6 +69,9 @@ type Options struct {
 	// PublishTimeout bounds the publishes of one pass; what did not make
 	// it is published by a later pass. Default 30 s.
 	PublishTimeout time.Duration
+	// Now is the clock of staged rollouts (their deadlines, pauses and
+	// minReadySeconds); default time.Now.
+	Now func() time.Time
 }
 
 func (o *Options) setDefaults() {
@@ -92,6 +95,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.PublishTimeout <= 0 {
 		o.PublishTimeout = DefaultPublishTimeout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 }
 
@@ -135,6 +141,10 @@ type Controller struct {
 	oldSel map[string]*schema.LabelSelector
 	index  labelIndex         // devices by label
 	aggs   map[string]*depAgg // deployment statuses, counted device by device
+	// staged places Staged deployments and keeps their rollouts;
+	// recheckAt is when one of their plans may change by time alone.
+	staged    *stagedRollouts
+	recheckAt time.Time
 
 	// Devices whose report changed, from the status ingest.
 	statusMu    sync.Mutex
@@ -154,7 +164,11 @@ func New(opts Options) (*Controller, error) {
 	if opts.Store == nil || opts.Conn == nil {
 		return nil, errors.New("new controller: Store and Conn are required")
 	}
+	st := opts.Store
 	return &Controller{
+		staged: newStagedRollouts(opts.Logger, func(dep string) ([]schema.DeploymentRevision, error) {
+			return st.DeploymentRevisions(context.Background(), dep)
+		}),
 		opts:        opts,
 		log:         opts.Logger,
 		store:       opts.Store,
@@ -253,3 +267,12 @@ func (c *Controller) deviceState(name, uid string) (*schema.DeviceStatus, bool) 
 }
 
 func (c *Controller) size() int { return c.model.DeviceCount() }
+
+// place is the controller's placeFunc: Staged deployments by their
+// rollout's plan, the others by PlaceDeployment.
+func (c *Controller) place(dep *schema.Deployment, targeted []*DeviceView) ([]schema.Pod, int) {
+	if dep.Spec.Strategy.Type == schema.StrategyStaged {
+		return c.staged.place(dep, targeted, c.opts.Now())
+	}
+	return PlaceDeployment(dep, targeted)
+}

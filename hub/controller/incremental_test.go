@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -217,7 +218,7 @@ func checkFixpoint(t *testing.T, c *Controller, when string) {
 	for i := range deps {
 		d := &deps[i]
 		got, ok := c.model.Model().DeploymentStatus(d.Metadata.Name)
-		if w := AggregateDeployment(d, views); !ok || got != w {
+		if w := AggregateDeployment(d, views); !ok || !reflect.DeepEqual(got, w) {
 			t.Fatalf("%s: deployment %s status %+v (known %v), want %+v", when, d.Metadata.Name, got, ok, w)
 		}
 	}

@@ -32,6 +32,7 @@ type snapshot struct {
 	desired    map[string]*schema.DesiredState
 	desiredRaw map[string][]byte
 	tombstones map[string]int64
+	rollouts   map[string]*rolloutRecord
 }
 
 // loader reads snapshots from the store; it only reads.
@@ -94,6 +95,9 @@ func (l loader) loadDesired(t *store.Txn, s *snapshot) error {
 	if err != nil {
 		return err
 	}
+	if s.rollouts, err = loadRollouts(t, l.log); err != nil {
+		return err
+	}
 	return t.Scan(store.DesiredGenerationPrefix, func(key string, val []byte) error {
 		g, err := strconv.ParseInt(string(val), 10, 64)
 		if err != nil {
@@ -129,6 +133,7 @@ func (c *Controller) load(ctx context.Context, withDesired bool) error {
 	if withDesired {
 		c.pub.replaceRaw(s.desiredRaw)
 		c.tombstones = s.tombstones
+		c.staged.replace(s.rollouts)
 	}
 	c.listRev = s.rev
 	c.sortedNames, c.sortedDeps = nil, nil

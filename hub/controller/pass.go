@@ -29,10 +29,11 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	resync := time.NewTicker(c.opts.ResyncInterval)
 	defer resync.Stop()
-	var statusTimer, retryTimer *time.Timer
-	var statusC, retryC <-chan time.Time
+	var statusTimer, retryTimer, recheckTimer *time.Timer
+	var statusC, retryC, recheckC <-chan time.Time
+	var recheckFor time.Time
 	defer func() {
-		for _, t := range []*time.Timer{statusTimer, retryTimer} {
+		for _, t := range []*time.Timer{statusTimer, retryTimer, recheckTimer} {
 			if t != nil {
 				t.Stop()
 			}
@@ -42,6 +43,17 @@ func (c *Controller) Run(ctx context.Context) error {
 		if !c.retryAt.IsZero() && retryC == nil {
 			retryTimer = time.NewTimer(time.Until(c.retryAt))
 			retryC = retryTimer.C
+		}
+		if !c.recheckAt.Equal(recheckFor) {
+			// A staged rollout's plan changes at recheckAt by time alone.
+			if recheckTimer != nil {
+				recheckTimer.Stop()
+			}
+			recheckFor, recheckC = c.recheckAt, nil
+			if !recheckFor.IsZero() {
+				recheckTimer = time.NewTimer(max(c.recheckAt.Sub(c.opts.Now()), 0) + 10*time.Millisecond)
+				recheckC = recheckTimer.C
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -61,6 +73,9 @@ func (c *Controller) Run(ctx context.Context) error {
 			statusC = nil
 		case <-retryC:
 			retryC = nil
+		case <-recheckC:
+			recheckC, recheckFor = nil, time.Time{}
+			c.recheckRollouts()
 		case <-resync.C:
 			if err := c.load(ctx, false); err != nil {
 				if ctx.Err() != nil {
@@ -123,6 +138,7 @@ func (c *Controller) pass(ctx context.Context) {
 	if c.pub.takeFailed() {
 		c.retryAt = time.Now().Add(time.Second)
 	}
+	c.recheckAt = c.staged.nextRecheck()
 	if !c.retryAt.IsZero() {
 		// What failed is found again by recomputing everything.
 		c.full = true
@@ -139,7 +155,10 @@ func (c *Controller) fullPass(ctx context.Context) {
 	views := c.views()
 	deps := c.deploymentsSorted()
 	clear(c.rolling)
-	pods := placeAll(views, deps, func(dep string) { c.rolling[dep] = true })
+	pods := placeAll(views, deps, c.place, func(dep string) { c.rolling[dep] = true })
+	if !c.saveRollouts(ctx) {
+		return
+	}
 	var changes []desiredChange
 	for i := range views {
 		want := pods[views[i].Name]
@@ -180,6 +199,9 @@ func (c *Controller) incrementalPass(ctx context.Context, statusDevs map[string]
 	})
 	if !ok {
 		return false
+	}
+	if !c.saveRollouts(ctx) {
+		return true // a full pass follows (retryAt)
 	}
 	for dep, holding := range p.holding {
 		if holding {
@@ -243,6 +265,32 @@ func (c *Controller) recount(ctx context.Context, deps []schema.Deployment, touc
 	}
 	if len(touched) > 0 || c.pub.clearing() {
 		c.publishAggs(ctx, slices.Sorted(maps.Keys(touched)))
+	}
+}
+
+// saveRollouts stores the staged rollouts' records that the placement
+// changed, before the desired states that follow from them: a hub killed
+// in between resumes from the records. On failure it schedules a retry and
+// returns false: the pass writes nothing else.
+func (c *Controller) saveRollouts(ctx context.Context) bool {
+	c.staged.forget(c.deployments)
+	if err := c.staged.flush(ctx, c.store); err != nil {
+		if ctx.Err() == nil {
+			c.log.Error("store staged rollouts", "err", err)
+			c.retryAt = time.Now().Add(time.Second)
+		}
+		return false
+	}
+	return true
+}
+
+// recheckRollouts marks for placement the staged rollouts whose plans may
+// have changed by time alone (a deadline, minReadySeconds, a pause).
+func (c *Controller) recheckRollouts() {
+	for _, name := range c.staged.due(c.opts.Now()) {
+		if _, ok := c.deployments[name]; ok {
+			c.dirtyDeps[name] = true
+		}
 	}
 }
 

@@ -10,32 +10,18 @@ import (
 	"github.com/fleetmq/fleet/schema"
 )
 
-// Phase is where a rollout stands.
-type Phase string
+// Phase is where a rollout stands: schema.RolloutPhase, whose constants
+// say what each phase means.
+type Phase = schema.RolloutPhase
 
+// The phases, as the planner names them.
 const (
-	// PhaseProgressing: waves are going out, or waiting for health or a
-	// step's pause.
-	PhaseProgressing Phase = "Progressing"
-	// PhasePaused: an operator paused the rollout (State.Paused); no step
-	// starts, failures are still counted.
-	PhasePaused Phase = "Paused"
-	// PhaseComplete: every step is done; every device is assigned the new
-	// revision. Final.
-	PhaseComplete Phase = "Complete"
-	// PhaseStopped: failures reached the threshold and there was no
-	// rollback (autoRollback off, or no last good revision); the devices
-	// stay where they are. Final.
-	PhaseStopped Phase = "Stopped"
-	// PhaseRolledBack: failures reached the threshold and every device is
-	// assigned the last good revision. Final.
-	PhaseRolledBack Phase = "RolledBack"
+	PhaseProgressing = schema.RolloutProgressing
+	PhasePaused      = schema.RolloutPaused
+	PhaseComplete    = schema.RolloutComplete
+	PhaseStopped     = schema.RolloutStopped
+	PhaseRolledBack  = schema.RolloutRolledBack
 )
-
-// final reports whether no later call moves a rollout in phase p.
-func (p Phase) final() bool {
-	return p == PhaseComplete || p == PhaseStopped || p == PhaseRolledBack
-}
 
 // State is what the hub persists between calls, per Deployment. Next
 // returns the next State; the zero State starts a rollout.
@@ -497,7 +483,7 @@ func (p *planner) result(added []int) Plan {
 		case offlineWaiting:
 			wait.offline++
 		}
-		if !st.Phase.final() && !v.at.IsZero() && v.at.After(p.now) {
+		if !st.Phase.Final() && !v.at.IsZero() && v.at.After(p.now) {
 			if out.RecheckAt.IsZero() || v.at.Before(out.RecheckAt) {
 				out.RecheckAt = v.at
 			}

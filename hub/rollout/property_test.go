@@ -254,7 +254,7 @@ func TestPropertiesOfOneCall(t *testing.T) {
 		}
 
 		// Failures at the threshold stop the rollout.
-		startsOpen := in.State.Revision != in.Revision || !in.State.Phase.final()
+		startsOpen := in.State.Revision != in.Revision || !in.State.Phase.Final()
 		if startsOpen && in.Revision != in.LastGood {
 			reported := 0
 			for _, d := range in.Devices {
@@ -371,7 +371,7 @@ func (sim *fleetSim) run(t *testing.T, seed uint64) Plan {
 		for _, name := range p.New {
 			sim.ever[name] = true
 		}
-		if p.State.Phase.final() {
+		if p.State.Phase.Final() {
 			return p
 		}
 		sim.in = apply(t, sim.in, p)

@@ -18,7 +18,15 @@ const (
 	prefixStatus      = "v1/status/"
 	prefixTokens      = "v1/tokens/"
 	prefixCredentials = "v1/credentials/"
+	prefixRollouts    = "v1/rollouts/"
 )
+
+// RolloutKey is where the controller keeps the state of a Staged
+// deployment's rollout, so a restarted hub resumes it where it was.
+func RolloutKey(deployment string) string { return prefixRollouts + deployment }
+
+// RolloutPrefix is the prefix of every RolloutKey.
+const RolloutPrefix = prefixRollouts
 
 // DesiredKey is where the controller keeps a device's DesiredState.
 func DesiredKey(device string) string { return prefixDesired + device }

@@ -295,9 +295,6 @@ func (t *Txn) MutateObject(kind, name string, fn func(schema.Object) error) (sch
 	if err := schema.Validate(obj); err != nil {
 		return nil, fmt.Errorf("mutate: %w", err)
 	}
-	if err := supported(obj); err != nil {
-		return nil, fmt.Errorf("mutate: %w", err)
-	}
 	same, sameSpec, err := compare(obj, prev, true)
 	if err != nil {
 		return nil, err
@@ -335,9 +332,6 @@ func (t *Txn) putObject(in schema.Object, mode putMode) (schema.Object, string, 
 	// Validate what the user sent before looking at what is stored, so an
 	// invalid object fails the same way whether or not it exists.
 	if err := schema.Validate(obj); err != nil {
-		return nil, "", err
-	}
-	if err := supported(obj); err != nil {
 		return nil, "", err
 	}
 	key := ObjectKey(kind, name)
@@ -446,19 +440,4 @@ func checkDuplicates(objs []schema.Object) error {
 		seen[k] = true
 	}
 	return nil
-}
-
-// supported refuses what the schema accepts but this hub does not run yet,
-// so that nothing is stored that would behave other than it says: a Staged
-// strategy (its wave planner, hub/rollout, is not wired into the
-// controller yet) would otherwise roll out all at once.
-func supported(obj schema.Object) error {
-	d, ok := obj.(*schema.Deployment)
-	if !ok || d.Spec.Strategy.Type != schema.StrategyStaged {
-		return nil
-	}
-	return &schema.ValidationError{Kind: schema.KindDeployment, Name: d.Metadata.Name, Errors: []schema.FieldError{{
-		Field:   "spec.strategy.type",
-		Message: fmt.Sprintf("%q is not supported by this hub yet: use %q (maxUnavailable devices at a time) or %q", schema.StrategyStaged, schema.StrategyRollingUpdate, schema.StrategyAllAtOnce),
-	}}}
 }

@@ -77,18 +77,18 @@ func (s *Store) DeploymentRevision(ctx context.Context, deployment string, n int
 }
 
 // SetRevisionOutcome records how revision n of a deployment ended
-// (Complete, Failed, RolledBack, or "" for unknown). It writes nothing
-// when the outcome is already that.
-func (s *Store) SetRevisionOutcome(ctx context.Context, deployment string, n int64, outcome schema.RevisionOutcome) error {
+// (Complete, Failed, RolledBack, or "" for unknown) and why, in one line
+// ("" for no reason). It writes nothing when both are already that.
+func (s *Store) SetRevisionOutcome(ctx context.Context, deployment string, n int64, outcome schema.RevisionOutcome, reason string) error {
 	_, err := s.Write(ctx, func(t *Txn) error {
 		r, err := t.GetDeploymentRevision(deployment, n)
 		if err != nil {
 			return err
 		}
-		if r.Outcome == outcome {
+		if r.Outcome == outcome && r.Reason == reason {
 			return nil
 		}
-		r.Outcome = outcome
+		r.Outcome, r.Reason = outcome, reason
 		return t.putRevision(r)
 	})
 	return err
@@ -348,9 +348,10 @@ func (t *Txn) newRevision(d *schema.Deployment, n int64, cause string) schema.De
 	}
 }
 
-// deleteRevisions deletes every revision of a deployment.
+// deleteRevisions deletes every revision of a deployment, and the state
+// of its staged rollout.
 func (t *Txn) deleteRevisions(deployment string) error {
-	var keys []string
+	keys := []string{RolloutKey(deployment)}
 	err := t.Scan(revisionPrefix(deployment), func(key string, _ []byte) error {
 		keys = append(keys, key)
 		return nil

@@ -165,10 +165,10 @@ func TestRollback(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.SetRevisionOutcome(ctx, "web", 2, schema.OutcomeFailed); err != nil {
+	if err := s.SetRevisionOutcome(ctx, "web", 2, schema.OutcomeFailed, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetRevisionOutcome(ctx, "web", 9, schema.OutcomeFailed); !errors.Is(err, ErrNotFound) {
+	if err := s.SetRevisionOutcome(ctx, "web", 9, schema.OutcomeFailed, ""); !errors.Is(err, ErrNotFound) {
 		t.Errorf("outcome of a missing revision: %v, want ErrNotFound", err)
 	}
 	before, err := s.Get(ctx, schema.KindDeployment, "web")
