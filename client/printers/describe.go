@@ -1,6 +1,7 @@
 package printers
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -84,6 +85,8 @@ func DescribeDeployment(w io.Writer, dep *schema.Deployment, devices []schema.De
 			mu = s.RollingUpdate.MaxUnavailable
 		}
 		d.line(0, "Strategy:\t%s (max unavailable %s)", s.Type, mu)
+	case s.Type == schema.StrategyStaged && s.Staged != nil:
+		d.line(0, "Strategy:\t%s (%s)", s.Type, StagedSummary(s.Staged))
 	default:
 		d.line(0, "Strategy:\t%s", orNone(s.Type))
 	}
@@ -111,6 +114,25 @@ func DescribeDeployment(w io.Writer, dep *schema.Deployment, devices []schema.De
 		}
 		d.line(1, "Observed Generation:\t%d", st.ObservedGeneration)
 		d.line(1, "Devices:\t%d targeted, %d updated, %d ready, %d pending, %d failed", st.Targeted, st.Updated, st.Ready, st.Pending, st.Failed)
+		if r := st.Rollout; r != nil {
+			d.rollout(r)
+		}
+		for _, c := range st.Conditions {
+			d.line(1, "Condition %s:\t%s (%s) %s", c.Type, c.Status, c.Reason, oneLine(c.Message))
+		}
+	}
+	if st := dep.Status; st != nil && st.Rollout != nil && len(st.Rollout.Events) > 0 {
+		d.line(0, "Rollout Events:")
+		if err := d.flush(); err != nil {
+			return err
+		}
+		rows := make([][]string, 0, len(st.Rollout.Events))
+		for _, ev := range st.Rollout.Events {
+			rows = append(rows, []string{ev.Type, ev.Reason, Age(&ev.Time, now), oneLine(ev.Message)})
+		}
+		if err := writeIndentedTable(w, "  ", []string{"TYPE", "REASON", "AGE", "MESSAGE"}, rows); err != nil {
+			return err
+		}
 	}
 	if devices != nil {
 		d.line(0, "Devices:")
@@ -128,6 +150,57 @@ func DescribeDeployment(w io.Writer, dep *schema.Deployment, devices []schema.De
 		return writeIndentedTable(w, "  ", []string{"DEVICE", "ONLINE", "PHASE", "READY", "RESTARTS", "MESSAGE"}, rows)
 	}
 	return d.flush()
+}
+
+// rollout describes a Staged rollout: its revision, step, counts, and
+// what it waits for or why it stopped.
+func (d *describer) rollout(r *schema.RolloutStatus) {
+	d.line(1, "Rollout:")
+	good := "none: a first rollout"
+	if r.LastGoodRevision > 0 {
+		good = strconv.FormatInt(r.LastGoodRevision, 10)
+	}
+	d.line(2, "Revision:\t%d (last good %s)", r.Revision, good)
+	d.line(2, "Phase:\t%s, step %d of %d", r.Phase, r.Step, r.Steps)
+	d.line(2, "Devices:\t%d of %d updated, %d ready, %d failed, %d pending", r.Updated, r.Targeted, r.Ready, r.Failed, r.Pending)
+	if r.Waiting != "" {
+		until := ""
+		if !r.WaitUntil.IsZero() {
+			until = " (until " + d.time(&r.WaitUntil) + ")"
+		}
+		d.line(2, "Waiting:\t%s%s", oneLine(r.Waiting), until)
+	}
+	if r.Reason != "" {
+		d.line(2, "Reason:\t%s", oneLine(r.Reason))
+	}
+}
+
+// StagedSummary says a Staged strategy in one line: "steps 1, 10% pause
+// 10m, 100%; failureThreshold 5%, autoRollback, minReadySeconds 30,
+// progressDeadlineSeconds 600".
+func StagedSummary(s *schema.Staged) string {
+	steps := make([]string, 0, len(s.Steps))
+	for _, st := range s.Steps {
+		var one string
+		switch {
+		case st.Devices != nil:
+			one = strconv.Itoa(int(*st.Devices))
+		case st.Percent != nil:
+			one = strconv.Itoa(int(*st.Percent)) + "%"
+		}
+		if st.Pause != "" {
+			one += " pause " + st.Pause
+		}
+		steps = append(steps, one)
+	}
+	out := "steps " + strings.Join(steps, ", ") + "; failureThreshold " + cmp.Or(string(s.FailureThreshold), "0")
+	if s.AutoRollback {
+		out += ", autoRollback"
+	}
+	if s.MinReadySeconds > 0 {
+		out += fmt.Sprintf(", minReadySeconds %d", s.MinReadySeconds)
+	}
+	return out + fmt.Sprintf(", progressDeadlineSeconds %d", int(s.ProgressDeadline()/time.Second))
 }
 
 func deploymentDeviceRow(pod string, dev *schema.Device, now time.Time) []string {

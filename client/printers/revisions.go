@@ -72,6 +72,9 @@ func DescribeRevision(w io.Writer, r *schema.DeploymentRevision, now time.Time) 
 	d.line(0, "deployment/%s with revision #%d", r.Deployment, r.Revision)
 	d.line(0, "Change Cause:\t%s", orNone(oneLine(r.ChangeCause)))
 	d.line(0, "Outcome:\t%s", orNone(string(r.Outcome)))
+	if r.Reason != "" {
+		d.line(0, "Reason:\t%s", oneLine(r.Reason))
+	}
 	created := r.CreatedAt
 	d.line(0, "Created:\t%s", d.time(&created))
 	d.line(0, "Pod Template:")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -61,7 +62,14 @@ An offline device holds the rollout until it reconnects and converges;
 --timeout bounds the wait. The exit status is 0 once the rollout is
 finished, 1 when the timeout expires or the deployment is deleted. With
 -w=false the progress is printed once and the command exits 0, as kubectl's
-does.`,
+does.
+
+For a Staged deployment each line shows the waves: the revision, the step,
+the counts, and what the rollout waits for and until when (devices to
+become healthy, a step's pause, an operator's resume). The rollout is
+finished when its last step is done; if too many devices fail it stops, or
+rolls back to the last good revision, and the command prints why and exits
+1, with or without -w.`,
 		Example: `  # Wait for a rollout, as long as it takes (Ctrl-C to stop)
   fleet rollout status deployment/web
 
@@ -69,7 +77,13 @@ does.`,
   fleet apply -f web.yaml && fleet rollout status deployment web --timeout 5m
 
   # Print the progress once
-  fleet rollout status deploy/web -w=false`,
+  fleet rollout status deploy/web -w=false
+
+  # Follow a Staged rollout wave by wave; exit 1 if it is rolled back
+  fleet rollout status deployment/web
+  # Waiting for deployment "web" revision 4 to roll out: step 2 of 4, 10 of 100 devices
+  #   updated, 9 ready, 0 failed, 91 pending; waiting for 1 device to become healthy
+  #   (1 starting), until 2026-11-25T12:10:00Z...`,
 		Args:              cobra.RangeArgs(1, 2),
 		ValidArgsFunction: cli.completeResources,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -119,6 +133,10 @@ func runRolloutStatus(ctx context.Context, cli *cliContext, args []string, o rol
 			if progress != last {
 				fmt.Fprintln(cli.stdout(), progress)
 				last = progress
+			}
+			if stopped := rolloutStopped(dep); stopped != "" {
+				// Final: the rollout will not finish by itself.
+				return &exitError{code: 1, err: errors.New(stopped)}
 			}
 			if done || !o.watch {
 				return nil
@@ -183,6 +201,58 @@ func rolloutShortfall(dep *schema.Deployment) string {
 	return msg
 }
 
+// stagedRollout returns the status of the deployment's Staged rollout of
+// its current revision, or nil (another strategy, or not planned yet).
+func stagedRollout(d *schema.Deployment) *schema.RolloutStatus {
+	s := d.Status
+	if d.Spec.Strategy.Type != schema.StrategyStaged || s == nil || s.Rollout == nil || s.Rollout.Revision != s.Revision {
+		return nil
+	}
+	return s.Rollout
+}
+
+// rolloutStopped says, for a Staged rollout that stopped or rolled back,
+// why; "" otherwise.
+func rolloutStopped(d *schema.Deployment) string {
+	r := stagedRollout(d)
+	if r == nil || d.Status.ObservedGeneration < d.Metadata.Generation {
+		return ""
+	}
+	switch r.Phase {
+	case schema.RolloutRolledBack:
+		return fmt.Sprintf("deployment %q revision %d was rolled back: %s", d.Metadata.Name, r.Revision, r.Reason)
+	case schema.RolloutStopped:
+		return fmt.Sprintf("deployment %q revision %d stopped: %s", d.Metadata.Name, r.Revision, r.Reason)
+	}
+	return ""
+}
+
+// stagedProgress is rolloutProgress for a Staged rollout: the revision,
+// the step, the counts, and what it waits for and until when.
+func stagedProgress(name string, r *schema.RolloutStatus) (string, bool) {
+	counts := fmt.Sprintf("%d of %d %s updated, %d ready, %d failed, %d pending",
+		r.Updated, r.Targeted, plural(r.Targeted, "device", "devices"), r.Ready, r.Failed, r.Pending)
+	switch r.Phase {
+	case schema.RolloutComplete:
+		return fmt.Sprintf("deployment %q successfully rolled out: revision %d, %s", name, r.Revision, counts), true
+	case schema.RolloutRolledBack:
+		return fmt.Sprintf("deployment %q revision %d rolled back at step %d of %d: %s", name, r.Revision, r.Step, r.Steps, counts), false
+	case schema.RolloutStopped:
+		return fmt.Sprintf("deployment %q revision %d stopped at step %d of %d: %s", name, r.Revision, r.Step, r.Steps, counts), false
+	}
+	msg := fmt.Sprintf("Waiting for deployment %q revision %d to roll out: step %d of %d, %s", name, r.Revision, r.Step, r.Steps, counts)
+	if w := strings.TrimPrefix(r.Waiting, fmt.Sprintf("step %d of %d: ", r.Step, r.Steps)); w != "" {
+		if w[0] >= '0' && w[0] <= '9' {
+			w = "waiting for " + w
+		}
+		msg += "; " + w
+		if !r.WaitUntil.IsZero() {
+			msg += ", until " + r.WaitUntil.UTC().Format(time.RFC3339)
+		}
+	}
+	return msg + "...", false
+}
+
 // rolloutProgress describes where the deployment's rollout stands, in the
 // words of kubectl's rollout status, and whether it is finished.
 func rolloutProgress(d *schema.Deployment) (string, bool) {
@@ -190,6 +260,12 @@ func rolloutProgress(d *schema.Deployment) (string, bool) {
 	s := d.Status
 	if s == nil || s.ObservedGeneration < d.Metadata.Generation {
 		return fmt.Sprintf("Waiting for deployment %q spec update to be observed...", name), false
+	}
+	if d.Spec.Strategy.Type == schema.StrategyStaged && s.Targeted > 0 {
+		if r := stagedRollout(d); r != nil {
+			return stagedProgress(name, r)
+		}
+		return fmt.Sprintf("Waiting for deployment %q revision %d rollout to be planned...", name, s.Revision), false
 	}
 	switch {
 	case s.Targeted == 0:

@@ -62,12 +62,14 @@ newest again, under a new number: the number only grows.
 
 CHANGE-CAUSE is the deployment's kubernetes.io/change-cause (or
 fleet/change-cause) annotation when the template changed, else who applied
-it. OUTCOME says how the revision's rollout ended: Complete, Failed, or
-RolledBack once "fleet rollout undo" left it; "fleet rollout undo" without
---to-revision skips Failed and RolledBack revisions.
+it. OUTCOME says how the revision's rollout ended: Complete when a Staged
+rollout reached every device, Failed when too many devices failed it (the
+hub stopped the rollout, or rolled it back), RolledBack once "fleet
+rollout undo" left it; "fleet rollout undo" without --to-revision skips
+Failed and RolledBack revisions, so it returns to the last good one.
 
-With --revision N, the revision's change cause, outcome and pod template
-are shown.`,
+With --revision N, the revision's change cause, outcome (and why) and pod
+template are shown.`,
 		Example: `  # Say why you change a deployment, then list its revisions
   fleet apply -f web.yaml    # with metadata.annotations: {kubernetes.io/change-cause: "nginx 1.27"}
   fleet rollout history deployment/web

@@ -174,3 +174,88 @@ func TestRolloutStatusRefusals(t *testing.T) {
 		}
 	}
 }
+
+// stagedWebYAML is webYAML with a Staged strategy.
+var stagedWebYAML = strings.Replace(webYAML, "spec:\n  selector:", `spec:
+  strategy:
+    type: Staged
+    staged:
+      steps: [{devices: 1}, {percent: 50, pause: 10m}, {percent: 100}]
+      failureThreshold: 10%
+      autoRollback: true
+  selector:`, 1)
+
+// TestRolloutStatusStaged: a Staged rollout's progress names the revision,
+// the step, the counts and what it waits for until when; a rollback or a
+// stop ends the command with exit 1 and the reason, with or without -w;
+// describe shows the rollout, its condition and its events.
+func TestRolloutStatusStaged(t *testing.T) {
+	e := newEnv(t)
+	e.ok("", "apply", "-f", e.file("app.yaml", stagedWebYAML))
+	dep := e.hub.Deployment("web")
+	gen := dep.Metadata.Generation
+	until := time.Date(2026, 11, 25, 12, 10, 0, 0, time.UTC)
+	status := func(r schema.RolloutStatus) *schema.DeploymentStatus {
+		return &schema.DeploymentStatus{ObservedGeneration: gen, Revision: 4, Targeted: r.Targeted, Updated: r.Updated, Ready: r.Ready, Failed: r.Failed, Pending: r.Pending, Rollout: &r}
+	}
+	for _, tc := range []struct {
+		name string
+		st   *schema.DeploymentStatus
+		code int
+		want string
+	}{
+		{"waiting for health", status(schema.RolloutStatus{Revision: 4, Phase: schema.RolloutProgressing, Step: 2, Steps: 3, Targeted: 100, Updated: 50, Ready: 49, Pending: 51,
+			Waiting: "step 2 of 3: 1 device to become healthy (1 starting)", WaitUntil: until}), 0,
+			`Waiting for deployment "web" revision 4 to roll out: step 2 of 3, 50 of 100 devices updated, 49 ready, 0 failed, 51 pending; waiting for 1 device to become healthy (1 starting), until 2026-11-25T12:10:00Z...`},
+		{"pausing", status(schema.RolloutStatus{Revision: 4, Phase: schema.RolloutProgressing, Step: 2, Steps: 3, Targeted: 100, Updated: 50, Ready: 50, Pending: 50,
+			Waiting: "step 2 of 3: pausing 10m0s before step 3", WaitUntil: until}), 0,
+			`Waiting for deployment "web" revision 4 to roll out: step 2 of 3, 50 of 100 devices updated, 50 ready, 0 failed, 50 pending; pausing 10m0s before step 3, until 2026-11-25T12:10:00Z...`},
+		{"an older revision's plan", &schema.DeploymentStatus{ObservedGeneration: gen, Revision: 5, Targeted: 100, Pending: 100,
+			Rollout: &schema.RolloutStatus{Revision: 4, Phase: schema.RolloutComplete}}, 0,
+			`Waiting for deployment "web" revision 5 rollout to be planned...`},
+		{"complete", status(schema.RolloutStatus{Revision: 4, Phase: schema.RolloutComplete, Step: 3, Steps: 3, Targeted: 100, Updated: 100, Ready: 99, Pending: 1}), 0,
+			`deployment "web" successfully rolled out: revision 4, 100 of 100 devices updated, 99 ready, 0 failed, 1 pending`},
+		{"rolled back", status(schema.RolloutStatus{Revision: 4, Phase: schema.RolloutRolledBack, Step: 2, Steps: 3, Targeted: 100, Updated: 0, Ready: 0, Failed: 10, Pending: 90,
+			Reason: "rolled back to revision 3: 10 of 100 devices failed revision abc, reaching failureThreshold 10%: d1 (CrashLoopBackOff)"}), 1,
+			`deployment "web" revision 4 rolled back at step 2 of 3: 0 of 100 devices updated, 0 ready, 10 failed, 90 pending`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := e.hub.SetDeploymentStatus("web", tc.st); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range []string{"-w=false", "-w=true"} {
+				if tc.code == 0 && w == "-w=true" {
+					continue // would wait
+				}
+				r := e.run("", "rollout", "status", "deployment/web", w)
+				if r.code != tc.code || strings.TrimSpace(r.stdout) != tc.want {
+					t.Fatalf("%s: exit %d, stdout %q (want %d, %q), stderr %q", w, r.code, r.stdout, tc.code, tc.want, r.stderr)
+				}
+				if tc.code != 0 && !strings.Contains(r.stderr, "was rolled back: rolled back to revision 3: 10 of 100 devices failed") {
+					t.Errorf("%s: stderr does not say why in one line: %q", w, r.stderr)
+				}
+			}
+		})
+	}
+
+	st := status(schema.RolloutStatus{Revision: 4, LastGoodRevision: 3, Phase: schema.RolloutRolledBack, Step: 2, Steps: 3, Targeted: 100, Failed: 10, Pending: 90,
+		Reason: "rolled back to revision 3: 10 of 100 devices failed",
+		Events: []schema.RolloutEvent{{Time: until, Type: schema.EventWarning, Reason: "RolledBack", Message: "rolled back to revision 3: 10 of 100 devices failed"}}})
+	st.Conditions = []schema.DeploymentCondition{{Type: schema.ConditionProgressing, Status: "False", Reason: "RolloutRolledBack", Message: "rolled back to revision 3: 10 of 100 devices failed"}}
+	if err := e.hub.SetDeploymentStatus("web", st); err != nil {
+		t.Fatal(err)
+	}
+	out := e.ok("", "describe", "deployment", "web")
+	for _, want := range []string{
+		"Strategy:", "Staged (steps 1, 50% pause 10m, 100%; failureThreshold 10%, autoRollback, progressDeadlineSeconds 600)",
+		"Revision:", "4 (last good 3)",
+		"Phase:", "RolledBack, step 2 of 3",
+		"Reason:", "rolled back to revision 3: 10 of 100 devices failed",
+		"Condition Progressing:", "False (RolloutRolledBack)",
+		"Rollout Events:", "Warning", "RolledBack",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("describe lacks %q:\n%s", want, out)
+		}
+	}
+}
