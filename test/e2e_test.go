@@ -37,6 +37,7 @@ var e2eScenarios = []e2eScenario{
 	{"apply_converges", e2eApplyConverges},
 	{"bad_image_tag_keeps_running", e2eBadTagKeepsRunning},
 	{"rollout_undo_returns_to_previous", e2eRolloutUndo},
+	{"staged_rollout_survives_hub_kill_and_rolls_back", e2eStagedRollout},
 	{"agent_check", e2eAgentCheck},
 	{"selector_and_label_move_pods", e2eMovePods},
 	{"isolation", e2eIsolation},
@@ -106,12 +107,18 @@ type e2eDep struct {
 	Args   []string
 	Env    map[string]string
 	Labels map[string]string
+	// Image replaces the test image; Strategy is spec.strategy.
+	Image    string
+	Strategy map[string]any
 }
 
 func (d e2eDep) manifest(image string) string {
 	args := d.Args
 	if args == nil {
 		args = []string{"sleep", "forever"}
+	}
+	if d.Image != "" {
+		image = d.Image
 	}
 	c := schema.Container{Name: "app", Image: image, Args: args}
 	for _, k := range slices.Sorted(maps.Keys(d.Env)) {
@@ -129,6 +136,9 @@ func (d e2eDep) manifest(image string) string {
 			"selector": map[string]any{"matchLabels": sel},
 			"template": map[string]any{"spec": map[string]any{"containers": []schema.Container{c}}},
 		},
+	}
+	if d.Strategy != nil {
+		dep["spec"].(map[string]any)["strategy"] = d.Strategy
 	}
 	b, err := json.Marshal(dep)
 	if err != nil {
