@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/fleetmq/fleet/hub/rollout"
@@ -132,6 +133,7 @@ func (s *stagedRollouts) place(dep *schema.Deployment, targeted []*DeviceView, n
 		Strategy: dep.Spec.Strategy.Staged,
 		Revision: hash,
 		LastGood: rec.lastGoodHash(),
+		Names:    rollout.Names{Revision: revisionName(rec.Revision, hash), LastGood: revisionName(rec.LastGoodRevision, rec.lastGoodHash())},
 		Devices:  devs,
 		State:    st,
 		Now:      now,
@@ -153,6 +155,14 @@ func (s *stagedRollouts) place(dep *schema.Deployment, targeted []*DeviceView, n
 		held = 1 + len(plan.Old)
 	}
 	return pods, held
+}
+
+// revisionName is how reasons name a revision: its number, else its hash.
+func revisionName(n int64, hash string) string {
+	if n > 0 {
+		return strconv.FormatInt(n, 10)
+	}
+	return hash
 }
 
 // start begins the rollout of a new revision: it finds the last good

@@ -257,7 +257,7 @@ func TestControllerStagedRollout(t *testing.T) {
 		return rs.Phase == schema.RolloutRolledBack && count(hs, h1) == 10
 	})
 	rs := f.rollout()
-	if !strings.Contains(rs.Reason, "rolled back to revision") || !strings.Contains(rs.Reason, "2 of 10 devices failed") {
+	if !strings.Contains(rs.Reason, "rolled back to revision 1: 2 of 10 devices failed revision 2, reaching failureThreshold 2") {
 		t.Errorf("rollback reason: %q", rs.Reason)
 	}
 	st, _ := f.c.model.Model().DeploymentStatus("web")

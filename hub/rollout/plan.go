@@ -87,10 +87,18 @@ type Input struct {
 	LastGood string
 	// Devices are the targeted devices, in any order.
 	Devices []Device
+	// Names, if set, name Revision and LastGood in the reasons the plan
+	// gives ("3" for "revision 3"); the revisions themselves otherwise.
+	Names Names
 	// State is the State of the previous plan.
 	State State
 	// Now is the time of the call.
 	Now time.Time
+}
+
+// Names are how reasons name the revisions of an Input.
+type Names struct {
+	Revision, LastGood string
 }
 
 // Plan is the outcome of one call.
@@ -417,13 +425,13 @@ func (p *planner) stop(failures int) {
 	}
 	threshold := cmp.Or(string(p.s.FailureThreshold), "0")
 	why := fmt.Sprintf("%d of %d devices failed revision %s, reaching failureThreshold %s: %s",
-		failures, len(p.in.Devices), p.in.Revision, threshold, list)
+		failures, len(p.in.Devices), cmp.Or(p.in.Names.Revision, p.in.Revision), threshold, list)
 	st.PauseStartedAt = time.Time{}
 	st.FinishedAt = p.now
 	switch {
 	case p.s.AutoRollback && p.in.LastGood != "":
 		st.Phase = PhaseRolledBack
-		st.Reason = fmt.Sprintf("rolled back to revision %s: %s", p.in.LastGood, why)
+		st.Reason = fmt.Sprintf("rolled back to revision %s: %s", cmp.Or(p.in.Names.LastGood, p.in.LastGood), why)
 		clear(p.onNew)
 	case p.s.AutoRollback:
 		st.Phase = PhaseStopped
