@@ -205,6 +205,7 @@ func (c *Controller) applyDevice(ev store.Event) {
 	old, known := c.model.Device(ev.Name)
 	if ev.Type == store.EventDeleted {
 		c.model.DeleteDevice(ev.Name)
+		delete(c.staged.online, ev.Name)
 		if known {
 			c.index.remove(ev.Name, old.Labels)
 		}
