@@ -3,6 +3,7 @@ package schema
 import (
 	"bytes"
 	"cmp"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -172,6 +173,10 @@ func NewObject(kind string) Object {
 		return &Device{}
 	case KindDeployment:
 		return &Deployment{}
+	case KindConfigMap:
+		return &ConfigMap{}
+	case KindSecret:
+		return &Secret{}
 	}
 	return nil
 }
@@ -224,7 +229,7 @@ func decodeDocument(doc []byte) (Object, error) {
 	c.hints.add(kindHints(tm.APIVersion, tm.Kind, raw)...)
 	obj := NewObject(tm.Kind)
 	if obj == nil {
-		c.errs.add("kind", "must be %q or %q, got %q", KindDeployment, KindDevice, truncate(fmt.Sprint(valueOr(raw["kind"]))))
+		c.errs.add("kind", "must be %q, %q, %q or %q, got %q", KindDeployment, KindDevice, KindConfigMap, KindSecret, truncate(fmt.Sprint(valueOr(raw["kind"]))))
 		conversionHints(raw, tm.Kind, &c.hints)
 		return nil, withHints(c.errs.err("", name), c.hints)
 	}
@@ -377,8 +382,13 @@ func asErr(err error, target **json.UnmarshalTypeError) bool {
 }
 
 func jsonTypeName(t reflect.Type) string {
-	if t == intOrPercentType {
+	switch t {
+	case intOrPercentType:
 		return "a count or a percentage such as \"5%\""
+	case portRefType:
+		return "a port number or name"
+	case bytesType:
+		return "base64 string"
 	}
 	switch t.Kind() {
 	case reflect.String:
@@ -434,6 +444,13 @@ func checkUnknownFields(v any, t reflect.Type, path string, c *fieldCheck) bool 
 		c.errs.add(path, "wrong type: got %s, want %s", jsonValueName(v), jsonTypeName(t))
 		return false
 	}
+	if t == bytesType {
+		if _, err := base64.StdEncoding.DecodeString(v.(string)); err != nil {
+			c.errs.add(path, "not valid base64: %v (use stringData for text)", err)
+			return false
+		}
+		return true
+	}
 	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
@@ -481,7 +498,10 @@ func checkUnknownFields(v any, t reflect.Type, path string, c *fieldCheck) bool 
 	return true
 }
 
-var timeType = reflect.TypeFor[time.Time]()
+var (
+	timeType  = reflect.TypeFor[time.Time]()
+	bytesType = reflect.TypeFor[[]byte]()
+)
 
 func sortedKeys(m map[string]any) []string {
 	keys := make([]string, 0, len(m))
@@ -514,10 +534,14 @@ func checkInt(n json.Number, t reflect.Type) string {
 
 // kindMatches reports whether a decoded JSON value fits the Go type.
 func kindMatches(v any, t reflect.Type) bool {
-	if t == intOrPercentType {
+	switch t {
+	case intOrPercentType, portRefType:
 		_, isString := v.(string)
 		_, isNumber := v.(json.Number)
 		return isString || isNumber
+	case bytesType:
+		_, isString := v.(string)
+		return isString
 	}
 	switch t.Kind() {
 	case reflect.String:

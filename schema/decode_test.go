@@ -118,7 +118,7 @@ func TestDecodeUnknownFields(t *testing.T) {
 	}{
 		{"typo", "        env:", "        enviroment:", "spec.template.spec.containers[0].enviroment", `unknown field "enviroment", did you mean "env"?`},
 		{"case", "        image:", "        Image:", "spec.template.spec.containers[0].Image", `unknown field "Image", did you mean "image"?`},
-		{"kubernetes name", "        env:", "        volumeMounts: []\n        env:", "spec.template.spec.containers[0].volumeMounts", `unknown field "volumeMounts", did you mean "mounts"?`},
+		{"kubernetes name", "        env:", "        volumeMount: []\n        env:", "spec.template.spec.containers[0].volumeMount", `unknown field "volumeMount", did you mean "volumeMounts"?`},
 		{"nothing close", "        env:", "        colour: blue\n        env:", "spec.template.spec.containers[0].colour", "unknown field"},
 		{"replicas", "  selector:", "  replicas: 3\n  selector:", "spec.replicas", "unknown field"},
 	}

@@ -10,6 +10,8 @@ func Default(o Object) {
 		}
 	case *Device:
 		// Devices have nothing to default; the hub adds LabelDevice.
+	case *Secret:
+		DefaultSecret(o)
 	}
 }
 
@@ -27,6 +29,11 @@ func DefaultPodSpec(p *PodSpec) {
 			p.Containers[i].ImagePullPolicy = PullIfNotPresent
 		}
 	}
+	for i := range p.InitContainers {
+		if p.InitContainers[i].ImagePullPolicy == "" {
+			p.InitContainers[i].ImagePullPolicy = PullIfNotPresent
+		}
+	}
 }
 
 // Validate validates a decoded and defaulted object.
@@ -36,6 +43,10 @@ func Validate(o Object) error {
 		return ValidateDeployment(o)
 	case *Device:
 		return ValidateDevice(o)
+	case *ConfigMap:
+		return ValidateConfigMap(o)
+	case *Secret:
+		return ValidateSecret(o)
 	}
 	return nil
 }

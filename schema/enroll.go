@@ -133,6 +133,9 @@ type EnrollRequest struct {
 	Secret string `json:"secret"`
 	// Device is the name the device asks for.
 	Device string `json:"device"`
+	// PublicKey is the device's X25519 public key (DeviceStatus.publicKey),
+	// if the agent has one already.
+	PublicKey string `json:"publicKey,omitempty"`
 }
 
 // Enrollment refusal reasons (EnrollResponse.Reason).

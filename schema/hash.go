@@ -11,6 +11,7 @@ import (
 // label containers with it and replace a container whose hash differs.
 func PodSpecHash(p PodSpec) string {
 	p.Containers = slices.Clone(p.Containers)
+	p.InitContainers = slices.Clone(p.InitContainers)
 	DefaultPodSpec(&p)
 	b, err := json.Marshal(p)
 	if err != nil {

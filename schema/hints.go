@@ -90,19 +90,14 @@ func fieldOf[T any](name string) fieldKey { return fieldKey{reflect.TypeFor[T]()
 // Deployment.
 const fleetDeployment = "runs one pod on every device whose labels match spec.selector.matchLabels"
 
-// noVolumes is the hint for every part of Kubernetes' volumes.
-const noVolumes = "Fleet has no volumes: a container mounts a host directory itself, with mounts: [{hostPath: /srv/app, mountPath: /data}]"
-
 // fieldHints say what to do with a Kubernetes field Fleet does not have.
 var fieldHints = map[fieldKey]string{
 	fieldOf[ObjectMeta]("namespace"):          "Fleet has no namespaces: delete metadata.namespace",
 	fieldOf[DeploymentSpec]("replicas"):       "Fleet has no spec.replicas: the pod runs once on each matching device, so delete replicas and label the devices to run it (fleet device label NAME key=value)",
 	fieldOf[DeploymentSpec]("updateStrategy"): "Fleet calls it spec.strategy: type AllAtOnce (the default), RollingUpdate (with rollingUpdate.maxUnavailable) or Staged (waves gated on health, with staged.steps)",
 	fieldOf[PodSpec]("nodeSelector"):          "Fleet picks devices with the Deployment's spec.selector.matchLabels (" + LabelDevice + ": NAME picks one): delete nodeSelector",
-	fieldOf[PodSpec]("volumes"):               noVolumes,
-	fieldOf[Container]("volumeMounts"):        noVolumes,
-	fieldOf[Mount]("name"):                    noVolumes,
-	fieldOf[Container]("ports"):               "Fleet has no containers[].ports yet: pods use the device's host network, so delete ports (the container listens on the device's own ports)",
+	fieldOf[Mount]("name"):                    "mounts bind a host path (mounts: [{hostPath: /srv/app, mountPath: /data}]); to mount one of spec.volumes by name, use volumeMounts: [{name: data, mountPath: /data}]",
+	fieldOf[ContainerPort]("hostPort"):        "pods use the device's host network: containerPort is the device's port, so delete hostPort",
 	fieldOf[Resources]("requests"):            "Fleet has only resources.limits (memory, cpu): move the values you need there",
 }
 
@@ -114,7 +109,6 @@ var typeHints = map[fieldKey]string{
 
 // synonyms are Kubernetes field names that Fleet spells differently.
 var synonyms = map[fieldKey]string{
-	fieldOf[Container]("volumeMounts"):        "mounts",
 	fieldOf[DeploymentSpec]("updateStrategy"): "strategy",
 }
 

@@ -23,16 +23,17 @@ func TestSuggestField(t *testing.T) {
 		{reflect.TypeFor[Container](), "ENV", "env"},      // case, short
 		{reflect.TypeFor[Container](), "workdir", ""},     // too far
 		{reflect.TypeFor[Container](), "imagePolicy", ""}, // four edits from imagePullPolicy
-		{reflect.TypeFor[Container](), "envFrom", ""},     // another word, not a longer "env"
+		{reflect.TypeFor[Container](), "envFromm", "envFrom"},
+		{reflect.TypeFor[Container](), "stdinOnce", ""}, // another word
 		{reflect.TypeFor[Container](), "imagePullSecrets", ""},
-		{reflect.TypeFor[Container](), "volumeMounts", "mounts"}, // Kubernetes' name
-		{reflect.TypeFor[Container](), "ports", ""},
+		{reflect.TypeFor[Container](), "volumeMount", "volumeMounts"},
+		{reflect.TypeFor[Container](), "port", "ports"},
 		{reflect.TypeFor[Container](), "tty", ""}, // short keys: case only
 		{reflect.TypeFor[PodSpec](), "restartpolicy", "restartPolicy"},
 		{reflect.TypeFor[PodSpec](), "RestartPolcy", "restartPolicy"},
 		{reflect.TypeFor[PodSpec](), "hostnetwork", "hostNetwork"},
 		{reflect.TypeFor[PodSpec](), "container", "containers"},
-		{reflect.TypeFor[PodSpec](), "volumes", ""},
+		{reflect.TypeFor[PodSpec](), "volume", "volumes"},
 		{reflect.TypeFor[DeploymentSpec](), "updateStrategy", "strategy"},
 		{reflect.TypeFor[DeploymentSpec](), "replicas", ""},
 		{reflect.TypeFor[DeploymentSpec](), "selectr", "selector"},
@@ -137,12 +138,12 @@ func TestHints(t *testing.T) {
 		in   string
 		want []string // a distinctive part of each hint, in order
 	}{
-		{"kubernetes deployment", k8s, []string{"like a Kubernetes DaemonSet over devices", "no spec.replicas", "no containers[].ports"}},
-		{"replicas in a fleet deployment", strings.Replace(k8s, "apps/v1", "fleet/v1", 1), []string{"no spec.replicas", "no containers[].ports"}},
+		{"kubernetes deployment", k8s, []string{"like a Kubernetes DaemonSet over devices", "no spec.replicas"}},
+		{"replicas in a fleet deployment", strings.Replace(k8s, "apps/v1", "fleet/v1", 1), []string{"no spec.replicas"}},
 		{"daemonset", "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: x}\nspec: {updateStrategy: {type: OnDelete}}\n", []string{"DaemonSet maps to a Fleet Deployment", "spec.strategy"}},
 		{"pod", "apiVersion: v1\nkind: Pod\nmetadata: {name: x, namespace: default}\nspec: {containers: [{name: c, image: nginx}]}\n", []string{"{fleet/device: DEVICE}", "no namespaces"}},
 		{"pod pinned to a node", "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {nodeSelector: {kubernetes.io/hostname: pi-7}}\n", []string{"{fleet/device: pi-7}", "delete nodeSelector"}},
-		{"each hint once", "apiVersion: fleet/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {template: {spec: {containers: [{name: a, image: nginx, ports: []}, {name: b, image: nginx, ports: []}]}}}\n", []string{"no containers[].ports"}},
+		{"each hint once", "apiVersion: fleet/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {template: {spec: {containers: [{name: a, image: nginx, ports: [{containerPort: 80, hostPort: 80}]}, {name: b, image: nginx, ports: [{containerPort: 81, hostPort: 81}]}]}}}\n", []string{"delete hostPort"}},
 		{"a typo has no hint", "apiVersion: fleet/v1\nkind: Device\nmetadata: {name: pi, lables: {a: b}}\n", nil},
 		{"an unknown kind has no hint", "apiVersion: v1\nkind: Service\nmetadata: {name: web}\n", nil},
 	}

@@ -137,6 +137,7 @@ func hashPod(spec PodSpec, annotations map[string]string) string {
 		return PodSpecHash(spec)
 	}
 	spec.Containers = slices.Clone(spec.Containers)
+	spec.InitContainers = slices.Clone(spec.InitContainers)
 	DefaultPodSpec(&spec)
 	b, err := json.Marshal(struct {
 		Spec        PodSpec           `json:"spec"`

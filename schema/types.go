@@ -484,6 +484,19 @@ type PodSpec struct {
 	// HostNetwork must be true: Fleet does not manage container networks on
 	// devices, so containers use the device's network. Defaults to true.
 	HostNetwork *bool `json:"hostNetwork,omitempty"`
+	// InitContainers run one at a time, in order, each to completion,
+	// before the containers start; one that fails is retried per
+	// restartPolicy (Never: the pod fails) and holds the containers back.
+	InitContainers []Container `json:"initContainers,omitempty"`
+	// Volumes are the directories the containers can mount (volumeMounts).
+	Volumes []Volume `json:"volumes,omitempty"`
+	// TerminationGracePeriodSeconds is how long a container has to exit
+	// after SIGTERM (and its preStop hook) before it is killed. Defaults
+	// to 10.
+	TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds,omitempty"`
+	// ImagePullSecrets name Secrets of type kubernetes.io/dockerconfigjson
+	// with the credentials of private registries.
+	ImagePullSecrets []LocalObjectReference `json:"imagePullSecrets,omitempty"`
 }
 
 // Container is one process in a pod.
@@ -509,20 +522,47 @@ type Container struct {
 	WorkingDir string `json:"workingDir,omitempty"`
 	// Env sets environment variables in the container, each name once.
 	Env []EnvVar `json:"env,omitempty"`
+	// EnvFrom sets a variable for every key of ConfigMaps or Secrets;
+	// env wins over it.
+	EnvFrom []EnvFromSource `json:"envFrom,omitempty"`
 	// Mounts bind paths of the device into the container, each mountPath
 	// once.
 	Mounts []Mount `json:"mounts,omitempty"`
+	// VolumeMounts mount the pod's volumes into the container.
+	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
+	// Devices make device nodes of the device (/dev/i2c-1, /dev/ttyUSB0)
+	// available in the container.
+	Devices []DeviceMapping `json:"devices,omitempty"`
+	// SecurityContext says with what privileges the container runs.
+	SecurityContext *SecurityContext `json:"securityContext,omitempty"`
+	// Ports declare the ports the container listens on, on the device's
+	// network.
+	Ports []ContainerPort `json:"ports,omitempty"`
+	// LivenessProbe restarts the container when it fails.
+	LivenessProbe *Probe `json:"livenessProbe,omitempty"`
+	// ReadinessProbe decides whether the container is ready: the pod's
+	// READY, and what rollouts wait for. Unset, a running container is
+	// ready.
+	ReadinessProbe *Probe `json:"readinessProbe,omitempty"`
+	// StartupProbe holds the other probes back until it succeeds once;
+	// the container is restarted when it fails.
+	StartupProbe *Probe `json:"startupProbe,omitempty"`
+	// Lifecycle holds the preStop hook.
+	Lifecycle *Lifecycle `json:"lifecycle,omitempty"`
 	// Resources limits the container's memory and CPU.
 	Resources Resources `json:"resources,omitempty"`
 }
 
-// EnvVar is one environment variable.
+// EnvVar is one environment variable: a value, or a value from a
+// ConfigMap or Secret.
 type EnvVar struct {
 	// Name of the variable: a letter or '_', then letters, digits, '_', '-'
 	// or '.'. Required.
 	Name string `json:"name"`
-	// Value of the variable; may be empty.
+	// Value of the variable; may be empty. Must be empty with valueFrom.
 	Value string `json:"value"`
+	// ValueFrom takes the value from a key of a ConfigMap or Secret.
+	ValueFrom *EnvVarSource `json:"valueFrom,omitempty"`
 }
 
 // Mount binds a host path into the container.
@@ -572,6 +612,45 @@ type DesiredState struct {
 	// Pods are every pod the device should run; the agent removes the pods
 	// it runs that are not listed.
 	Pods []Pod `json:"pods"`
+	// ConfigMaps are the ConfigMaps the pods use (env valueFrom, envFrom,
+	// configMap volumes), each once, sorted by name; absent ones the pods
+	// reference are not listed.
+	ConfigMaps []ConfigMapData `json:"configMaps,omitempty"`
+	// Secrets are the Secrets the pods use (env, volumes,
+	// imagePullSecrets), each once, sorted by name, their values sealed to
+	// the device's own public key.
+	Secrets []SealedSecret `json:"secrets,omitempty"`
+}
+
+// ConfigMapData is a ConfigMap as a device receives it.
+type ConfigMapData struct {
+	// Name is the ConfigMap's name.
+	Name string `json:"name"`
+	// Version is the ConfigMap's resourceVersion: it changes when the data
+	// does.
+	Version string `json:"version"`
+	// Data are its text keys.
+	Data map[string]string `json:"data,omitempty"`
+	// BinaryData are its binary keys.
+	BinaryData map[string][]byte `json:"binaryData,omitempty"`
+}
+
+// SealedSecret is a Secret as a device receives it: every value sealed
+// (NaCl box.SealAnonymous, X25519 + XSalsa20-Poly1305) to the device's
+// public key, so only that device can read it.
+type SealedSecret struct {
+	// Name is the Secret's name.
+	Name string `json:"name"`
+	// Type is the Secret's type.
+	Type string `json:"type,omitempty"`
+	// Version is the Secret's resourceVersion: it changes when the data
+	// does.
+	Version string `json:"version"`
+	// KeyID identifies the device key the values are sealed to
+	// (DeviceKeyID of its public key).
+	KeyID string `json:"keyID"`
+	// Data are the keys and their sealed values, base64 in JSON.
+	Data map[string][]byte `json:"data,omitempty"`
 }
 
 // Pod is one pod in a DesiredState, named after its Deployment.
@@ -624,6 +703,10 @@ type DeviceStatus struct {
 	Time time.Time `json:"time"`
 	// Agent describes the agent binary.
 	Agent AgentInfo `json:"agent"`
+	// PublicKey is the device's own X25519 public key, base64 (std, 32
+	// bytes), created by the agent at its first start: the hub seals the
+	// values of Secrets to it.
+	PublicKey string `json:"publicKey,omitempty"`
 	// Node holds facts about the device.
 	Node *NodeInfo `json:"node,omitempty"`
 	// Pods are the observed states of the desired pods.

@@ -445,6 +445,9 @@ func validatePodSpec(p *PodSpec, field string, errs *errList) {
 	if len(p.Containers) > 32 {
 		errs.add(field+".containers", "at most 32 containers")
 	}
+	if len(p.InitContainers) > 16 {
+		errs.add(field+".initContainers", "at most 16 init containers")
+	}
 	switch p.RestartPolicy {
 	case "", RestartAlways, RestartOnFailure, RestartNever:
 	default:
@@ -453,65 +456,218 @@ func validatePodSpec(p *PodSpec, field string, errs *errList) {
 	if p.HostNetwork != nil && !*p.HostNetwork {
 		errs.add(field+".hostNetwork", "must be true: pods use the device's host network")
 	}
+	if g := p.TerminationGracePeriodSeconds; g != nil && (*g < 0 || *g > MaxTerminationGracePeriodSeconds) {
+		errs.add(field+".terminationGracePeriodSeconds", "%d: must be from 0 to %d", *g, MaxTerminationGracePeriodSeconds)
+	}
+	for i, r := range p.ImagePullSecrets {
+		if err := ValidateName(r.Name); err != nil {
+			errs.add(fmt.Sprintf("%s.imagePullSecrets[%d].name", field, i), "%v", err)
+		}
+	}
+	volumes := validateVolumes(p.Volumes, field+".volumes", errs)
 	seen := map[string]bool{}
+	hostPorts := map[string]string{} // "8080/TCP" → the field that declares it
+	for i := range p.InitContainers {
+		validateContainer(&p.InitContainers[i], fmt.Sprintf("%s.initContainers[%d]", field, i), true, volumes, seen, hostPorts, errs)
+	}
 	for i := range p.Containers {
-		c := &p.Containers[i]
-		cf := fmt.Sprintf("%s.containers[%d]", field, i)
-		if err := ValidateName(c.Name); err != nil {
-			errs.add(cf+".name", "%v", err)
-		} else if seen[c.Name] {
-			errs.add(cf+".name", "duplicate container name %q", c.Name)
+		validateContainer(&p.Containers[i], fmt.Sprintf("%s.containers[%d]", field, i), false, volumes, seen, hostPorts, errs)
+	}
+}
+
+// MaxTerminationGracePeriodSeconds bounds terminationGracePeriodSeconds.
+const MaxTerminationGracePeriodSeconds = 3600
+
+// validateContainer checks one container (or init container) of a pod:
+// seen holds the pod's container names so far, hostPorts its ports.
+func validateContainer(c *Container, cf string, init bool, volumes map[string]*Volume, seen map[string]bool, hostPorts map[string]string, errs *errList) {
+	if err := ValidateName(c.Name); err != nil {
+		errs.add(cf+".name", "%v", err)
+	} else if seen[c.Name] {
+		errs.add(cf+".name", "duplicate container name %q", c.Name)
+	}
+	seen[c.Name] = true
+	if c.Image == "" {
+		errs.add(cf+".image", "required")
+	} else if _, err := reference.ParseNormalizedNamed(c.Image); err != nil {
+		errs.add(cf+".image", "%q is not a valid image reference: %v", truncate(c.Image), err)
+	}
+	switch c.ImagePullPolicy {
+	case "", PullIfNotPresent, PullAlways:
+	default:
+		errs.add(cf+".imagePullPolicy", "unsupported value %q: want IfNotPresent or Always", truncate(string(c.ImagePullPolicy)))
+	}
+	if c.WorkingDir != "" && !path.IsAbs(c.WorkingDir) {
+		errs.add(cf+".workingDir", "must be an absolute path")
+	}
+	envSeen := map[string]bool{}
+	for j, e := range c.Env {
+		ef := fmt.Sprintf("%s.env[%d]", cf, j)
+		switch {
+		case e.Name == "":
+			errs.add(ef+".name", "required")
+		case !envName.MatchString(e.Name):
+			errs.add(ef+".name", "%q must start with a letter or '_' and contain only letters, digits, '_', '-' or '.'", truncate(e.Name))
+		case envSeen[e.Name]:
+			errs.add(ef+".name", "duplicate variable %q", e.Name)
 		}
-		seen[c.Name] = true
-		if c.Image == "" {
-			errs.add(cf+".image", "required")
-		} else if _, err := reference.ParseNormalizedNamed(c.Image); err != nil {
-			errs.add(cf+".image", "%q is not a valid image reference: %v", truncate(c.Image), err)
+		envSeen[e.Name] = true
+		if e.ValueFrom != nil {
+			if e.Value != "" {
+				errs.add(ef+".value", "must be empty when valueFrom is set")
+			}
+			validateEnvSource(e.ValueFrom, ef+".valueFrom", errs)
 		}
-		switch c.ImagePullPolicy {
-		case "", PullIfNotPresent, PullAlways:
+	}
+	for j, f := range c.EnvFrom {
+		ef := fmt.Sprintf("%s.envFrom[%d]", cf, j)
+		switch {
+		case (f.ConfigMapRef == nil) == (f.SecretRef == nil):
+			errs.add(ef, "exactly one of configMapRef and secretRef")
+		case f.ConfigMapRef != nil:
+			validateRefName(f.ConfigMapRef.Name, ef+".configMapRef.name", errs)
 		default:
-			errs.add(cf+".imagePullPolicy", "unsupported value %q: want IfNotPresent or Always", truncate(string(c.ImagePullPolicy)))
+			validateRefName(f.SecretRef.Name, ef+".secretRef.name", errs)
 		}
-		if c.WorkingDir != "" && !path.IsAbs(c.WorkingDir) {
-			errs.add(cf+".workingDir", "must be an absolute path")
+		if f.Prefix != "" && !envName.MatchString(f.Prefix) {
+			errs.add(ef+".prefix", "%q must start with a letter or '_' and contain only letters, digits, '_', '-' or '.'", truncate(f.Prefix))
 		}
-		envSeen := map[string]bool{}
-		for j, e := range c.Env {
-			ef := fmt.Sprintf("%s.env[%d].name", cf, j)
-			switch {
-			case e.Name == "":
-				errs.add(ef, "required")
-			case !envName.MatchString(e.Name):
-				errs.add(ef, "%q must start with a letter or '_' and contain only letters, digits, '_', '-' or '.'", truncate(e.Name))
-			case envSeen[e.Name]:
-				errs.add(ef, "duplicate variable %q", e.Name)
+	}
+	mountSeen := map[string]string{}
+	mountAt := func(p, field string) {
+		if prev, ok := mountSeen[p]; ok {
+			errs.add(field, "duplicate mount path %q (also %s)", p, prev)
+			return
+		}
+		mountSeen[p] = field
+	}
+	for j, m := range c.Mounts {
+		mf := fmt.Sprintf("%s.mounts[%d]", cf, j)
+		validateAbsPath(m.HostPath, mf+".hostPath", errs)
+		validateAbsPath(m.MountPath, mf+".mountPath", errs)
+		mountAt(m.MountPath, mf+".mountPath")
+	}
+	for j, m := range c.VolumeMounts {
+		mf := fmt.Sprintf("%s.volumeMounts[%d]", cf, j)
+		switch v, ok := volumes[m.Name]; {
+		case m.Name == "":
+			errs.add(mf+".name", "required: the name of one of the pod's volumes")
+		case !ok:
+			errs.add(mf+".name", "no volume %q in spec.volumes", truncate(m.Name))
+		case m.SubPath != "" && (v.ConfigMap != nil || v.Secret != nil):
+			errs.add(mf+".subPath", "a configMap or secret volume is mounted whole: files under a subPath are not updated; use items")
+		}
+		validateAbsPath(m.MountPath, mf+".mountPath", errs)
+		mountAt(m.MountPath, mf+".mountPath")
+		if m.SubPath != "" {
+			validateRelPath(m.SubPath, mf+".subPath", errs)
+		}
+	}
+	devSeen := map[string]bool{}
+	for j, d := range c.Devices {
+		df := fmt.Sprintf("%s.devices[%d]", cf, j)
+		validateAbsPath(d.HostPath, df+".hostPath", errs)
+		if d.HostPath != "" && !strings.HasPrefix(d.HostPath, "/dev/") {
+			errs.add(df+".hostPath", "%q must be a device node under /dev/", truncate(d.HostPath))
+		}
+		target := d.ContainerPath
+		if target == "" {
+			target = d.HostPath
+		} else {
+			validateAbsPath(target, df+".containerPath", errs)
+		}
+		if devSeen[target] {
+			errs.add(df+".containerPath", "duplicate device path %q", truncate(target))
+		}
+		devSeen[target] = true
+		if !devicePermissions.MatchString(d.Permissions) {
+			errs.add(df+".permissions", "%q: want some of r, w and m, in that order (rw, rwm, r)", truncate(d.Permissions))
+		}
+	}
+	if sc := c.SecurityContext; sc != nil {
+		sf := cf + ".securityContext"
+		if caps := sc.Capabilities; caps != nil {
+			for j, name := range caps.Add {
+				if !validCapability(name, false) {
+					errs.add(fmt.Sprintf("%s.capabilities.add[%d]", sf, j), "%q is not a Linux capability (such as SYS_RAWIO, NET_ADMIN, SYS_TIME)", truncate(name))
+				}
 			}
-			envSeen[e.Name] = true
-		}
-		mountSeen := map[string]bool{}
-		for j, m := range c.Mounts {
-			mf := fmt.Sprintf("%s.mounts[%d]", cf, j)
-			validateAbsPath(m.HostPath, mf+".hostPath", errs)
-			validateAbsPath(m.MountPath, mf+".mountPath", errs)
-			if mountSeen[m.MountPath] {
-				errs.add(mf+".mountPath", "duplicate mount path %q", m.MountPath)
-			}
-			mountSeen[m.MountPath] = true
-		}
-		if q := c.Resources.Limits.Memory; q != "" {
-			if n, err := ParseMemory(q); err != nil {
-				errs.add(cf+".resources.limits.memory", "%v", err)
-			} else if n < 4<<20 {
-				errs.add(cf+".resources.limits.memory", "%q is below the 4Mi minimum a container needs", q)
+			for j, name := range caps.Drop {
+				if !validCapability(name, true) {
+					errs.add(fmt.Sprintf("%s.capabilities.drop[%d]", sf, j), "%q is not a Linux capability (such as NET_RAW, or ALL)", truncate(name))
+				}
 			}
 		}
-		if q := c.Resources.Limits.CPU; q != "" {
-			if n, err := ParseCPU(q); err != nil {
-				errs.add(cf+".resources.limits.cpu", "%v", err)
-			} else if n < 1 {
-				errs.add(cf+".resources.limits.cpu", "%q must be at least 1m", q)
+		if u := sc.RunAsUser; u != nil && (*u < 0 || *u > maxID) {
+			errs.add(sf+".runAsUser", "%d: must be from 0 to %d", *u, maxID)
+		}
+		if g := sc.RunAsGroup; g != nil && (*g < 0 || *g > maxID) {
+			errs.add(sf+".runAsGroup", "%d: must be from 0 to %d", *g, maxID)
+		}
+	}
+	portNames := map[string]bool{}
+	for j, p := range c.Ports {
+		pf := fmt.Sprintf("%s.ports[%d]", cf, j)
+		if p.ContainerPort < 1 || p.ContainerPort > 65535 {
+			errs.add(pf+".containerPort", "%d: must be from 1 to 65535", p.ContainerPort)
+		}
+		proto := p.Protocol
+		switch proto {
+		case "":
+			proto = "TCP"
+		case "TCP", "UDP":
+		default:
+			errs.add(pf+".protocol", "unsupported value %q: want TCP or UDP", truncate(proto))
+		}
+		if p.Name != "" {
+			if err := ValidateName(p.Name); err != nil || len(p.Name) > 15 {
+				errs.add(pf+".name", "%q must be a DNS-1123 label of at most 15 characters", truncate(p.Name))
+			} else if portNames[p.Name] {
+				errs.add(pf+".name", "duplicate port name %q", p.Name)
 			}
+			portNames[p.Name] = true
+		}
+		key := fmt.Sprintf("%d/%s", p.ContainerPort, proto)
+		if prev, ok := hostPorts[key]; ok {
+			errs.add(pf+".containerPort", "port %s is also declared by %s: containers share the device's network", key, prev)
+		} else {
+			hostPorts[key] = pf
+		}
+	}
+	for _, pr := range []struct {
+		name string
+		p    *Probe
+	}{{"livenessProbe", c.LivenessProbe}, {"readinessProbe", c.ReadinessProbe}, {"startupProbe", c.StartupProbe}} {
+		if pr.p == nil {
+			continue
+		}
+		if init {
+			errs.add(cf+"."+pr.name, "init containers have no probes: they run to completion")
+			continue
+		}
+		validateProbe(pr.p, cf+"."+pr.name, pr.name != "readinessProbe", c.Ports, errs)
+	}
+	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
+		lf := cf + ".lifecycle.preStop"
+		switch {
+		case init:
+			errs.add(lf, "init containers have no preStop hook")
+		case c.Lifecycle.PreStop.Exec == nil || len(c.Lifecycle.PreStop.Exec.Command) == 0:
+			errs.add(lf+".exec.command", "required: the command to run before the container stops")
+		}
+	}
+	if q := c.Resources.Limits.Memory; q != "" {
+		if n, err := ParseMemory(q); err != nil {
+			errs.add(cf+".resources.limits.memory", "%v", err)
+		} else if n < 4<<20 {
+			errs.add(cf+".resources.limits.memory", "%q is below the 4Mi minimum a container needs", q)
+		}
+	}
+	if q := c.Resources.Limits.CPU; q != "" {
+		if n, err := ParseCPU(q); err != nil {
+			errs.add(cf+".resources.limits.cpu", "%v", err)
+		} else if n < 1 {
+			errs.add(cf+".resources.limits.cpu", "%q must be at least 1m", q)
 		}
 	}
 }
@@ -556,6 +712,11 @@ func ValidateDesiredState(d *DesiredState) error {
 // ValidateDeviceStatus checks a DeviceStatus payload as the hub receives it.
 func ValidateDeviceStatus(s *DeviceStatus) error {
 	var errs errList
+	if s.PublicKey != "" {
+		if _, err := ParseDevicePublicKey(s.PublicKey); err != nil {
+			errs.add("publicKey", "%v", err)
+		}
+	}
 	if s.APIVersion != "" && s.APIVersion != APIVersion {
 		errs.add("apiVersion", "must be %q, got %q", APIVersion, truncate(s.APIVersion))
 	}

@@ -18,6 +18,39 @@ func typeDocTable() map[string]typeDoc {
 				"arch":    {doc: "Arch is the device's architecture, as Go names it (GOARCH): arm64, arm or amd64. The hub copies it into the device's fleet/arch label."},
 			},
 		},
+		"Capabilities": {
+			doc: "Capabilities lists Linux capabilities, without or with the CAP_ prefix: SYS_RAWIO, NET_ADMIN, ALL (in drop).",
+			fields: map[string]fieldDoc{
+				"add":  {doc: "Add lists the capabilities added to the default set."},
+				"drop": {doc: "Drop lists the capabilities removed from the default set; ALL drops every one (then add what the process needs)."},
+			},
+		},
+		"ConfigMap": {
+			doc: "ConfigMap holds configuration for pods: variables (env valueFrom, envFrom) and files (a configMap volume). A change reaches exactly the devices whose pods use it.",
+			fields: map[string]fieldDoc{
+				"metadata":   {doc: "Metadata names the ConfigMap."},
+				"data":       {doc: "Data are the keys and their text values. A key is letters, digits, '-', '_' or '.', such as gateway.ini."},
+				"binaryData": {doc: "BinaryData are keys with binary values, base64 in YAML and JSON; a key is in data or binaryData, not both."},
+			},
+		},
+		"ConfigMapData": {
+			doc: "ConfigMapData is a ConfigMap as a device receives it.",
+			fields: map[string]fieldDoc{
+				"name":       {doc: "Name is the ConfigMap's name."},
+				"version":    {doc: "Version is the ConfigMap's resourceVersion: it changes when the data does."},
+				"data":       {doc: "Data are its text keys."},
+				"binaryData": {doc: "BinaryData are its binary keys."},
+			},
+		},
+		"ConfigMapVolume": {
+			doc: "ConfigMapVolume projects a ConfigMap's keys as files.",
+			fields: map[string]fieldDoc{
+				"name":        {doc: "Name is the ConfigMap's name. Required.", required: true},
+				"items":       {doc: "Items, if set, are the keys to project and their file paths; unset, every key is a file of its name."},
+				"defaultMode": {doc: "DefaultMode is the files' permission bits, 0 to 0777 (in YAML, 0644 is octal). Defaults to 0644.", def: "0644"},
+				"optional":    {doc: "Optional lets the pod start when the ConfigMap or a key in items does not exist (the volume lacks those files). Defaults to false.", def: "false"},
+			},
+		},
 		"Container": {
 			doc: "Container is one process in a pod.",
 			fields: map[string]fieldDoc{
@@ -28,8 +61,25 @@ func typeDocTable() map[string]typeDoc {
 				"args":            {doc: "Args replace the image's default arguments (its CMD); they follow command when command is set."},
 				"workingDir":      {doc: "WorkingDir is the absolute path the container's process starts in; unset, the image's."},
 				"env":             {doc: "Env sets environment variables in the container, each name once."},
+				"envFrom":         {doc: "EnvFrom sets a variable for every key of ConfigMaps or Secrets; env wins over it."},
 				"mounts":          {doc: "Mounts bind paths of the device into the container, each mountPath once."},
+				"volumeMounts":    {doc: "VolumeMounts mount the pod's volumes into the container."},
+				"devices":         {doc: "Devices make device nodes of the device (/dev/i2c-1, /dev/ttyUSB0) available in the container."},
+				"securityContext": {doc: "SecurityContext says with what privileges the container runs."},
+				"ports":           {doc: "Ports declare the ports the container listens on, on the device's network."},
+				"livenessProbe":   {doc: "LivenessProbe restarts the container when it fails."},
+				"readinessProbe":  {doc: "ReadinessProbe decides whether the container is ready: the pod's READY, and what rollouts wait for. Unset, a running container is ready."},
+				"startupProbe":    {doc: "StartupProbe holds the other probes back until it succeeds once; the container is restarted when it fails."},
+				"lifecycle":       {doc: "Lifecycle holds the preStop hook."},
 				"resources":       {doc: "Resources limits the container's memory and CPU."},
+			},
+		},
+		"ContainerPort": {
+			doc: "ContainerPort declares a port the container listens on. Pods use the device's network, so it is a port of the device: the hub reports two pods that claim the same port and protocol on one device.",
+			fields: map[string]fieldDoc{
+				"name":          {doc: "Name names the port for probes: a DNS-1123 label of at most 15 characters, distinct in the container."},
+				"containerPort": {doc: "ContainerPort is the port number, 1 to 65535. Required.", required: true},
+				"protocol":      {doc: "Protocol is TCP or UDP. Defaults to TCP.", def: "TCP"},
 			},
 		},
 		"ContainerStatus": {
@@ -106,6 +156,8 @@ func typeDocTable() map[string]typeDoc {
 				"generation": {doc: "Generation grows strictly for a device within one hub store."},
 				"store":      {doc: "Store identifies the hub store that issued Generation; an agent that sees a new Store accepts any generation from it."},
 				"pods":       {doc: "Pods are every pod the device should run; the agent removes the pods it runs that are not listed."},
+				"configMaps": {doc: "ConfigMaps are the ConfigMaps the pods use (env valueFrom, envFrom, configMap volumes), each once, sorted by name; absent ones the pods reference are not listed."},
+				"secrets":    {doc: "Secrets are the Secrets the pods use (env, volumes, imagePullSecrets), each once, sorted by name, their values sealed to the device's own public key."},
 			},
 		},
 		"Device": {
@@ -114,6 +166,14 @@ func typeDocTable() map[string]typeDoc {
 				"metadata": {doc: "Metadata names the device and holds the labels Deployments select it by. Required.", required: true},
 				"spec":     {doc: "Spec is what an operator says about the device beyond its labels."},
 				"status":   {doc: "Status is the hub's view of the device, from what its agent reports. Read-only: the hub fills it in and ignores it in manifests."},
+			},
+		},
+		"DeviceMapping": {
+			doc: "DeviceMapping makes a device node of the host available in the container, as docker run --device does: the node is created in the container and the device cgroup allows it.",
+			fields: map[string]fieldDoc{
+				"hostPath":      {doc: "HostPath is the device node on the device, such as /dev/i2c-1, /dev/ttyUSB0 or /dev/gpiochip0: an absolute, clean path under /dev. The agent refuses the pod (with a status message and an event) on a device where it does not exist. Required.", required: true},
+				"containerPath": {doc: "ContainerPath is where the node appears in the container: absolute and clean. Defaults to hostPath.", def: "hostPath"},
+				"permissions":   {doc: "Permissions are the cgroup permissions: some of r (read), w (write) and m (mknod), in that order. Defaults to rwm.", def: "rwm"},
 			},
 		},
 		"DeviceObservedInfo": {
@@ -144,17 +204,26 @@ func typeDocTable() map[string]typeDoc {
 				"store":              {doc: "Store is the hub store that issued that generation (the desired state's store)."},
 				"time":               {doc: "Time is when the agent made the report, an RFC 3339 time."},
 				"agent":              {doc: "Agent describes the agent binary."},
+				"publicKey":          {doc: "PublicKey is the device's own X25519 public key, base64 (std, 32 bytes), created by the agent at its first start: the hub seals the values of Secrets to it."},
 				"node":               {doc: "Node holds facts about the device."},
 				"pods":               {doc: "Pods are the observed states of the desired pods."},
 				"message":            {doc: "Message explains a state the agent cannot act on (a desired state it refused, for example)."},
 			},
 		},
+		"EmptyDirVolume": {
+			doc: "EmptyDirVolume is an empty directory that lives as long as the pod.",
+			fields: map[string]fieldDoc{
+				"medium":    {doc: "Medium is \"\" (the state directory's disk) or Memory (a tmpfs, which spares an SD card's writes and is counted in the container's memory)."},
+				"sizeLimit": {doc: "SizeLimit bounds the directory, in bytes with an optional suffix (16Mi); required for Memory, so a runaway writer cannot fill the device's memory. Defaults to no limit on disk.", def: "no limit on disk"},
+			},
+		},
 		"EnrollRequest": {
 			doc: "EnrollRequest is what a bootstrap client publishes on its request topic.",
 			fields: map[string]fieldDoc{
-				"token":  {doc: "Token is the bootstrap token."},
-				"secret": {doc: "Secret is random (32 bytes or more, base64url) and stays the same when the client sends the same request again (it lost the answer): only a request with the same ID and secret, for the same device, shortly after, gets that device's token again."},
-				"device": {doc: "Device is the name the device asks for."},
+				"token":     {doc: "Token is the bootstrap token."},
+				"secret":    {doc: "Secret is random (32 bytes or more, base64url) and stays the same when the client sends the same request again (it lost the answer): only a request with the same ID and secret, for the same device, shortly after, gets that device's token again."},
+				"device":    {doc: "Device is the name the device asks for."},
+				"publicKey": {doc: "PublicKey is the device's X25519 public key (DeviceStatus.publicKey), if the agent has one already."},
 			},
 		},
 		"EnrollResponse": {
@@ -166,11 +235,27 @@ func typeDocTable() map[string]typeDoc {
 				"message": {doc: "Message explains a refusal to a person."},
 			},
 		},
-		"EnvVar": {
-			doc: "EnvVar is one environment variable.",
+		"EnvFromSource": {
+			doc: "EnvFromSource sets a variable for every key of a ConfigMap or Secret: exactly one of configMapRef and secretRef.",
 			fields: map[string]fieldDoc{
-				"name":  {doc: "Name of the variable: a letter or '_', then letters, digits, '_', '-' or '.'. Required.", required: true},
-				"value": {doc: "Value of the variable; may be empty."},
+				"prefix":       {doc: "Prefix is put before every key to make the variable's name."},
+				"configMapRef": {doc: "ConfigMapRef names the ConfigMap."},
+				"secretRef":    {doc: "SecretRef names the Secret."},
+			},
+		},
+		"EnvVar": {
+			doc: "EnvVar is one environment variable: a value, or a value from a ConfigMap or Secret.",
+			fields: map[string]fieldDoc{
+				"name":      {doc: "Name of the variable: a letter or '_', then letters, digits, '_', '-' or '.'. Required.", required: true},
+				"value":     {doc: "Value of the variable; may be empty. Must be empty with valueFrom."},
+				"valueFrom": {doc: "ValueFrom takes the value from a key of a ConfigMap or Secret."},
+			},
+		},
+		"EnvVarSource": {
+			doc: "EnvVarSource takes a variable's value from a ConfigMap or a Secret: exactly one of configMapKeyRef and secretKeyRef.",
+			fields: map[string]fieldDoc{
+				"configMapKeyRef": {doc: "ConfigMapKeyRef takes the value of a ConfigMap's key."},
+				"secretKeyRef":    {doc: "SecretKeyRef takes the value of a Secret's key."},
 			},
 		},
 		"Event": {
@@ -185,8 +270,52 @@ func typeDocTable() map[string]typeDoc {
 				"message":   {doc: "Message says what happened, for people; at most 4096 characters."},
 			},
 		},
+		"ExecAction": {
+			doc: "ExecAction is a command to run in the container.",
+			fields: map[string]fieldDoc{
+				"command": {doc: "Command is the command and its arguments, run without a shell (use [sh, -c, \"...\"] for one). Required.", required: true},
+			},
+		},
+		"HTTPGetAction": {
+			doc: "HTTPGetAction is an HTTP GET request to the container.",
+			fields: map[string]fieldDoc{
+				"path":        {doc: "Path is the request's path. Defaults to /.", def: "/"},
+				"port":        {doc: "Port is the port: a number, or the name of one of the container's ports. Required.", required: true},
+				"host":        {doc: "Host is the host to connect to. Defaults to 127.0.0.1 (the pod uses the device's network).", def: "127.0.0.1 (the pod uses the device's network)"},
+				"scheme":      {doc: "Scheme is HTTP or HTTPS (whose certificate is not verified, as Kubernetes does). Defaults to HTTP.", def: "HTTP"},
+				"httpHeaders": {doc: "HTTPHeaders are headers to send."},
+			},
+		},
+		"HTTPHeader": {
+			doc: "HTTPHeader is one header of a probe's request.",
+			fields: map[string]fieldDoc{
+				"name":  {doc: "Name is the header's name. Required.", required: true},
+				"value": {doc: "Value is the header's value."},
+			},
+		},
+		"HostPathVolume": {
+			doc: "HostPathVolume is a path of the device.",
+			fields: map[string]fieldDoc{
+				"path": {doc: "Path is the path on the device: absolute and clean. It must exist: the agent creates the container only once it does. Required.", required: true},
+			},
+		},
 		"IntOrPercent": {
 			doc: "IntOrPercent is a count (3) or a percentage (\"5%\"). A manifest may write the count as a number or a string.",
+		},
+		"KeySelector": {
+			doc: "KeySelector names one key of a ConfigMap or Secret.",
+			fields: map[string]fieldDoc{
+				"name":     {doc: "Name is the ConfigMap's or Secret's name. Required.", required: true},
+				"key":      {doc: "Key is the key. Required.", required: true},
+				"optional": {doc: "Optional lets the pod start without the variable when the object or key does not exist. Defaults to false.", def: "false"},
+			},
+		},
+		"KeyToPath": {
+			doc: "KeyToPath projects one key of a ConfigMap or Secret to a file.",
+			fields: map[string]fieldDoc{
+				"key":  {doc: "Key is the key to project. Required.", required: true},
+				"path": {doc: "Path is the file's path in the volume: relative and clean, without \"..\". Required.", required: true},
+			},
 		},
 		"LabelSelector": {
 			doc: "LabelSelector selects by labels as a Kubernetes label selector does: a set of labels matches when it contains every MatchLabels pair and satisfies every MatchExpressions requirement. An empty selector matches every set of labels, the empty one included.",
@@ -205,6 +334,24 @@ func typeDocTable() map[string]typeDoc {
 				"key":      {doc: "Key is the label the requirement is about, such as site or fleet/arch. Required.", required: true},
 				"operator": {doc: "Operator relates the label to values: In (set to one of them), NotIn (not set, or set to none of them), Exists (set) or DoesNotExist (not set). Required.", required: true},
 				"values":   {doc: "Values are the label values of In and NotIn, at least one; Exists and DoesNotExist take none."},
+			},
+		},
+		"Lifecycle": {
+			doc: "Lifecycle holds actions the agent takes around a container's life.",
+			fields: map[string]fieldDoc{
+				"preStop": {doc: "PreStop runs in the container before the agent stops it (a pod update, a removal); the stop waits for it, within terminationGracePeriodSeconds."},
+			},
+		},
+		"LifecycleHandler": {
+			doc: "LifecycleHandler is an action of a Lifecycle.",
+			fields: map[string]fieldDoc{
+				"exec": {doc: "Exec runs a command in the container. Required.", required: true},
+			},
+		},
+		"LocalObjectReference": {
+			doc: "LocalObjectReference names an object of the same kind a field expects.",
+			fields: map[string]fieldDoc{
+				"name": {doc: "Name is the object's name. Required.", required: true},
 			},
 		},
 		"Mount": {
@@ -238,6 +385,19 @@ func typeDocTable() map[string]typeDoc {
 				"creationTimestamp": {doc: "CreationTimestamp is when the hub first stored the object, an RFC 3339 time. Set by the hub."},
 			},
 		},
+		"ObjectRef": {
+			doc: "ObjectRef names a ConfigMap or Secret.",
+			fields: map[string]fieldDoc{
+				"name":     {doc: "Name is the object's name. Required.", required: true},
+				"optional": {doc: "Optional lets the pod start when the object does not exist. Defaults to false.", def: "false"},
+			},
+		},
+		"PersistentVolume": {
+			doc: "PersistentVolume is a directory the agent keeps across pod updates.",
+			fields: map[string]fieldDoc{
+				"reclaimPolicy": {doc: "ReclaimPolicy says what happens to the directory when the Deployment no longer runs on the device: Delete removes it, Retain keeps it (a Deployment of the same name finds it again). Defaults to Delete.", def: "Delete"},
+			},
+		},
 		"Pod": {
 			doc: "Pod is one pod in a DesiredState, named after its Deployment.",
 			fields: map[string]fieldDoc{
@@ -254,9 +414,13 @@ func typeDocTable() map[string]typeDoc {
 		"PodSpec": {
 			doc: "PodSpec is what runs on a device. Pods use host networking.",
 			fields: map[string]fieldDoc{
-				"containers":    {doc: "Containers are the pod's containers: at least one, at most 32, with distinct names. Required.", required: true},
-				"restartPolicy": {doc: "RestartPolicy says when the agent restarts an exited container: Always, OnFailure (after a non-zero exit code) or Never, with a growing back-off between restarts. Defaults to Always.", def: "Always"},
-				"hostNetwork":   {doc: "HostNetwork must be true: Fleet does not manage container networks on devices, so containers use the device's network. Defaults to true.", def: "true"},
+				"containers":                    {doc: "Containers are the pod's containers: at least one, at most 32, with distinct names. Required.", required: true},
+				"restartPolicy":                 {doc: "RestartPolicy says when the agent restarts an exited container: Always, OnFailure (after a non-zero exit code) or Never, with a growing back-off between restarts. Defaults to Always.", def: "Always"},
+				"hostNetwork":                   {doc: "HostNetwork must be true: Fleet does not manage container networks on devices, so containers use the device's network. Defaults to true.", def: "true"},
+				"initContainers":                {doc: "InitContainers run one at a time, in order, each to completion, before the containers start; one that fails is retried per restartPolicy (Never: the pod fails) and holds the containers back."},
+				"volumes":                       {doc: "Volumes are the directories the containers can mount (volumeMounts)."},
+				"terminationGracePeriodSeconds": {doc: "TerminationGracePeriodSeconds is how long a container has to exit after SIGTERM (and its preStop hook) before it is killed. Defaults to 10.", def: "10"},
+				"imagePullSecrets":              {doc: "ImagePullSecrets name Secrets of type kubernetes.io/dockerconfigjson with the credentials of private registries."},
 			},
 		},
 		"PodStatus": {
@@ -276,6 +440,22 @@ func typeDocTable() map[string]typeDoc {
 			fields: map[string]fieldDoc{
 				"metadata": {doc: "Metadata holds the template's labels."},
 				"spec":     {doc: "Spec is the pod: its containers and restart policy. Required.", required: true},
+			},
+		},
+		"PortRef": {
+			doc: "PortRef is a port number (8080) or the name of a container port (\"http\"), as Kubernetes' IntOrString.",
+		},
+		"Probe": {
+			doc: "Probe checks a container: exactly one of exec, httpGet and tcpSocket, with Kubernetes' timing fields.",
+			fields: map[string]fieldDoc{
+				"exec":                {doc: "Exec runs a command in the container; exit code 0 is success."},
+				"httpGet":             {doc: "HTTPGet requests a URL of the container on the device's network; a status from 200 to 399 is success."},
+				"tcpSocket":           {doc: "TCPSocket connects to a port; a connection is success."},
+				"initialDelaySeconds": {doc: "InitialDelaySeconds is how long after the container starts the first check runs. Defaults to 0.", def: "0"},
+				"timeoutSeconds":      {doc: "TimeoutSeconds bounds one check. Defaults to 1.", def: "1"},
+				"periodSeconds":       {doc: "PeriodSeconds is how often the check runs. Defaults to 10.", def: "10"},
+				"successThreshold":    {doc: "SuccessThreshold is how many successes in a row make a failed probe succeed again; 1 for liveness and startup probes. Defaults to 1.", def: "1"},
+				"failureThreshold":    {doc: "FailureThreshold is how many failures in a row make the probe fail. Defaults to 3.", def: "3"},
 			},
 		},
 		"PullPolicy": {
@@ -344,6 +524,44 @@ func typeDocTable() map[string]typeDoc {
 				"events":           {doc: "Events are the rollout's most recent transitions (a wave starting, a pause, completion, a stop or a rollback), oldest first."},
 			},
 		},
+		"SealedSecret": {
+			doc: "SealedSecret is a Secret as a device receives it: every value sealed (NaCl box.SealAnonymous, X25519 + XSalsa20-Poly1305) to the device's public key, so only that device can read it.",
+			fields: map[string]fieldDoc{
+				"name":    {doc: "Name is the Secret's name."},
+				"type":    {doc: "Type is the Secret's type."},
+				"version": {doc: "Version is the Secret's resourceVersion: it changes when the data does."},
+				"keyID":   {doc: "KeyID identifies the device key the values are sealed to (DeviceKeyID of its public key)."},
+				"data":    {doc: "Data are the keys and their sealed values, base64 in JSON."},
+			},
+		},
+		"Secret": {
+			doc: "Secret holds credentials for pods, as a ConfigMap does configuration. Its values are stored encrypted by the hub, travel encrypted to each device's own key, are never printed by get or describe (keys and sizes only), and are never shown to the monitor role.",
+			fields: map[string]fieldDoc{
+				"metadata":   {doc: "Metadata names the Secret."},
+				"type":       {doc: "Type is Opaque, or kubernetes.io/dockerconfigjson for registry credentials (imagePullSecrets). Defaults to Opaque.", def: "Opaque"},
+				"data":       {doc: "Data are the keys and their values, base64 in YAML and JSON."},
+				"stringData": {doc: "StringData are keys with text values, merged into data when the Secret is written (a key in both takes this value); never read back."},
+			},
+		},
+		"SecretVolume": {
+			doc: "SecretVolume projects a Secret's keys as files.",
+			fields: map[string]fieldDoc{
+				"secretName":  {doc: "SecretName is the Secret's name. Required.", required: true},
+				"items":       {doc: "Items, if set, are the keys to project and their file paths; unset, every key is a file of its name."},
+				"defaultMode": {doc: "DefaultMode is the files' permission bits, 0 to 0777. Defaults to 0400.", def: "0400"},
+				"optional":    {doc: "Optional lets the pod start when the Secret or a key in items does not exist. Defaults to false.", def: "false"},
+			},
+		},
+		"SecurityContext": {
+			doc: "SecurityContext says with what privileges a container runs.",
+			fields: map[string]fieldDoc{
+				"privileged":             {doc: "Privileged runs the container with every capability and every host device, as docker run --privileged. Defaults to false.", def: "false"},
+				"capabilities":           {doc: "Capabilities adds Linux capabilities to, or drops them from, the default set."},
+				"runAsUser":              {doc: "RunAsUser is the user ID the container's process runs as; unset, the image's."},
+				"runAsGroup":             {doc: "RunAsGroup is the group ID the container's process runs as; unset, the image's (or 0)."},
+				"readOnlyRootFilesystem": {doc: "ReadOnlyRootFilesystem mounts the image's file system read-only: the container writes only to its volumes. Defaults to false.", def: "false"},
+			},
+		},
 		"Staged": {
 			doc: "Staged describes a staged rollout: the new pod reaches the targeted devices in waves, one per step. A step starts when every device of the steps before it runs the new pod Ready for minReadySeconds (or has failed, within failureThreshold) and the previous step's pause is over. A device fails when its pod crash-loops, its image cannot be pulled, or it is online but not Ready within progressDeadlineSeconds. An offline device is pending, never failed: the rollout waits for it at most progressDeadlineSeconds after giving it the new pod, then goes on without it. See package hub/rollout for the exact rules.",
 			fields: map[string]fieldDoc{
@@ -371,6 +589,13 @@ func typeDocTable() map[string]typeDoc {
 				"staged":        {doc: "Staged describes the waves of the Staged strategy; it is required when type is Staged and may be set only then."},
 			},
 		},
+		"TCPSocketAction": {
+			doc: "TCPSocketAction is a TCP connection to the container.",
+			fields: map[string]fieldDoc{
+				"port": {doc: "Port is the port: a number, or the name of one of the container's ports. Required.", required: true},
+				"host": {doc: "Host is the host to connect to. Defaults to 127.0.0.1.", def: "127.0.0.1"},
+			},
+		},
 		"TemplateMeta": {
 			doc: "TemplateMeta holds the labels and annotations of a Deployment's pod template.",
 			fields: map[string]fieldDoc{
@@ -385,9 +610,29 @@ func typeDocTable() map[string]typeDoc {
 				"kind":       {doc: "Kind is the type of the object, such as Deployment or Device. Manifests must set it."},
 			},
 		},
+		"Volume": {
+			doc: "Volume is a directory the pod's containers can mount: exactly one of hostPath, emptyDir, persistent, configMap and secret.",
+			fields: map[string]fieldDoc{
+				"name":       {doc: "Name identifies the volume in the pod, for volumeMounts: a DNS-1123 label, distinct from the pod's other volumes. Required.", required: true},
+				"hostPath":   {doc: "HostPath is a directory or file of the device."},
+				"emptyDir":   {doc: "EmptyDir is an empty directory created with the pod and removed with it: on the state directory's disk, or in memory."},
+				"persistent": {doc: "Persistent is a directory the agent keeps under its state directory for the Deployment: it survives pod updates, agent restarts and rollbacks, and is removed when the Deployment no longer runs on the device (unless reclaimPolicy is Retain)."},
+				"configMap":  {doc: "ConfigMap puts the keys of a ConfigMap as files in the volume, updated in place when the ConfigMap changes."},
+				"secret":     {doc: "Secret puts the keys of a Secret as files in the volume (mode 0400 by default, in memory on the device), updated in place when the Secret changes."},
+			},
+		},
+		"VolumeMount": {
+			doc: "VolumeMount mounts a volume of the pod into the container.",
+			fields: map[string]fieldDoc{
+				"name":      {doc: "Name is the name of one of the pod's volumes. Required.", required: true},
+				"mountPath": {doc: "MountPath is where the volume appears in the container: absolute and clean, each at most once per container. Required.", required: true},
+				"readOnly":  {doc: "ReadOnly mounts it read-only. Defaults to false.", def: "false"},
+				"subPath":   {doc: "SubPath mounts one path inside the volume instead of its root: a relative, clean path without \"..\"."},
+			},
+		},
 	}
 }
 
 // documentedKinds are the kinds typeDocTable covers: the stored resources,
 // then the payloads.
-var documentedKinds = []string{"Deployment", "Device", "DeploymentRevision", "DesiredState", "DeviceStatus", "EnrollRequest", "EnrollResponse", "Event"}
+var documentedKinds = []string{"ConfigMap", "Deployment", "Device", "Secret", "DeploymentRevision", "DesiredState", "DeviceStatus", "EnrollRequest", "EnrollResponse", "Event"}

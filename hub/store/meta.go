@@ -35,6 +35,9 @@ func cloneObject(obj schema.Object) (schema.Object, error) {
 	case *schema.Deployment:
 		kind = schema.KindDeployment
 	default:
+		if err := supported(obj); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: the store does not hold %T", schema.ErrInvalid, obj)
 	}
 	raw, err := json.Marshal(obj)

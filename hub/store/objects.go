@@ -295,6 +295,9 @@ func (t *Txn) MutateObject(kind, name string, fn func(schema.Object) error) (sch
 	if err := schema.Validate(obj); err != nil {
 		return nil, fmt.Errorf("mutate: %w", err)
 	}
+	if err := supported(obj); err != nil {
+		return nil, fmt.Errorf("mutate: %w", err)
+	}
 	same, sameSpec, err := compare(obj, prev, true)
 	if err != nil {
 		return nil, err
@@ -332,6 +335,9 @@ func (t *Txn) putObject(in schema.Object, mode putMode) (schema.Object, string, 
 	// Validate what the user sent before looking at what is stored, so an
 	// invalid object fails the same way whether or not it exists.
 	if err := schema.Validate(obj); err != nil {
+		return nil, "", err
+	}
+	if err := supported(obj); err != nil {
 		return nil, "", err
 	}
 	key := ObjectKey(kind, name)
