@@ -22,6 +22,13 @@
 //	               lost devices; container starts caused by the storm. The
 //	               agents reconnect with their jittered backoff, or with
 //	               -reconnect-at-once all at the same instants
+//	rollout        issue 28: a Staged rollout of v1, then of a v2 that one
+//	               device in 10 cannot pull; it must stop at the failure
+//	               threshold (5 %) with no more devices on v2 than the
+//	               steps so far allow, roll back, and every device must
+//	               report v1 ready again; reports the devices that ever ran
+//	               v2, the step it stopped at, the time from the first
+//	               failure to RolledBack and from then to all on v1
 //
 // The hub (cmd/fleet-hub, built from this tree), the hollow agents, the
 // floor broker and Mosquitto each run in their own process; the

@@ -18,10 +18,13 @@ const (
 	// convergeDeployment targets every device (B2, B4).
 	convergeDeployment = "scale"
 	// probeDeployment is pinned to the first device (B7).
-	probeDeployment  = "scale-probe"
-	monitorName      = "scale-monitor"
-	hubUsername      = "fleet-hub"
-	floorHubUsername = "scale-floor-hub"
+	probeDeployment = "scale-probe"
+	// rolloutDeployment is the Staged deployment of the rollout phase,
+	// targeting every device.
+	rolloutDeployment = "scale-rollout"
+	monitorName       = "scale-monitor"
+	hubUsername       = "fleet-hub"
+	floorHubUsername  = "scale-floor-hub"
 	// storeIDPlaceholder has the length of a hub store ID (a UUID), for
 	// the floor's payloads.
 	storeIDPlaceholder = "00000000-0000-4000-8000-000000000000"

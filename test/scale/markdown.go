@@ -37,6 +37,7 @@ the hub. The hub is ` + "`cmd/fleet-hub`" + ` built from the tree, with its stor
 | hub-memory (B6) | (hub VmRSS with N converged and idle − VmRSS of the empty hub) / N, read 23 s after convergence (the hub gives back the heap a burst left behind at the first of its 10 s memory checks that follows one without a garbage collection); the JSON also has the RSS right after convergence (hub_rss_converged_bytes) and the peak (hub_rss_peak_bytes). |
 | single-change (B7) | 1,000 changes of a Deployment pinned to one device (` + "`fleet/device`" + `), each from the apply's answer to the device's status; that device starts containers instantly. After each, the hub's API must report the device converged within 2 s ("hub says": p99 of when it did; lost: changes it did not). |
 | storm (B4) | SIGTERM the hub (and Mosquitto in that mode) under N converged agents, start it again on the same data; per device, from the stop to the first post-restart status showing the pod ready; lost = devices that never report; redundant = container starts the storm caused. |
+| rollout (issue 28) | a Staged deployment (steps 2 devices, 10 %, 50 %, 100 %; failureThreshold 5 %; autoRollback) rolls out v1 to all N, then v2 whose image one device in 10 (every 10th by name) cannot pull. It must stop at the step whose devices first hold 5 % of N failing, having given v2 to no more devices than that step's target (devices that ever reported v2, seen by the monitor; status.rollout.updated, polled), and roll back: wall = v2's apply until every device reports v1 ready again; p50/p99/max = from RolledBack to v1 ready, per device that ran v2; lost = devices not back on v1. A table below the run gives the rollout's own figures. |
 
 "host steal" is the share of the machine's CPU time its hypervisor took
 during the phase (` + "`/proc/stat`" + `'s steal). On a shared virtual machine it is the
@@ -214,7 +215,21 @@ func runKey(o options) string {
 	if o.ReconnectAtOnce {
 		key += " reconnect=at-once"
 	}
+	if p := partialPhases(o); p != "" {
+		key += " phases=" + p
+	}
 	return strings.ReplaceAll(key, "--", "-") // stays a valid HTML comment
+}
+
+// partialPhases names the phases of a run that has the rollout phase but
+// not all the others, so that its block does not replace the full run's
+// of the same size (runs without the rollout phase keep the keys they had
+// before it existed); "" otherwise.
+func partialPhases(o options) string {
+	if !slices.Contains(o.Phases, phaseRollout) || slices.Equal(o.Phases, allPhases) {
+		return ""
+	}
+	return strings.Join(o.Phases, ",")
 }
 
 func renderRun(o options, rs []Result, now time.Time, load string) string {
@@ -232,6 +247,9 @@ func renderRun(o options, rs []Result, now time.Time, load string) string {
 	}
 	if o.ReconnectAtOnce {
 		b.WriteString(", agents reconnecting without jitter")
+	}
+	if p := partialPhases(o); p != "" {
+		fmt.Fprintf(&b, ", phases %s", p)
 	}
 	b.WriteString("\n\n")
 	fmt.Fprintf(&b, "Run %s; status interval %v", now.UTC().Format("2006-01-02 15:04 MST"), o.StatusInterval)
@@ -254,6 +272,9 @@ func renderRun(o options, rs []Result, now time.Time, load string) string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %d | %d | %s | %s | %s | %s | %s |\n",
 			r.Name, msCell(r.WallMS), msCell(r.P50MS), msCell(r.P99MS), msCell(r.MaxMS), msCell(r.HubConfirmMS), ratioCell(r.Ratio),
 			r.Lost, r.RedundantRestarts, bytesCell(r.HubBytesPerDevice), stealCell(r.StealPct), dash(r.Target), verdictMD(r), published(r))
+	}
+	if t := rolloutTable(rs); t != "" {
+		b.WriteString("\n" + t)
 	}
 	b.WriteString("\n<details><summary>JSON</summary>\n\n```json\n")
 	for _, r := range rs {

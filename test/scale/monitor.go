@@ -35,6 +35,8 @@ type monitor struct {
 
 	mu  sync.Mutex
 	cur *watch
+	// tap, when set, sees every status the monitor decodes (see setTap).
+	tap func(device int, st *statusLite, at time.Time)
 
 	received atomic.Int64
 	connects atomic.Int64
@@ -46,21 +48,36 @@ const monitorShard = 32
 type statusLite struct {
 	ObservedGeneration int64     `json:"observedGeneration"`
 	Time               time.Time `json:"time"`
-	Pods               []struct {
-		Name  string `json:"name"`
-		Hash  string `json:"hash"`
-		Ready bool   `json:"ready"`
-	} `json:"pods"`
+	Pods               []podLite `json:"pods"`
+}
+
+// podLite is the part of a PodStatus the monitor reads.
+type podLite struct {
+	Name       string          `json:"name"`
+	Hash       string          `json:"hash"`
+	Ready      bool            `json:"ready"`
+	Containers []containerLite `json:"containers"`
+}
+
+// containerLite is the part of a ContainerStatus the monitor reads.
+type containerLite struct {
+	Reason string `json:"reason"`
+}
+
+// pod returns the report of the named pod, or nil.
+func (s *statusLite) pod(name string) *podLite {
+	for i := range s.Pods {
+		if s.Pods[i].Name == name {
+			return &s.Pods[i]
+		}
+	}
+	return nil
 }
 
 // ready reports whether pod runs spec hash and is ready.
 func (s *statusLite) ready(pod, hash string) bool {
-	for _, p := range s.Pods {
-		if p.Name == pod {
-			return p.Hash == hash && p.Ready
-		}
-	}
-	return false
+	p := s.pod(pod)
+	return p != nil && p.Hash == hash && p.Ready
 }
 
 // watch records, per device, the first report that satisfies match.
@@ -174,13 +191,22 @@ func (m *monitor) handle(topic string, payload []byte) {
 		return
 	}
 	m.mu.Lock()
-	w := m.cur
+	w, tap := m.cur, m.tap
 	m.mu.Unlock()
-	if w == nil || w.only >= 0 && w.only != i {
+	if w != nil && w.only >= 0 && w.only != i {
+		w = nil
+	}
+	if w == nil && tap == nil {
 		return
 	}
 	var st statusLite
-	if json.Unmarshal(payload, &st) != nil || !w.match(&st) {
+	if json.Unmarshal(payload, &st) != nil {
+		return
+	}
+	if tap != nil {
+		tap(i, &st, now)
+	}
+	if w == nil || !w.match(&st) {
 		return
 	}
 	at := now
@@ -199,6 +225,16 @@ func (m *monitor) handle(topic string, payload []byte) {
 	if w.remaining--; w.remaining == 0 {
 		close(w.done)
 	}
+}
+
+// setTap makes f see every status report from now on, with the device's
+// index and the report's arrival, until setTap(nil). f is called from the
+// monitor's clients' goroutines, concurrently and not necessarily in the
+// order a device sent its reports (order them by statusLite.Time).
+func (m *monitor) setTap(f func(device int, st *statusLite, at time.Time)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tap = f
 }
 
 // start begins a watch over every device (only < 0) or one device; the

@@ -28,7 +28,10 @@ type Result struct {
 	// Samples is how many latencies the percentiles are over.
 	Samples int `json:"samples"`
 	// WallMS: floor, converge and storm: until the last device reported;
-	// single-change: the whole series of changes, one after the other.
+	// single-change: the whole series of changes, one after the other;
+	// rollout: from v2's apply until every device reported v1 ready
+	// again (p50, p99 and max: from the rollback, of the devices that
+	// ran v2).
 	WallMS float64 `json:"wall_ms"`
 	P50MS  float64 `json:"p50_ms"`
 	P99MS  float64 `json:"p99_ms"`
@@ -88,6 +91,8 @@ type Result struct {
 	// ApplyMS: how long the apply request took (converge, single-change:
 	// mean).
 	ApplyMS float64 `json:"apply_ms,omitempty"`
+	// Rollout: the rollout phase's own figures (rollout.go).
+	Rollout *RolloutFigures `json:"rollout,omitempty"`
 	// Target is the suite's objective for this phase at this size ("" when
 	// there is none: the floor, and the smaller sizes). OK says the phase
 	// ran without error, lost nothing and met its target if it has one,
@@ -161,7 +166,17 @@ func writeTable(w io.Writer, rs []Result) error {
 			ratioCell(r.Ratio), r.Lost, r.RedundantRestarts, bytesCell(r.HubBytesPerDevice),
 			msCell(r.HubCPUMS), msCell(r.AgentsCPUMS), stealCell(r.StealPct), dash(r.Target), verdict(r))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if f := r.Rollout; f != nil {
+			if _, err := fmt.Fprintf(w, "%s: %s\n", r.Name, f.summary()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func msCell(v float64) string {

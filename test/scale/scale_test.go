@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetmq/fleet/schema"
 )
 
 // TestMain lets the test binary play the suite's roles: the suite
@@ -120,6 +122,8 @@ func TestSmoke(t *testing.T) {
 					if r.Samples != o.Changes || r.WallMS < r.MaxMS {
 						t.Errorf("%s: %d samples of %d changes, wall %v ms (longest change %v ms)", r.Name, r.Samples, o.Changes, r.WallMS, r.MaxMS)
 					}
+				case phaseRollout:
+					checkRollout(t, r)
 				case phaseMemory:
 					if r.HubRSSBytes <= 0 || r.HubRSSEmptyBytes <= 0 || r.HubRSSConvergedBytes <= 0 || r.HubRSSPeakBytes < r.HubRSSBytes {
 						t.Errorf("%s: hub RSS %d, empty %d, converged %d, peak %d", r.Name, r.HubRSSBytes, r.HubRSSEmptyBytes, r.HubRSSConvergedBytes, r.HubRSSPeakBytes)
@@ -133,6 +137,152 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("phases %v, want %v", names, allPhases)
 			}
 		})
+	}
+}
+
+// checkRollout asserts the rollout phase's verdict, not its timings: v2
+// rolled back, at or before the step due, having reached no more devices
+// than that step allows, and every device back on v1.
+func checkRollout(t *testing.T, r Result) {
+	t.Helper()
+	f := r.Rollout
+	if f == nil {
+		t.Fatalf("%s: no rollout figures: %+v", r.Name, r)
+	}
+	if r.Error != "" || !r.OK || r.Lost != 0 {
+		t.Errorf("%s: error %q, ok %v, lost %d", r.Name, r.Error, r.OK, r.Lost)
+	}
+	if f.Phase != string(schema.RolloutRolledBack) || f.StopStep < 1 || f.StopStep > f.DueStep {
+		t.Errorf("%s: phase %s at step %d, want RolledBack by step %d (%s)", r.Name, f.Phase, f.StopStep, f.DueStep, f.Reason)
+	}
+	if f.EverNew == 0 || f.EverNew > f.Allowed || f.MaxUpdated == 0 || f.MaxUpdated > f.Allowed {
+		t.Errorf("%s: %d devices reported v2, the hub gave it to up to %d; allowed %d", r.Name, f.EverNew, f.MaxUpdated, f.Allowed)
+	}
+	if f.FailedReported < f.FailureLimit || f.FailedReported > f.FailDevices {
+		t.Errorf("%s: %d devices reported v2 failing, want the limit %d to %d", r.Name, f.FailedReported, f.FailureLimit, f.FailDevices)
+	}
+	if r.Samples != f.EverNew || r.WallMS <= 0 || r.HubConfirmMS <= 0 {
+		t.Errorf("%s: %d back on v1 of the %d that ran v2, wall %v ms, hub confirm %v ms", r.Name, r.Samples, f.EverNew, r.WallMS, r.HubConfirmMS)
+	}
+}
+
+// TestRolloutAtScale is issue 28's "Safe rollouts" at scale: 200 hollow
+// agents on the embedded broker, a Staged rollout of a revision that 10 %
+// of them (every 10th by name) cannot pull. The rollout must stop at the
+// failure threshold (5 %: the 10th failure, in the 50 % step), give the
+// bad revision to no more devices than that step allows, and roll every
+// device back. Timings are logged, never asserted.
+func TestRolloutAtScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts fleet-hub and a simulator of 200 agents")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	o := smokeOptions(t, "embedded")
+	o.Agents, o.Phases, o.ConnectRate = 200, []string{phaseRollout}, 1000
+	start := time.Now()
+	results, err := runOnce(ctx, o, log)
+	t.Logf("%d agents in %v", o.Agents, time.Since(start).Round(time.Millisecond))
+	var table strings.Builder
+	_ = writeTable(&table, results)
+	t.Logf("results:\n%s", table.String())
+	if err != nil {
+		t.Fatalf("run: %v\nprogress:\n%s", err, logs.String())
+	}
+	if len(results) != 1 || results[0].Name != phaseRollout {
+		t.Fatalf("results %+v, want the rollout phase's only", results)
+	}
+	r := results[0]
+	checkRollout(t, r)
+	// 200 devices, 20 failing (index 9, 19, …), limit 10: steps reach 2,
+	// 20 (2 failing), 100 (10 failing): due at step 3, 100 allowed.
+	if f := r.Rollout; f.FailDevices != 20 || f.FailureLimit != 10 || f.DueStep != 3 || f.Allowed != 100 {
+		t.Errorf("figures %+v: want 20 failing devices, limit 10, due at step 3 allowing 100", *f)
+	}
+}
+
+func TestRolloutFailingAndDueStep(t *testing.T) {
+	staged := rolloutStrategy().Staged
+	for _, c := range []struct {
+		n, failing, limit, due, allowed int
+	}{
+		{1, 1, 1, 1, 1}, // the only device fails
+		// The last device fails: not in the steps of 2, 1 (10 %, so
+		// still 2) and 3 (50 %) devices.
+		{5, 1, 1, 4, 5},
+		{20, 2, 1, 3, 10}, // device 9 is in the 50 % step
+		{200, 20, 10, 3, 100},
+		{1000, 100, 50, 3, 500},
+		{10000, 1000, 500, 3, 5000},
+	} {
+		failing := rolloutFailing(c.n)
+		due := rolloutDueStep(staged, c.n, failing)
+		if len(failing) != c.failing || staged.FailureLimit(c.n) != c.limit || due != c.due || staged.StepTarget(due-1, c.n) != c.allowed {
+			t.Errorf("n=%d: %d failing, limit %d, due at step %d allowing %d; want %d, %d, %d, %d",
+				c.n, len(failing), staged.FailureLimit(c.n), due, staged.StepTarget(due-1, c.n), c.failing, c.limit, c.due, c.allowed)
+		}
+	}
+	if due := rolloutDueStep(staged, 200, nil); due != 0 {
+		t.Errorf("no failing device: due at step %d, want 0 (never)", due)
+	}
+}
+
+// TestRolloutTracker: the tracker orders each device's reports by their
+// time stamps (the monitor's clients deliver them concurrently), and
+// counts devices that ever reported the new revision and when they first
+// reported it failing.
+func TestRolloutTracker(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	report := func(ms int, hash string, ready bool, reason string) *statusLite {
+		p := podLite{Name: rolloutDeployment, Hash: hash, Ready: ready}
+		if reason != "" {
+			p.Containers = []containerLite{{Reason: reason}}
+		}
+		return &statusLite{Time: at(ms), Pods: []podLite{{Name: convergeDeployment, Hash: "x", Ready: true}, p}}
+	}
+	tr := newRolloutTracker(3, rolloutDeployment, "old", "new")
+	if _, missing := tr.allOld(); len(missing) != 3 {
+		t.Fatalf("nothing reported: missing %v, want all 3", missing)
+	}
+	tr.observe(0, report(0, "old", true, ""), at(1))
+	tr.observe(1, report(0, "old", true, ""), at(2))
+	tr.observe(2, report(0, "old", true, ""), at(3))
+	if last, missing := tr.allOld(); len(missing) != 0 || !last.Equal(at(3)) {
+		t.Fatalf("all on old: last %v, missing %v", last, missing)
+	}
+	// Device 0 runs the new revision, then goes back; its reports arrive
+	// out of order.
+	tr.observe(0, report(10, "new", false, ""), at(11))
+	tr.observe(0, report(30, "old", true, ""), at(31))
+	tr.observe(0, report(20, "new", true, ""), at(32)) // older than the last
+	// Device 1 fails the new revision and goes back.
+	tr.observe(1, report(12, "new", false, "ErrImagePull"), at(13)) // not a failure the hub counts
+	tr.observe(1, report(14, "new", false, "ImagePullBackOff"), at(15))
+	tr.observe(1, report(16, "new", false, "ImagePullBackOff"), at(17))
+	tr.observe(1, report(40, "old", true, ""), at(41))
+	// Device 2 never left the old revision.
+	last, missing := tr.allOld()
+	if len(missing) != 0 || !last.Equal(at(41)) {
+		t.Errorf("back on old: last %v, missing %v; want %v, none", last, missing, at(41))
+	}
+	everNew, failures := tr.counts()
+	if everNew != 2 || len(failures) != 1 || !failures[0].Equal(at(15)) {
+		t.Errorf("counts: %d ever new, failures %v; want 2 and [%v]", everNew, failures, at(15))
+	}
+	lat := tr.backLatencies(at(25))
+	if !slices.Equal(lat, []time.Duration{6 * time.Millisecond, 16 * time.Millisecond}) {
+		t.Errorf("back latencies %v, want [6ms 16ms]: devices 0 and 1, from 25 ms", lat)
+	}
+	// A later report off the old revision takes the device out again.
+	tr.observe(2, report(50, "new", false, ""), at(51))
+	if _, missing := tr.allOld(); !slices.Equal(missing, []int{2}) {
+		t.Errorf("missing %v, want [2]", missing)
+	}
+	if lat := tr.backLatencies(at(25)); !slices.Equal(lat, []time.Duration{6 * time.Millisecond, 16 * time.Millisecond, -1}) {
+		t.Errorf("back latencies %v, want device 2 not back", lat)
 	}
 }
 
@@ -372,5 +522,48 @@ func TestHostSteal(t *testing.T) {
 	// This machine's own /proc/stat parses, if it has one.
 	if _, err := os.Stat("/proc/stat"); err == nil && readHostCPU().total == 0 {
 		t.Error("readHostCPU read nothing from /proc/stat")
+	}
+}
+
+// TestRolloutMarkdown: a run's rollout figures get a table of their own,
+// and a rollout-only run a block of its own beside the full run's.
+func TestRolloutMarkdown(t *testing.T) {
+	path := t.TempDir() + "/BENCHMARKS.md"
+	m := machine{CPUs: 2, Model: "Test CPU", RAM: "1.0 GiB", Kernel: "6.0", GoVersion: "go1.26"}
+	now := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
+	full := options{Agents: 200, Broker: "embedded", StatusInterval: time.Millisecond, Phases: allPhases}
+	only := full
+	only.Phases = []string{phaseRollout}
+	r := Result{Name: phaseRollout, WallMS: 900, Target: "RolledBack by step 3", OK: true, Rollout: &RolloutFigures{
+		Phase: "RolledBack", Steps: 4, StopStep: 3, DueStep: 3, Allowed: 100, FailDevices: 20, FailureLimit: 10,
+		EverNew: 100, MaxUpdated: 100, FailedReported: 10, V1MS: 2000, FailureToRollbackMS: 1500, LimitToRollbackMS: 40, RollbackToOldMS: 300,
+	}}
+	for _, o := range []options{full, only, only} {
+		if err := updateMarkdown(path, o, m, []Result{r}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, want := range []string{
+		"| staged rollout |", "| rollout, v2 RolledBack | 2000 ms | 20 (10) | 3 of 4 (3) | 100 | 100 | 100 | 10 | 1500 ms | 40.0 ms | 300 ms | met |",
+		"#### 200 agents, embedded broker, instant starts, phases rollout", `"rollout":{"phase":"RolledBack"`,
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("missing %q in:\n%s", want, doc)
+		}
+	}
+	if n := strings.Count(doc, "#### 200 agents"); n != 2 {
+		t.Errorf("%d run blocks, want the full run's and the rollout-only run's:\n%s", n, doc)
+	}
+	if k := runKey(options{Agents: 10, Broker: "embedded", Phases: []string{phaseFloor, phaseConverge, phaseMemory, phaseSingle, phaseStorm}}); strings.Contains(k, "phases") {
+		t.Errorf("a run without the rollout phase changed its key: %s", k)
+	}
+	var out strings.Builder
+	if err := writeTable(&out, []Result{r}); err != nil || !strings.Contains(out.String(), "rollout: v2 RolledBack at step 3 of 4 (due 3)") {
+		t.Errorf("table: %v\n%s", err, out.String())
 	}
 }

@@ -31,9 +31,13 @@ const (
 	phaseMemory   = "hub-memory"
 	phaseSingle   = "single-change"
 	phaseStorm    = "storm"
+	phaseRollout  = "rollout"
 )
 
-var allPhases = []string{phaseFloor, phaseConverge, phaseMemory, phaseSingle, phaseStorm}
+// allPhases are the phases in the order they run. The rollout phase comes
+// last: it leaves a second pod on every device, which would change what
+// the others measure.
+var allPhases = []string{phaseFloor, phaseConverge, phaseMemory, phaseSingle, phaseStorm, phaseRollout}
 
 // options are the suite's flags.
 type options struct {
@@ -268,6 +272,7 @@ type suite struct {
 	rssEmpty    int64
 	mosq        *mosquittoProc
 	devices     []hollow.Device
+	failing     []int // indexes of the devices that cannot pull rolloutBadImage
 	monitorTok  string
 	agents      *child
 	mon         *monitor
@@ -341,6 +346,7 @@ func runOnce(ctx context.Context, o options, log *slog.Logger) (results []Result
 		{phaseMemory, s.memory},
 		{phaseSingle, s.singleChange},
 		{phaseStorm, s.storm},
+		{phaseRollout, s.rollout},
 	}
 	for _, p := range phases {
 		if p.name != phaseConverge && !s.want(p.name) {
@@ -582,6 +588,13 @@ func (s *suite) startAgents(ctx context.Context) error {
 		StartLatency: s.o.RuntimeLatency, StartSigma: s.o.LatencySigma, StatusInterval: s.o.StatusInterval,
 		ConnectRate: s.o.ConnectRate, NoLatency: []string{s.names[0]}, Seed: 1, LogLevel: s.o.AgentLogLevel,
 		ReconnectAtOnce: s.o.ReconnectAtOnce,
+	}
+	if s.want(phaseRollout) {
+		s.failing = rolloutFailing(len(s.names))
+		cfg.FailImage = rolloutBadImage
+		for _, i := range s.failing {
+			cfg.FailDevices = append(cfg.FailDevices, s.names[i])
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.deadline(60*time.Second, 5*time.Millisecond))
 	defer cancel()

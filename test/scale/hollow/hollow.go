@@ -88,7 +88,21 @@ type Config struct {
 	Seed uint64 `json:"seed,omitempty"`
 	// LogLevel of the agents' logs on stderr ("" or "off": none).
 	LogLevel string `json:"logLevel,omitempty"`
+	// FailImage is an image reference that cannot be pulled on the
+	// devices named in FailDevices (ModeAgents): their fake runtime's
+	// EnsureImage of it fails with runtime.ErrImage, as a registry
+	// that refuses the pull would, so the real agent keeps what runs and
+	// reports the new pod in ImagePullBackOff. Other devices pull it as
+	// any image. Empty (the default): every image pulls.
+	FailImage string `json:"failImage,omitempty"`
+	// FailDevices names the devices FailImage fails on; each must be one
+	// of Devices. Without FailImage it must be empty.
+	FailDevices []string `json:"failDevices,omitempty"`
 }
+
+// ErrPullRefused is what EnsureImage of Config.FailImage fails with on
+// the devices of Config.FailDevices (wrapped in runtime.ErrImage).
+var ErrPullRefused = errors.New("hollow: pull refused (Config.FailImage)")
 
 // ReconnectBackoff is the agents' edgeagent.Options.ReconnectBackoff:
 // the zero Policy (the agent's default) or, with ReconnectAtOnce, the
@@ -144,6 +158,20 @@ func (c *Config) check() error {
 	if c.Mode == ModeAgents && c.StateRoot == "" {
 		return errors.New("hollow: no state root")
 	}
+	if len(c.FailDevices) > 0 && c.FailImage == "" {
+		return errors.New("hollow: failDevices without failImage")
+	}
+	if len(c.FailDevices) > 0 {
+		known := make(map[string]bool, len(c.Devices))
+		for _, d := range c.Devices {
+			known[d.Name] = true
+		}
+		for _, name := range c.FailDevices {
+			if !known[name] {
+				return fmt.Errorf("hollow: failDevices: %q is not one of the devices", name)
+			}
+		}
+	}
 	if c.StartSigma == 0 {
 		c.StartSigma = 0.3
 	}
@@ -193,6 +221,8 @@ type Simulator struct {
 	log    *slog.Logger
 	topics schema.Topics
 
+	failOn map[string]bool // Config.FailDevices
+
 	mu      sync.Mutex
 	devices []device
 	wg      sync.WaitGroup
@@ -210,10 +240,17 @@ func New(cfg Config, log *slog.Logger) (*Simulator, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Simulator{
+	s := &Simulator{
 		cfg: cfg, log: log, topics: schema.Topics{Prefix: cfg.TopicPrefix},
 		started: make(chan struct{}),
-	}, nil
+	}
+	if len(cfg.FailDevices) > 0 {
+		s.failOn = make(map[string]bool, len(cfg.FailDevices))
+		for _, name := range cfg.FailDevices {
+			s.failOn[name] = true
+		}
+	}
+	return s, nil
 }
 
 // Start creates every device and starts them, at Config.ConnectRate per
@@ -346,6 +383,11 @@ func (s *Simulator) newAgent(i int, d Device) (*agent, error) {
 		latency = runtime.LogNormalLatency(s.cfg.StartLatency, s.cfg.StartSigma, seed)
 	}
 	rt := &timedFake{Fake: runtime.NewFake(runtime.FakeOptions{StartLatency: latency})}
+	if s.failOn[d.Name] {
+		// The Fake's own image failure: EnsureImage wraps it in
+		// runtime.ErrImage, as the containerd runtime does a failed pull.
+		rt.SetImageError(s.cfg.FailImage, ErrPullRefused)
+	}
 	a, err := edgeagent.New(edgeagent.Options{
 		Device:         d.Name,
 		Broker:         s.cfg.Broker,

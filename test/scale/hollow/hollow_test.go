@@ -255,3 +255,121 @@ func TestReconnectBackoff(t *testing.T) {
 		t.Error("the default backoff did not spread two agents")
 	}
 }
+
+// TestFailImage: on the devices of FailDevices the fake runtime cannot
+// pull FailImage, so the real agent keeps the running version and reports
+// the new pod in ImagePullBackOff; the other devices run it.
+func TestFailImage(t *testing.T) {
+	devs := devices(2)
+	good, bad := devs[0].Name, devs[1].Name
+	b := startBroker(t, devs)
+	conn := b.InlineConn()
+	defer conn.Close()
+	topics := schema.Topics{}
+	type report struct {
+		device string
+		pod    schema.PodStatus
+	}
+	reports := make(chan report, 1000)
+	if err := conn.Subscribe(t.Context(), topics.DeviceFilter(schema.TopicStatus), func(topic string, payload []byte) {
+		var st schema.DeviceStatus
+		if json.Unmarshal(payload, &st) == nil && len(st.Pods) == 1 {
+			reports <- report{st.Device, st.Pods[0]}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const badImage = "registry.example.com/app:2-bad"
+	s, err := hollow.New(hollow.Config{
+		Broker: "tcp://" + b.Addr().String(), Devices: devs, StateRoot: t.TempDir(),
+		StatusInterval: time.Millisecond, FailImage: badImage, FailDevices: []string{bad},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	for s.Stats().Connected < len(devs) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("connected: %+v", s.Stats())
+		case <-time.After(10 * time.Millisecond): // polling the agents' state
+		}
+	}
+	publish := func(gen int64, image string) string {
+		t.Helper()
+		pod := schema.Pod{Name: "p", Spec: schema.PodSpec{Containers: []schema.Container{{Name: "c", Image: image}}}}
+		schema.DefaultPodSpec(&pod.Spec)
+		pod.Hash = schema.PodSpecHash(pod.Spec)
+		for _, d := range devs {
+			ds := schema.DesiredState{
+				TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDesiredState},
+				Device:   d.Name, Generation: gen, Store: "s1", Pods: []schema.Pod{pod},
+			}
+			payload, _ := json.Marshal(ds)
+			if err := conn.Publish(ctx, topics.Device(d.Name, schema.TopicDesired), payload, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return pod.Hash
+	}
+	// await waits until every device's report of hash satisfies its
+	// condition.
+	await := func(hash string, want map[string]func(schema.PodStatus) bool) {
+		t.Helper()
+		done := map[string]bool{}
+		for len(done) < len(want) {
+			select {
+			case r := <-reports:
+				if ok := want[r.device]; ok != nil && r.pod.Hash == hash && ok(r.pod) {
+					done[r.device] = true
+				}
+			case <-ctx.Done():
+				t.Fatalf("reports of %s: only %v", hash, done)
+			}
+		}
+	}
+	ready := func(p schema.PodStatus) bool { return p.Ready }
+	v1 := publish(1, "registry.example.com/app:1")
+	await(v1, map[string]func(schema.PodStatus) bool{good: ready, bad: ready}) // the image fails only as FailImage
+	v2 := publish(2, badImage)
+	await(v2, map[string]func(schema.PodStatus) bool{
+		good: ready,
+		bad: func(p schema.PodStatus) bool {
+			return !p.Ready && len(p.Containers) == 1 && p.Containers[0].Reason == "ImagePullBackOff"
+		},
+	})
+	// The refused pull stopped nothing: one start per device for v1, one
+	// for the good device's v2.
+	if st := s.Stats(); st.Starts != 3 || st.Stops != 1 {
+		t.Errorf("stats %+v: want 3 starts and 1 stop", st)
+	}
+}
+
+func TestFailImageConfig(t *testing.T) {
+	base := hollow.Config{Broker: "tcp://x:1", Devices: devices(2), StateRoot: "/nonexistent"}
+	for _, c := range []struct {
+		name  string
+		image string
+		devs  []string
+		want  string
+	}{
+		{"devices without an image", "", []string{"dev-a"}, "without failImage"},
+		{"an unknown device", "img:bad", []string{"dev-z"}, `"dev-z" is not one of the devices`},
+	} {
+		cfg := base
+		cfg.FailImage, cfg.FailDevices = c.image, c.devs
+		if _, err := hollow.New(cfg, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+	cfg := base
+	cfg.FailImage, cfg.FailDevices = "img:bad", []string{"dev-b"}
+	if _, err := hollow.New(cfg, nil); err != nil {
+		t.Errorf("a valid failure: %v", err)
+	}
+}
