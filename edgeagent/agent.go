@@ -68,6 +68,19 @@ type Options struct {
 	// CrashLoop is the restart backoff (default 10 s doubling to 5 min,
 	// reset after 10 min running).
 	CrashLoop reconcile.CrashLoop
+	// SteadyAfter is how long a container must run without exiting for
+	// its start to count (default reconcile.DefaultSteadyAfter, 30 s). A
+	// new revision of a pod whose container fails to start
+	// reconcile.FailedStartLimit times (3) before that is given up for
+	// the pod's last steady revision.
+	SteadyAfter time.Duration
+	// ImageGCMinFree is the free-space floor of the filesystem holding
+	// the images (flag --image-gc-min-free): below it the agent also
+	// deletes the images it keeps for a fast undo, oldest first (default
+	// reconcile.DefaultDiskFloor, 10 %; reconcile.ParseDiskFloor reads
+	// the flag; DiskFloor{Off: true} disables the floor). Images the
+	// agent pulled and nothing needs are deleted whatever the floor.
+	ImageGCMinFree reconcile.DiskFloor
 	// RetryBackoff follows failures to pull, create or start (default
 	// 5 s doubling to 5 min, jittered).
 	RetryBackoff backoff.Policy
@@ -248,6 +261,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		OnStatus:       a.onStatus,
 		ResyncInterval: a.o.ResyncInterval,
 		CrashLoop:      a.o.CrashLoop,
+		SteadyAfter:    a.o.SteadyAfter,
+		ImageGCMinFree: a.o.ImageGCMinFree,
 		Retry:          a.o.RetryBackoff,
 		StopTimeout:    a.o.StopTimeout,
 		MaxParallel:    a.o.MaxParallel,

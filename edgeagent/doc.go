@@ -40,6 +40,30 @@
 //     for it has been attempted, failures (a missing image, say) are
 //     reported per pod and retried with capped, jittered backoff, and one
 //     pod's slow pull never holds up the others.
+//   - Updates are safe on the device. A pod's new revision is downloaded
+//     before its running version is stopped: an image that cannot be
+//     pulled leaves the running version running (status: the new hash,
+//     ImagePullBackOff, "the running version keeps running"). A new
+//     revision that never starts (one of its containers fails to be
+//     created or started, or exits before it has run 30 s, three times;
+//     or fails once under restartPolicy Never) is given up: the agent
+//     runs the pod's last steady revision again, without a pull, and
+//     does not retry the failed one until the desired revision changes,
+//     across restarts too. Status then carries the new hash, phase
+//     Failed, the failing container's reason (CrashLoopBackOff,
+//     CreateContainerError, RunContainerError, ...) and a message such as
+//     "revision 1a2b3c4d failed to start (container app: exit code 1, 3
+//     times); the previous version runs again"; a RolledBack event says
+//     the same. A pod with no steady revision yet (a first install)
+//     crash-loops with backoff instead. Completing with exit code 0 under
+//     Never or OnFailure is not a failure.
+//   - The agent deletes only images it pulled itself, and only once the
+//     device has converged: images nothing needs at once, the images of
+//     each pod's previous steady revision (kept for a fast undo) only
+//     while free space on the filesystem holding the images is below
+//     Options.ImageGCMinFree (default 10 %; flag --image-gc-min-free),
+//     oldest first. Each collection that deletes something raises an
+//     ImageGC event naming the images.
 //   - Status is retained, coalesced to at most one publish per second, and
 //     republished after every reconnect and 24-30 s after the last publish
 //     (jittered, so a fleet that reported at once does not stay in step:

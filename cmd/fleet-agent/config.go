@@ -15,6 +15,7 @@ import (
 
 	"github.com/fleetmq/fleet/edgeagent"
 	"github.com/fleetmq/fleet/edgeagent/enroll"
+	"github.com/fleetmq/fleet/edgeagent/reconcile"
 	"github.com/fleetmq/fleet/edgeagent/runtime/containerd"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -34,6 +35,7 @@ type config struct {
 	Namespace        string `json:"namespace,omitempty"`
 	CA               string `json:"ca,omitempty"`
 	ResyncInterval   string `json:"resync-interval,omitempty"`
+	ImageGCMinFree   string `json:"image-gc-min-free,omitempty"`
 	ReleasePages     string `json:"release-startup-pages,omitempty"`
 	LogLevel         string `json:"log-level,omitempty"`
 	TopicPrefix      string `json:"topic-prefix,omitempty"`
@@ -63,6 +65,7 @@ func (c *config) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Namespace, "namespace", containerd.DefaultNamespace, "containerd namespace of Fleet's containers")
 	fs.StringVar(&c.CA, "ca", "", "PEM file of the CA that signed the broker's certificate (TLS brokers)")
 	fs.StringVar(&c.ResyncInterval, "resync-interval", "30s", "period of full reconciles")
+	fs.StringVar(&c.ImageGCMinFree, "image-gc-min-free", "10%", "keep this much of containerd's disk free (a percentage such as 10%, or a size such as 1Gi; 0: no floor): images the agent pulled and no pod uses are deleted once a rollout has converged, and the previous revision's images (kept for a fast undo) too when free space falls below it")
 	fs.StringVar(&c.ReleasePages, "release-startup-pages", "5s", "this long after connecting to containerd (start-up is then about over), hand the kernel back the pages of the agent's own binary that start-up read, so that its RSS is what it goes on using (Linux 5.4+; 0: never)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.TopicPrefix, "topic-prefix", schema.DefaultTopicPrefix, "MQTT topic prefix (must match the hub's)")
@@ -130,6 +133,9 @@ func (c *config) resolve(fs *pflag.FlagSet) error {
 		}
 	}
 	if _, err := c.resync(); err != nil {
+		return err
+	}
+	if _, err := c.imageGCMinFree(); err != nil {
 		return err
 	}
 	if p := c.TopicPrefix; p == "" || strings.ContainsAny(p, "+#") || strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") {
@@ -209,6 +215,14 @@ func (c *config) resync() (time.Duration, error) {
 		return 0, fmt.Errorf("--resync-interval %q: want a duration of at least 1s, such as 30s", c.ResyncInterval)
 	}
 	return d, nil
+}
+
+func (c *config) imageGCMinFree() (reconcile.DiskFloor, error) {
+	f, err := reconcile.ParseDiskFloor(c.ImageGCMinFree)
+	if err != nil {
+		return f, fmt.Errorf("--image-gc-min-free: %w", err)
+	}
+	return f, nil
 }
 
 func (c *config) releasePages() (time.Duration, error) {

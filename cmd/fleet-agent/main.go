@@ -113,6 +113,10 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	gcFloor, err := cfg.imageGCMinFree()
+	if err != nil {
+		return err
+	}
 	device, token, err := identity(ctx, cfg, log, tlsCfg)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -152,6 +156,7 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 		Logger:         log,
 		Version:        schema.BuildVersion(),
 		ResyncInterval: resync,
+		ImageGCMinFree: gcFloor,
 	})
 	if err != nil {
 		return err

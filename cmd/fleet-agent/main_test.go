@@ -102,6 +102,7 @@ func TestConfigErrors(t *testing.T) {
 		{"bad device", []string{"--device", "Pi_1"}, "DNS-1123"},
 		{"both tokens", []string{"--device", "pi", "--token", "a", "--token-file", tokenFile}, "mutually exclusive"},
 		{"bad resync", []string{"--device", "pi", "--resync-interval", "soon"}, "resync-interval"},
+		{"bad image gc floor", []string{"--device", "pi", "--token", "x", "--image-gc-min-free", "lots"}, "--image-gc-min-free"},
 		{"unknown config key", []string{"--config", writeFile(t, "c.yaml", "device: pi\nbrokr: tcp://x\n")}, "brokr"},
 		{"missing config", []string{"--config", "/nonexistent/agent.yaml"}, "config file"},
 		{"wildcard prefix", []string{"--device", "pi", "--topic-prefix", "fleet/#"}, "topic-prefix"},

@@ -49,10 +49,11 @@ func (k ActionKind) String() string {
 
 // Reasons for removal.
 const (
-	ReasonNotDesired  = "NotDesired"  // the pod is no longer desired
-	ReasonSpecChanged = "SpecChanged" // the pod's spec hash changed
-	ReasonDuplicate   = "Duplicate"   // a second container for one key
-	ReasonUnlabelled  = "Unlabelled"  // managed but without pod/container labels
+	ReasonNotDesired     = "NotDesired"     // the pod is no longer desired
+	ReasonSpecChanged    = "SpecChanged"    // the pod's spec hash changed
+	ReasonRevisionFailed = "RevisionFailed" // the pod's new revision never started: back to the steady one
+	ReasonDuplicate      = "Duplicate"      // a second container for one key
+	ReasonUnlabelled     = "Unlabelled"     // managed but without pod/container labels
 )
 
 // Reasons a container waits.
@@ -66,6 +67,9 @@ const (
 	ReasonCreating         = "ContainerCreating"
 	ReasonCompleted        = "Completed"
 	ReasonError            = "Error"
+	// ReasonRolledBack is the reason of the containers of a failed
+	// revision other than the one that failed (see FailedStartLimit).
+	ReasonRolledBack = "RolledBack"
 )
 
 // Action is one step of a Plan.
@@ -103,6 +107,9 @@ type Exit struct {
 	RanFor    time.Duration
 	KnownRun  bool // RanFor is meaningful
 	FirstExit bool
+	// GaveUp: this exit made the agent give the revision up (see
+	// FailedStartLimit); it is not restarted.
+	GaveUp bool
 }
 
 // Plan is the outcome of Diff: what to do, what waits, and the updated
@@ -112,16 +119,42 @@ type Plan struct {
 	Actions []Action
 	Waits   []Wait
 	Exits   []Exit
-	// History is the next history: records of desired containers only,
-	// with newly observed exits accounted.
+	// History is the next history: records of the containers of Pods
+	// only, with newly observed exits accounted.
 	History state.History
-	// Hashes maps each desired pod to its spec hash.
+	// Pods are the pods the agent runs: the desired pods, except that a
+	// pod whose desired revision failed to start is its steady revision.
+	Pods []schema.Pod
+	// Hashes maps each pod of Pods to its spec hash.
 	Hashes map[string]string
+	// Rollouts are the next rollout records, of desired pods only.
+	Rollouts state.Rollouts
+	// RolledBack lists the pods whose desired revision this Diff found
+	// failed to start; Steadied those whose revision it found steady.
+	RolledBack []Rollback
+	Steadied   []Steadied
+	// SteadyCheck is when a revision that is not steady yet will be, if
+	// its containers keep running (zero: none).
+	SteadyCheck time.Time
 }
 
-// NextWake returns the earliest Wait deadline.
+// Rollback is a desired revision given up for the pod's steady one.
+type Rollback struct {
+	Pod     string
+	Failure state.Failure
+	// To is the hash of the steady revision the pod goes back to.
+	To string
+}
+
+// Steadied is a pod whose revision Hash has become steady; Previous is
+// the hash of the steady revision before it ("" for none).
+type Steadied struct {
+	Pod, Hash, Previous string
+}
+
+// NextWake returns the earliest Wait deadline or SteadyCheck.
 func (p Plan) NextWake() (time.Time, bool) {
-	var t time.Time
+	t := p.SteadyCheck
 	for _, w := range p.Waits {
 		if t.IsZero() || w.Until.Before(t) {
 			t = w.Until
@@ -191,9 +224,9 @@ type desiredContainer struct {
 	policy schema.RestartPolicy
 }
 
-// Diff compares the desired pods with the observed containers and returns
-// the plan that converges them. It is a pure function of its arguments:
-// hist is not modified and now is the only notion of time.
+// diffContainers compares the pods to run with the observed containers
+// and returns the plan that converges them (Actions, Waits, Exits,
+// History, Hashes). It is pure, like Diff.
 //
 // A container is identified by pod name, container name and pod spec hash
 // (its labels; a pod's Hash when set, its PodSpecHash otherwise).
@@ -208,7 +241,7 @@ type desiredContainer struct {
 // therefore leaves the previous version running, with the new container
 // waiting in ImagePullBackOff, instead of stopping the app and then
 // failing to pull.
-func Diff(desired []schema.Pod, observed []runtime.Container, hist state.History, now time.Time, cl CrashLoop) Plan {
+func diffContainers(desired []schema.Pod, observed []runtime.Container, hist state.History, now time.Time, pol Policy) Plan {
 	plan := Plan{History: state.History{}, Hashes: map[string]string{}}
 
 	want := map[state.Key]desiredContainer{}
@@ -304,7 +337,7 @@ func Diff(desired []schema.Pod, observed []runtime.Container, hist state.History
 			}
 		case c.State == runtime.StateExited:
 			if newExit(rec, c) {
-				rec, plan.Exits = accountExit(rec, c, k, d.policy, now, cl, plan.Exits)
+				rec, plan.Exits = accountExit(rec, c, k, d.policy, now, pol, plan.Exits)
 			}
 			switch {
 			case rec.Done:
@@ -397,7 +430,13 @@ func newExit(rec state.Record, c runtime.Container) bool {
 	return !rec.ExitSeen
 }
 
-func accountExit(rec state.Record, c runtime.Container, k state.Key, policy schema.RestartPolicy, now time.Time, cl CrashLoop, exits []Exit) (state.Record, []Exit) {
+// accountExit records an exit in rec: its code and time, the next
+// crash-loop delay, Done when the policy will not restart it, and a
+// failed start when the container exited before running steadily
+// (pol.SteadyAfter) other than by completing under a policy that does
+// not restart it.
+func accountExit(rec state.Record, c runtime.Container, k state.Key, policy schema.RestartPolicy, now time.Time, pol Policy, exits []Exit) (state.Record, []Exit) {
+	cl := pol.CrashLoop
 	exitAt := c.FinishedAt
 	if exitAt.IsZero() {
 		exitAt = now
@@ -415,6 +454,9 @@ func accountExit(rec state.Record, c runtime.Container, k state.Key, policy sche
 	rec.ExitSeen = true
 	rec.LastExitCode = c.ExitCode
 	rec.LastExitAt = c.FinishedAt
+	if (!known || ranFor < pol.SteadyAfter) && (c.ExitCode != 0 || ShouldRestart(policy, c.ExitCode)) {
+		rec.FailedStarts++
+	}
 	if ShouldRestart(policy, c.ExitCode) {
 		rec.Delay = cl.Next(rec.Delay, ranFor, known)
 		rec.NotBefore = exitAt.Add(rec.Delay)

@@ -1,8 +1,17 @@
 // Package reconcile converges the containers on a device toward the
 // desired state. Diff is a pure function from (desired pods, observed
-// containers, history, now) to a Plan; the Reconciler runs a level-triggered
-// loop that lists the runtime, diffs, and applies the plan with one worker
-// per pod, so a slow pull of one pod never stalls the others.
+// containers, history, rollout records, now) to a Plan; the Reconciler
+// runs a level-triggered loop that lists the runtime, diffs, and applies
+// the plan with one worker per pod, so a slow pull of one pod never stalls
+// the others.
+//
+// Rollouts are safe on the device: a new revision's images are pulled
+// while the old version runs (download, then replace); a new revision that
+// never starts is given up for the pod's last steady revision (see
+// FailedStartLimit); and once the device has converged, the
+// images the agent pulled that nothing needs are deleted, those of each
+// pod's previous steady revision only when free disk space is below a
+// floor (see PlanImageGC and DiskFloor).
 package reconcile
 
 import (
@@ -63,6 +72,19 @@ type Options struct {
 	ResyncInterval time.Duration
 	// CrashLoop is the restart backoff (default DefaultCrashLoop).
 	CrashLoop CrashLoop
+	// SteadyAfter is how long a container must run without exiting to
+	// have started; see FailedStartLimit (default DefaultSteadyAfter).
+	SteadyAfter time.Duration
+	// ImageGCMinFree is the free-space floor of the filesystem holding
+	// the images: below it, the image garbage collector also deletes the
+	// images kept for a fast undo, oldest first (default
+	// DefaultDiskFloor, 10 %; DiskFloor{Off: true} disables it).
+	ImageGCMinFree DiskFloor
+	// ImageGCInterval is the longest time between two image garbage
+	// collections of a converged device (default
+	// DefaultImageGCInterval); a change of the images needed triggers
+	// one at the next converged pass.
+	ImageGCInterval time.Duration
 	// Retry is the backoff after a failure to pull, create or start
 	// (default 5 s doubling to 5 min, 50 % jitter).
 	Retry backoff.Policy
@@ -97,6 +119,15 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.CrashLoop == (CrashLoop{}) {
 		o.CrashLoop = DefaultCrashLoop
+	}
+	if o.SteadyAfter <= 0 {
+		o.SteadyAfter = DefaultSteadyAfter
+	}
+	if o.ImageGCMinFree == (DiskFloor{}) {
+		o.ImageGCMinFree = DefaultDiskFloor
+	}
+	if o.ImageGCInterval <= 0 {
+		o.ImageGCInterval = DefaultImageGCInterval
 	}
 	if o.Retry == (backoff.Policy{}) {
 		o.Retry = backoff.Policy{Initial: 5 * time.Second, Max: 5 * time.Minute, Jitter: 0.5}
@@ -135,6 +166,7 @@ type Reconciler struct {
 	// pass.
 	pods          []schema.Pod
 	hist          state.History
+	rollouts      state.Rollouts
 	wanted        map[state.Key]bool
 	observedGen   int64
 	observedStore string
@@ -145,6 +177,8 @@ type Reconciler struct {
 	removeRetry map[string]retry
 	results     chan result
 	workers     sync.WaitGroup
+
+	gc imageGC
 
 	exitWake chan struct{}
 	ready    chan struct{}
@@ -187,6 +221,7 @@ func New(o Options) (*Reconciler, error) {
 		desired:     o.Desired,
 		pods:        hashedPods(o.Desired),
 		hist:        o.Agent.Containers.Clone(),
+		rollouts:    o.Agent.Rollouts.Clone(),
 		busy:        map[string]*worker{},
 		removeRetry: map[string]retry{},
 		results:     make(chan result, o.MaxParallel),
@@ -196,6 +231,7 @@ func New(o Options) (*Reconciler, error) {
 	if r.hist == nil {
 		r.hist = state.History{}
 	}
+	r.rollouts = checkRollouts(r.rollouts, r.log)
 	if d := o.Desired; d != nil && o.Agent.Store == d.Store && o.Agent.AppliedGeneration <= d.Generation {
 		r.observedGen, r.observedStore = o.Agent.AppliedGeneration, o.Agent.Store
 	}
@@ -338,20 +374,29 @@ func (r *Reconciler) pass(ctx context.Context) (time.Time, bool) {
 		return time.Time{}, false
 	}
 
-	plan := Diff(r.pods, observed, r.hist, now, r.o.CrashLoop)
+	plan := Diff(r.pods, observed, r.hist, r.rollouts, now, Policy{CrashLoop: r.o.CrashLoop, SteadyAfter: r.o.SteadyAfter})
 	if !r.adopted {
 		r.adopted = true
 		r.logAdoption(observed, plan)
 	}
-	r.hist = plan.History
+	r.hist, r.rollouts = plan.History, plan.Rollouts
 	r.wanted = map[state.Key]bool{}
-	for _, p := range r.pods {
+	for _, p := range plan.Pods {
 		for _, c := range p.Spec.Containers {
 			r.wanted[state.Key{Pod: p.Name, Container: c.Name, Hash: plan.Hashes[p.Name]}] = true
 		}
 	}
 	for _, ex := range plan.Exits {
 		r.exitEvent(ex)
+	}
+	for _, st := range plan.Steadied {
+		r.log.Info("pod revision runs steadily", "pod", st.Pod, "hash", st.Hash, "previous", st.Previous)
+	}
+	for _, rb := range plan.RolledBack {
+		msg := fmt.Sprintf("revision %s failed to start (%s); going back to the previous version, revision %s", shortHash(rb.Failure.Hash), rb.Failure.Message, shortHash(rb.To))
+		r.log.Warn("new revision failed to start; going back to the previous version", "pod", rb.Pod,
+			"hash", rb.Failure.Hash, "to", rb.To, "container", rb.Failure.Container, "reason", rb.Failure.Reason, "detail", rb.Failure.Message)
+		r.o.Events.Record(schema.EventWarning, "RolledBack", rb.Pod, rb.Failure.Container, msg)
 	}
 
 	next, hasNext := plan.NextWake()
@@ -360,12 +405,17 @@ func (r *Reconciler) pass(ctx context.Context) (time.Time, bool) {
 			next, hasNext = t, true
 		}
 	})
-	if !pending && len(r.busy) == 0 && (r.observedGen != r.desired.Generation || r.observedStore != r.desired.Store) {
+	converged := !pending && len(r.busy) == 0
+	if converged && (r.observedGen != r.desired.Generation || r.observedStore != r.desired.Store) {
 		r.observedGen, r.observedStore = r.desired.Generation, r.desired.Store
 		r.log.Info("desired state applied", "generation", r.observedGen, "store", r.observedStore)
 	}
 	r.persist()
 	r.report(observed, now, nil)
+	if converged {
+		// After the status: a collection never delays a report.
+		r.collectImages(ctx, observed, plan, now)
+	}
 	return next, hasNext
 }
 
@@ -606,6 +656,9 @@ func (r *Reconciler) handle(res result) {
 			rec.RetryAt = o.at.Add(r.o.Retry.Jittered(int(rec.Failures-1), r.rnd))
 			rec.Reason = o.reason
 			rec.Message = truncate(o.err.Error(), 512)
+			if a.Kind != Prepare && isStartFailure(o.reason) {
+				rec.FailedStarts++
+			}
 			r.log.Warn("container failed to start", "action", a.Kind, "pod", a.Key.Pod, "container", a.Key.Container,
 				"reason", o.reason, "err", o.err, "failures", rec.Failures, "retry_at", rec.RetryAt)
 			r.o.Events.Record(schema.EventWarning, o.reason, a.Key.Pod, a.Key.Container,
@@ -635,13 +688,16 @@ func (r *Reconciler) exitEvent(ex Exit) {
 		typ = schema.EventWarning
 	}
 	var msg string
-	if ex.Restart {
+	switch {
+	case ex.GaveUp:
+		msg = fmt.Sprintf("container exited with code %d; its revision failed to start, going back to the previous version", ex.Code)
+	case ex.Restart:
 		msg = fmt.Sprintf("container exited with code %d; restarting in %s (policy %s)", ex.Code, ex.Delay, ex.Policy)
 		if ex.Delay > r.o.CrashLoop.Initial {
 			r.o.Events.Record(schema.EventWarning, "BackOff", ex.Key.Pod, ex.Key.Container,
 				fmt.Sprintf("back-off %s restarting failed container", ex.Delay))
 		}
-	} else {
+	default:
 		msg = fmt.Sprintf("container exited with code %d; not restarting (policy %s)", ex.Code, ex.Policy)
 	}
 	r.log.Info("container exited", "pod", ex.Key.Pod, "container", ex.Key.Container, "exitCode", ex.Code, "restart", ex.Restart, "delay", ex.Delay)
@@ -684,7 +740,7 @@ func podHash(p schema.Pod) string {
 // persist writes agent.json when its content changed (SaveAgent skips an
 // unchanged one).
 func (r *Reconciler) persist() {
-	a := state.Agent{Version: state.LayoutVersion, Store: r.observedStore, AppliedGeneration: r.observedGen, Containers: r.hist}
+	a := state.Agent{Version: state.LayoutVersion, Store: r.observedStore, AppliedGeneration: r.observedGen, Containers: r.hist, Rollouts: r.rollouts}
 	if err := r.o.State.SaveAgent(a); err != nil {
 		r.log.Error("persist agent state failed", "err", err)
 	}
@@ -708,7 +764,7 @@ func (r *Reconciler) report(observed []runtime.Container, now time.Time, listErr
 	for p := range r.busy {
 		busy[p] = true
 	}
-	st.Pods = PodStatuses(r.pods, observed, r.hist, busy, now, listErr)
+	st.Pods = PodStatuses(r.pods, observed, r.hist, r.rollouts, busy, now, listErr)
 	if listErr != nil {
 		st.Message = "cannot list containers: " + listErr.Error()
 	}

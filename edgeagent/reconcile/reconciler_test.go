@@ -587,3 +587,157 @@ func TestReconcilerRuntimeDown(t *testing.T) {
 		}
 	})
 }
+
+// TestReconcilerNewRevisionThatNeverStartsGoesBack: v1 runs steadily; v2
+// replaces it and exits at once, three times; the agent goes back to v1
+// (no pull: its image was kept), reports v2 failed, does not retry v2,
+// not even after a restart, and replaces v1 with a fixed v3.
+func TestReconcilerNewRevisionThatNeverStartsGoesBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		root := t.TempDir()
+		h := newHarness(t, root, nil, nil)
+		h.rt.SetCrash("app:2", 1)
+		h.start()
+		v1 := pod("web", schema.RestartAlways, "app:1")
+		v2 := pod("web", schema.RestartAlways, "app:2")
+		v3 := pod("web", schema.RestartAlways, "app:3")
+		h2 := schema.PodSpecHash(v2.Spec)
+		h.offer(1, v1)
+		h.advance(DefaultSteadyAfter) // v1 has run steadily
+
+		h.offer(2, v2)
+		if _, ok := h.rt.Get(idOf(v1, "c0")); ok {
+			t.Fatalf("v1 not replaced: %v", h.rt.Ops())
+		}
+		if p := h.getStatus().Pods[0]; p.Hash != h2 || p.Containers[0].Reason != ReasonCrashLoopBackOff {
+			t.Fatalf("after v2's first exit: %+v", p)
+		}
+		h.advance(10 * time.Second) // second start, second exit
+		if h.countEvents("RolledBack") != 0 {
+			t.Fatal("gave up after two failed starts")
+		}
+		pulls := h.rt.Calls().Pull
+		h.advance(20 * time.Second) // third start, third exit: back to v1
+		if h.state(idOf(v1, "c0")) != runtime.StateRunning {
+			t.Fatalf("v1 not running again: %v", h.rt.Ops())
+		}
+		if _, ok := h.rt.Get(idOf(v2, "c0")); ok {
+			t.Fatal("v2's container kept")
+		}
+		if got := h.rt.Calls().Pull; got != pulls {
+			t.Errorf("going back pulled %d images: the previous version's image was not kept", got-pulls)
+		}
+		st := h.getStatus()
+		want := "revision " + h2[:8] + " failed to start (container c0: exit code 1, 3 times); the previous version runs again"
+		if p := st.Pods[0]; p.Hash != h2 || p.Phase != schema.PhaseFailed || p.Message != want || p.Containers[0].Reason != ReasonCrashLoopBackOff {
+			t.Fatalf("status = %+v\nwant hash %s, Failed, %q", p, h2, want)
+		}
+		if st.ObservedGeneration != 2 {
+			t.Errorf("observedGeneration %d: a reported failure counts as applied", st.ObservedGeneration)
+		}
+		if h.countEvents("RolledBack") != 1 {
+			t.Errorf("events: %v", h.events)
+		}
+
+		// v2 is not retried.
+		starts := h.rt.Calls().Start
+		h.advance(time.Hour)
+		if got := h.rt.Calls().Start; got != starts {
+			t.Fatalf("%d starts after going back: v2 retried? %v", got-starts, h.rt.Ops())
+		}
+		h.stop()
+
+		// Nor by a restarted agent: the failure is persisted.
+		ag, err := h.dir.LoadAgent()
+		if err != nil || ag.Rollouts["web"].Failed == nil || ag.Rollouts["web"].Failed.Hash != h2 || ag.Rollouts["web"].Steady.Pod.Hash != schema.PodSpecHash(v1.Spec) {
+			t.Fatalf("persisted rollout = %+v, %v", ag.Rollouts["web"], err)
+		}
+		r := newHarness(t, root, h.clk, h.rt)
+		r.start()
+		defer r.stop()
+		r.advance(time.Hour)
+		if c := r.rt.Calls(); c.Start != starts || c.Remove != h.rt.Calls().Remove {
+			t.Fatalf("restarted agent touched containers: %v", r.rt.Ops())
+		}
+		if p := r.getStatus().Pods[0]; p.Phase != schema.PhaseFailed || p.Message != want {
+			t.Fatalf("status after restart = %+v", p)
+		}
+
+		// A fixed v3 replaces v1 and, once steady, keeps v1 as previous.
+		r.offer(3, v3)
+		if r.state(idOf(v3, "c0")) != runtime.StateRunning {
+			t.Fatalf("v3 not running: %v", r.rt.Ops())
+		}
+		if p := r.getStatus().Pods[0]; p.Phase != schema.PhaseRunning || p.Message != "" {
+			t.Fatalf("v3 status = %+v", p)
+		}
+		r.advance(DefaultSteadyAfter)
+		ag, _ = r.dir.LoadAgent()
+		if ro := ag.Rollouts["web"]; ro.Failed != nil || ro.Steady.Pod.Hash != schema.PodSpecHash(v3.Spec) || ro.Previous.Pod.Hash != schema.PodSpecHash(v1.Spec) {
+			t.Fatalf("rollout after v3 = %+v", ro)
+		}
+	})
+}
+
+// TestReconcilerFirstInstallCrashLoops: with no steady revision to go
+// back to, a crashing pod crash-loops with backoff, as always.
+func TestReconcilerFirstInstallCrashLoops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		h.rt.SetCrash("app:2", 1)
+		h.start()
+		defer h.stop()
+		v2 := pod("web", schema.RestartAlways, "app:2")
+		h.offer(1, v2)
+		for _, d := range []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second} {
+			h.advance(d)
+		}
+		if n := h.rt.Calls().Start; n != 5 {
+			t.Fatalf("%d starts, want 5", n)
+		}
+		p := h.getStatus().Pods[0]
+		if p.Phase != schema.PhaseRunning || p.Containers[0].Reason != ReasonCrashLoopBackOff || h.countEvents("RolledBack") != 0 {
+			t.Fatalf("status = %+v, events %v", p, h.events)
+		}
+	})
+}
+
+// TestReconcilerCreateFailuresGoBack: a new revision whose container
+// cannot be started goes back to the steady one after three attempts.
+func TestReconcilerCreateFailuresGoBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		f := &failingStart{Fake: h.rt, image: "app:2"}
+		h.run = f
+		h.start()
+		defer h.stop()
+		v1 := pod("web", schema.RestartAlways, "app:1")
+		v2 := pod("web", schema.RestartAlways, "app:2")
+		h.offer(1, v1)
+		h.advance(DefaultSteadyAfter)
+		h.offer(2, v2)
+		h.advance(5 * time.Second)  // second attempt
+		h.advance(10 * time.Second) // third: back to v1
+		if h.state(idOf(v1, "c0")) != runtime.StateRunning {
+			t.Fatalf("v1 not running again: %v", h.rt.Ops())
+		}
+		p := h.getStatus().Pods[0]
+		if p.Phase != schema.PhaseFailed || p.Containers[0].Reason != ReasonStartError ||
+			!strings.Contains(p.Message, "RunContainerError") || !strings.HasSuffix(p.Message, "the previous version runs again") {
+			t.Fatalf("status = %+v", p)
+		}
+	})
+}
+
+// failingStart fails every Start of a container of one image.
+type failingStart struct {
+	*runtime.Fake
+	image string
+}
+
+func (f *failingStart) Start(ctx context.Context, id string) error {
+	if c, ok := f.Get(id); ok && c.Image == f.image {
+		return fmt.Errorf("start container %s: exec: \"/app\": no such file or directory", id)
+	}
+	return f.Fake.Start(ctx, id)
+}

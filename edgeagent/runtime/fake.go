@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -23,7 +24,10 @@ type Fake struct {
 
 	mu         sync.Mutex
 	containers map[string]*fakeContainer
-	images     map[string]bool
+	images     map[string]bool      // by imageKey
+	pulled     map[string]time.Time // by imageKey: images EnsureImage pulled
+	imageSize  map[string]uint64    // by imageKey
+	disk       DiskSpace
 	imageErr   map[string]error
 	crash      map[string]int32
 	listErr    error
@@ -70,7 +74,7 @@ type FakeOptions struct {
 
 // FakeCalls counts the calls made to a Fake.
 type FakeCalls struct {
-	EnsureImage, Pull, Create, Start, Stop, Remove, List int
+	EnsureImage, Pull, Create, Start, Stop, Remove, List, RemoveImage int
 }
 
 type fakeContainer struct {
@@ -94,6 +98,9 @@ func NewFake(o FakeOptions) *Fake {
 		latency:    o.StartLatency,
 		containers: map[string]*fakeContainer{},
 		images:     map[string]bool{},
+		pulled:     map[string]time.Time{},
+		imageSize:  map[string]uint64{},
+		disk:       DiskSpace{Path: "/fake", Total: 64 << 30, Free: 32 << 30},
 		imageErr:   map[string]error{},
 		crash:      map[string]int32{},
 		subs:       map[*fakeSub]struct{}{},
@@ -136,11 +143,43 @@ func (f *Fake) SetImageError(image string, err error) {
 	f.imageErr[image] = err
 }
 
-// AddImage makes image present, as if it had been imported.
+// AddImage makes image present, as if it had been imported: not pulled
+// by EnsureImage, so PulledImages does not list it.
 func (f *Fake) AddImage(image string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.images[image] = true
+	f.images[imageKey(image)] = true
+}
+
+// HasImage reports whether image is present.
+func (f *Fake) HasImage(image string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.images[imageKey(image)]
+}
+
+// SetImageSize sets the bytes image takes on disk: a pull takes them from
+// the free space, RemoveImage gives them back.
+func (f *Fake) SetImageSize(image string, bytes uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.imageSize[imageKey(image)] = bytes
+}
+
+// SetDiskSpace sets what DiskSpace reports (default 64 GiB, 32 GiB free).
+func (f *Fake) SetDiskSpace(total, free uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.disk.Total, f.disk.Free = total, free
+}
+
+// imageKey is the Fake's key for an image: its canonical name, or the
+// reference itself when it does not parse.
+func imageKey(image string) string {
+	if n, err := ImageName(image); err == nil {
+		return n
+	}
+	return image
 }
 
 // SetCrash makes every container of image exit with code right after it
@@ -178,7 +217,8 @@ func (f *Fake) Created() []ContainerSpec {
 }
 
 // Ops returns the successful mutating calls in order, as "create ID",
-// "start ID", "stop ID", "remove ID", "exit ID CODE" (the last 4096).
+// "start ID", "stop ID", "remove ID", "exit ID CODE", "rmi IMAGE"
+// (by canonical name; the last 4096).
 func (f *Fake) Ops() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -257,15 +297,72 @@ func (f *Fake) EnsureImage(ctx context.Context, image string, policy schema.Pull
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls.EnsureImage++
-	if f.images[image] && policy != schema.PullAlways {
+	k := imageKey(image)
+	present := f.images[k]
+	if present && policy != schema.PullAlways {
 		return nil
 	}
 	f.calls.Pull++
 	if err, ok := f.imageErr[image]; ok {
 		return fmt.Errorf("pull %s: %w: %w", image, ErrImage, err)
 	}
-	f.images[image] = true
+	_, wasPulled := f.pulled[k]
+	if !present {
+		f.images[k] = true
+		f.disk.Free -= min(f.disk.Free, f.imageSize[k])
+	}
+	if !present || wasPulled {
+		f.pulled[k] = f.now()
+	}
 	return nil
+}
+
+// PulledImages implements Runtime; images come sorted by name.
+func (f *Fake) PulledImages(ctx context.Context) ([]Image, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list images: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.listErr != nil {
+		return nil, fmt.Errorf("list images: %w", f.listErr)
+	}
+	out := make([]Image, 0, len(f.pulled))
+	for name, at := range f.pulled {
+		out = append(out, Image{Name: name, PulledAt: at})
+	}
+	slices.SortFunc(out, func(a, b Image) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// RemoveImage implements Runtime. The Fake does not check that no
+// container uses the image (containerd does not either).
+func (f *Fake) RemoveImage(ctx context.Context, image string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("remove image %s: %w", image, err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls.RemoveImage++
+	k := imageKey(image)
+	if _, ok := f.pulled[k]; !ok {
+		return fmt.Errorf("remove image %s: %w", image, ErrNotFound)
+	}
+	delete(f.pulled, k)
+	delete(f.images, k)
+	f.disk.Free = min(f.disk.Total, f.disk.Free+f.imageSize[k])
+	f.opLocked("rmi %s", k)
+	return nil
+}
+
+// DiskSpace implements Runtime (see SetDiskSpace).
+func (f *Fake) DiskSpace(ctx context.Context) (DiskSpace, error) {
+	if err := ctx.Err(); err != nil {
+		return DiskSpace{}, fmt.Errorf("disk space: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.disk, nil
 }
 
 // Create implements Runtime.
@@ -282,7 +379,7 @@ func (f *Fake) Create(ctx context.Context, spec ContainerSpec) error {
 	if _, ok := f.containers[spec.ID]; ok {
 		return fmt.Errorf("create container %s: %w", spec.ID, ErrAlreadyExists)
 	}
-	if !f.images[spec.Image] {
+	if !f.images[imageKey(spec.Image)] {
 		return fmt.Errorf("create container %s: image %s is not present: %w", spec.ID, spec.Image, ErrImage)
 	}
 	spec = cloneSpec(spec)

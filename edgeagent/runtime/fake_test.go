@@ -237,3 +237,38 @@ func TestFakeLogsKeepTheLast(t *testing.T) {
 		t.Fatalf("Ops: %d entries, %q … %q; want %d, %q … %q", len(ops), ops[0], ops[len(ops)-1], fakeLogMax, want0, wantLast)
 	}
 }
+
+// TestFakeImages: only images EnsureImage pulled are listed and
+// removable; sizes move between the images and the free space.
+func TestFakeImages(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake(FakeOptions{})
+	f.SetDiskSpace(10<<30, 5<<30)
+	f.SetImageSize("app:1", 1<<30)
+	f.AddImage("base:1")
+	if err := f.EnsureImage(ctx, "app:1", schema.PullIfNotPresent); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.EnsureImage(ctx, "base:1", schema.PullAlways); err != nil {
+		t.Fatal(err)
+	}
+	l, err := f.PulledImages(ctx)
+	if err != nil || len(l) != 1 || l[0].Name != "docker.io/library/app:1" {
+		t.Fatalf("PulledImages = %+v, %v", l, err)
+	}
+	if d, _ := f.DiskSpace(ctx); d.Free != 4<<30 {
+		t.Fatalf("free after a 1 GiB pull = %d", d.Free)
+	}
+	if err := f.RemoveImage(ctx, "base:1"); !errors.Is(err, ErrNotFound) || !f.HasImage("base:1") {
+		t.Fatalf("RemoveImage of an imported image: %v", err)
+	}
+	if err := f.RemoveImage(ctx, "docker.io/library/app:1"); err != nil || f.HasImage("app:1") {
+		t.Fatalf("RemoveImage: %v", err)
+	}
+	if d, _ := f.DiskSpace(ctx); d.Free != 5<<30 {
+		t.Fatalf("free after removing it = %d", d.Free)
+	}
+	if ops := f.Ops(); !slices.Equal(ops, []string{"rmi docker.io/library/app:1"}) {
+		t.Fatalf("ops = %v", ops)
+	}
+}

@@ -1,12 +1,21 @@
 // Package runtime is the agent's view of a container runtime: a small
 // interface, an in-memory Fake (unit tests, hollow agents) and, in
 // runtime/containerd, the real implementation.
+//
+// Images: EnsureImage marks every image it has to pull (LabelPulled), and
+// PulledImages and RemoveImage see only those. An image that was on the
+// device before the agent asked for it (imported by hand, pulled by
+// another tool) is never listed and never deleted, so the agent's image
+// garbage collection cannot touch what it did not bring.
 package runtime
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/distribution/reference"
 
 	"github.com/fleetmq/fleet/schema"
 )
@@ -26,6 +35,39 @@ const (
 	LabelContainer = "fleet.container" // container name within the pod
 	LabelPodHash   = "fleet.pod-hash"  // schema.PodSpecHash of the pod spec
 )
+
+// LabelPulled is set on an image EnsureImage pulled (not on one that was
+// present before it); its value is the time of the pull, RFC 3339.
+const LabelPulled = "fleet.pulled"
+
+// ImageName returns the canonical name of an image reference, the name a
+// runtime stores it under: "nginx:1.25" is "docker.io/library/nginx:1.25",
+// "nginx" is "docker.io/library/nginx:latest". Two references name the
+// same image when their ImageNames are equal.
+func ImageName(ref string) (string, error) {
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil {
+		return "", fmt.Errorf("image reference %q: %w", ref, err)
+	}
+	return named.String(), nil
+}
+
+// Image is an image EnsureImage pulled.
+type Image struct {
+	// Name is the image's canonical name (see ImageName).
+	Name string
+	// PulledAt is when EnsureImage last pulled it.
+	PulledAt time.Time
+}
+
+// DiskSpace describes the filesystem that holds a runtime's images.
+type DiskSpace struct {
+	// Path is the directory measured.
+	Path string
+	// Total is the filesystem's size; Free what unprivileged writers
+	// may still use, in bytes.
+	Total, Free uint64
+}
 
 // ContainerSpec is everything needed to create one container.
 type ContainerSpec struct {
@@ -103,4 +145,17 @@ type Runtime interface {
 	// Exits streams task-exit events until ctx is done. The channel is
 	// closed when the stream ends; callers re-List after a reconnect.
 	Exits(ctx context.Context) (<-chan ExitEvent, error)
+
+	// PulledImages lists the images EnsureImage pulled, by canonical
+	// name. An image that was present before EnsureImage was asked for
+	// it is never listed, even after a PullAlways refreshed it.
+	PulledImages(ctx context.Context) ([]Image, error)
+	// RemoveImage deletes an image EnsureImage pulled (by any reference
+	// to it) and reclaims the space nothing else uses. ErrNotFound if
+	// there is no such image or EnsureImage did not pull it: an image
+	// the agent did not bring is not its to delete. Containers created
+	// from the image keep running.
+	RemoveImage(ctx context.Context, image string) error
+	// DiskSpace measures the filesystem that holds the images.
+	DiskSpace(ctx context.Context) (DiskSpace, error)
 }

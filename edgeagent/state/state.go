@@ -1,13 +1,16 @@
 // Package state persists what the edge agent must remember across restarts
-// and reboots: the last accepted DesiredState and, per container, restart
-// counts and backoff. Files are replaced atomically (temporary file, fsync,
+// and reboots: the last accepted DesiredState, per container, restart
+// counts and backoff, and per pod, its rollout memory (the revision that
+// last ran steadily, the one before it, and a revision that failed to
+// start). Files are replaced atomically (temporary file, fsync,
 // rename, fsync of the directory), so a power cut leaves either the old or
 // the new version, never a torn one.
 //
 // Layout under the state directory:
 //
 //	v1/desired.json   the last accepted DesiredState, as the hub sent it
-//	v1/agent.json     store id, applied generation, per-container records
+//	v1/agent.json     store id, applied generation, per-container records,
+//	                  per-pod rollout records
 //	logs/{pod}/{container}.log
 package state
 
@@ -88,6 +91,12 @@ type Record struct {
 	// Prepared: the container's image is present, so it may replace the
 	// running older version of its pod (download, then replace).
 	Prepared bool `json:"prepared,omitempty"`
+	// FailedStarts counts the container's failed starts: failures to
+	// create or start it, and exits before it had run steadily (see
+	// reconcile.DefaultSteadyAfter), a completion under a policy that
+	// does not restart it excepted. It decides whether a new revision of
+	// the pod never started (reconcile.FailedStartLimit).
+	FailedStarts int32 `json:"failedStarts,omitempty"`
 }
 
 // History maps containers to their records.
@@ -102,6 +111,63 @@ func (h History) Clone() History {
 	return out
 }
 
+// Rollout is what the agent remembers about the revisions of one pod, so
+// that a new revision that never starts can be undone on the device:
+// Steady is what the agent goes back to, Previous the steady revision
+// before it (its images are kept for a fast undo), Failed a desired
+// revision that failed to start and is not retried until the desired
+// revision changes. Revisions and failures are values: they are replaced,
+// never modified in place.
+type Rollout struct {
+	Steady   *Revision `json:"steady,omitempty"`
+	Previous *Revision `json:"previous,omitempty"`
+	Failed   *Failure  `json:"failed,omitempty"`
+}
+
+// IsZero reports whether r remembers nothing.
+func (r Rollout) IsZero() bool { return r.Steady == nil && r.Previous == nil && r.Failed == nil }
+
+// Revision is one revision of a pod that ran steadily.
+type Revision struct {
+	// Pod is the pod as it was desired, with Hash set to the agent's
+	// hash of it (the hash its containers are labelled with).
+	Pod schema.Pod `json:"pod"`
+	// Since is when the agent saw it run steadily.
+	Since time.Time `json:"since"`
+}
+
+// Failure is a desired revision of a pod that failed to start.
+type Failure struct {
+	// Hash is the revision's pod hash.
+	Hash string `json:"hash"`
+	// Container is the container that failed; Reason is how
+	// (CrashLoopBackOff, Error, CreateContainerError, RunContainerError,
+	// CreateContainerConfigError); ExitCode its last exit code, if it
+	// exited; Attempts its failed starts.
+	Container string `json:"container"`
+	Reason    string `json:"reason"`
+	ExitCode  int32  `json:"exitCode,omitempty"`
+	Attempts  int32  `json:"attempts,omitempty"`
+	// Message says what happened, e.g. "container app: exit code 1, 3
+	// times".
+	Message string `json:"message,omitempty"`
+	// At is when the agent gave the revision up.
+	At time.Time `json:"at"`
+}
+
+// Rollouts maps pod names to their rollout records.
+type Rollouts map[string]Rollout
+
+// Clone returns a copy of r (revisions and failures are shared: they are
+// never modified in place).
+func (r Rollouts) Clone() Rollouts {
+	out := make(Rollouts, len(r))
+	for k, v := range r {
+		out[k] = v
+	}
+	return out
+}
+
 // Agent is the content of agent.json.
 type Agent struct {
 	Version int `json:"version"`
@@ -110,6 +176,9 @@ type Agent struct {
 	Store             string  `json:"store,omitempty"`
 	AppliedGeneration int64   `json:"appliedGeneration,omitempty"`
 	Containers        History `json:"containers,omitempty"`
+	// Rollouts are the pods' rollout records (added in the same layout
+	// version: an older agent ignores them, a newer one starts without).
+	Rollouts Rollouts `json:"rollouts,omitempty"`
 }
 
 // Dir is an opened state directory.

@@ -93,7 +93,12 @@ func TestAgentRoundTrip(t *testing.T) {
 	}
 	at := time.Date(2025, 1, 1, 0, 0, 0, 123, time.UTC)
 	k := Key{Pod: "web", Container: "c", Hash: "abc"}
-	a = Agent{Store: "s1", AppliedGeneration: 4, Containers: History{k: {Restarts: 3, Delay: 20 * time.Second, NotBefore: at, LastExitAt: at, ExitSeen: true}}}
+	steady := &Revision{Pod: schema.Pod{Name: "web", Hash: "abc", Spec: schema.PodSpec{Containers: []schema.Container{{Name: "c", Image: "app:1"}}}}, Since: at}
+	a = Agent{
+		Store: "s1", AppliedGeneration: 4,
+		Containers: History{k: {Restarts: 3, Delay: 20 * time.Second, NotBefore: at, LastExitAt: at, ExitSeen: true, FailedStarts: 2}},
+		Rollouts:   Rollouts{"web": {Steady: steady, Failed: &Failure{Hash: "def", Container: "c", Reason: "CrashLoopBackOff", ExitCode: 1, Attempts: 3, At: at}}},
+	}
 	if err := d.SaveAgent(a); err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +107,13 @@ func TestAgentRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := got.Containers[k]
-	if got.AppliedGeneration != 4 || got.Store != "s1" || r.Restarts != 3 || r.Delay != 20*time.Second || !r.NotBefore.Equal(at) || !r.LastExitAt.Equal(at) {
+	if got.AppliedGeneration != 4 || got.Store != "s1" || r.Restarts != 3 || r.Delay != 20*time.Second || !r.NotBefore.Equal(at) || !r.LastExitAt.Equal(at) || r.FailedStarts != 2 {
 		t.Fatalf("round trip = %+v", got)
+	}
+	ro := got.Rollouts["web"]
+	if ro.Steady == nil || ro.Steady.Pod.Hash != "abc" || ro.Steady.Pod.Spec.Containers[0].Image != "app:1" || !ro.Steady.Since.Equal(at) ||
+		ro.Previous != nil || ro.Failed == nil || *ro.Failed != *a.Rollouts["web"].Failed {
+		t.Fatalf("rollout round trip = %+v", ro)
 	}
 }
 

@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/fleetmq/fleet/edgeagent/runtime"
 	"github.com/fleetmq/fleet/edgeagent/runtime/containerd"
+	"github.com/fleetmq/fleet/edgeagent/runtime/runtimetest"
 	"github.com/fleetmq/fleet/schema"
 	"github.com/fleetmq/fleet/test/containerdtest"
 	"github.com/fleetmq/fleet/test/testimage"
@@ -220,5 +223,83 @@ func (e *env) assertUnpacked(t *testing.T, ref string) {
 	}
 	if ok, err := img.IsUnpacked(e.ctx, containerd.DefaultSnapshotter); err != nil || !ok {
 		t.Fatalf("image %s unpacked = %v, %v", ref, ok, err)
+	}
+}
+
+// TestPulledImagesAndRemoveImage: only images EnsureImage pulled are listed
+// and removable; an imported image stays unlabelled even after a
+// PullAlways refreshed it; removing a pulled image reclaims its content
+// while a container created from it keeps running.
+func TestPulledImagesAndRemoveImage(t *testing.T) {
+	reg := newTestRegistry(t)
+	ctx := context.Background()
+	e := newEnv(t) // the test image imported as fleet.test/app:v1
+	rt := e.newRuntime(t, func(o *containerd.Options) {
+		o.Registry.Mirrors = map[string][]string{"fleet.test": {"http://" + reg.host}}
+	})
+	pulled := reg.host + "/fleet/app:v1"
+	// The mirror serves fleet.test/app:v1 as its own app:v1.
+	tarPath, _ := testimage.Build(t, testimage.Options{})
+	img, err := tarball.ImageFromPath(tarPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirrored, err := name.ParseReference(reg.host+"/app:v1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(mirrored, img); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.EnsureImage(ctx, pulled, schema.PullIfNotPresent); err != nil {
+		t.Fatal(err)
+	}
+	// Always on the imported image does pull (from the mirror), but the
+	// image was there before the agent asked for it.
+	if err := rt.EnsureImage(ctx, e.ref, schema.PullAlways); err != nil {
+		t.Fatal(err)
+	}
+	list, err := rt.PulledImages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Name != pulled || list[0].PulledAt.IsZero() {
+		t.Fatalf("PulledImages = %+v, want only %s", list, pulled)
+	}
+	// A pull of an image the agent pulled before keeps it the agent's.
+	if err := rt.EnsureImage(ctx, pulled, schema.PullAlways); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := rt.PulledImages(ctx); len(list) != 1 {
+		t.Fatalf("after a second pull: %+v", list)
+	}
+	if err := rt.RemoveImage(ctx, e.ref); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("RemoveImage of the imported image: %v, want ErrNotFound", err)
+	}
+
+	spec := e.spec("from-pulled", "sleep", "forever")
+	spec.Image = pulled
+	mustCreateStart(t, rt, spec)
+	if err := rt.RemoveImage(ctx, pulled); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client().GetImage(e.ctx, pulled); !errdefs.IsNotFound(err) {
+		t.Fatalf("image still there after RemoveImage: %v", err)
+	}
+	if list, _ := rt.PulledImages(ctx); len(list) != 0 {
+		t.Fatalf("PulledImages after RemoveImage = %+v", list)
+	}
+	if c, ok := runtimetest.Find(t, rt, "from-pulled"); !ok || c.State != runtime.StateRunning {
+		t.Fatalf("container of the removed image: %+v", c)
+	}
+	if _, err := e.client().GetImage(e.ctx, e.ref); err != nil {
+		t.Fatalf("imported image gone: %v", err)
+	}
+	ds, err := rt.DiskSpace(ctx)
+	if err != nil || ds.Total == 0 || !strings.HasPrefix(ds.Path, daemon.Root()) {
+		t.Fatalf("DiskSpace = %+v, %v; want the daemon's snapshotter root under %s", ds, err, daemon.Root())
+	}
+	if err := rt.Stop(ctx, "from-pulled", 2*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -75,6 +75,9 @@ type Options struct {
 	LogCheckInterval time.Duration
 	// DialTimeout bounds connecting to containerd in New.
 	DialTimeout time.Duration
+	// DiskPath is the directory DiskSpace measures (default: the
+	// snapshotter's root, as containerd reports it).
+	DiskPath string
 }
 
 func (o *Options) ensureDefaults() {

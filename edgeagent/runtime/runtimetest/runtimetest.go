@@ -14,7 +14,11 @@
 //     channel;
 //   - List carries the Label* labels and the spec's extra labels;
 //   - an unavailable image fails EnsureImage (both policies) and Create with
-//     ErrImage, and a failed Create leaves no container.
+//     ErrImage, and a failed Create leaves no container;
+//   - PulledImages lists canonical names; RemoveImage of an image that is
+//     not listed (never pulled, or present before EnsureImage) fails with
+//     ErrNotFound and leaves it usable, of a listed one deletes it;
+//     DiskSpace reports a filesystem with Free <= Total.
 //
 // Use:
 //
@@ -87,6 +91,7 @@ func RunConfig(t *testing.T, cfg Config) {
 		{"ExitsOnStop", s.testExitsOnStop},
 		{"ExitsClosedOnCancel", s.testExitsClosedOnCancel},
 		{"Concurrent", s.testConcurrent},
+		{"Images", s.testImages},
 	}
 	if cfg.UnavailableImage != "" {
 		tests = append(tests, struct {
@@ -182,6 +187,60 @@ func (s *suite) testEnsureImage(t *testing.T, rt runtime.Runtime) {
 		if err := rt.EnsureImage(ctx, s.cfg.Image, schema.PullIfNotPresent); err != nil {
 			t.Fatalf("EnsureImage #%d: %v", i+1, err)
 		}
+	}
+}
+
+func (s *suite) testImages(t *testing.T, rt runtime.Runtime) {
+	ctx := s.ctx(t)
+	if err := rt.EnsureImage(ctx, s.cfg.Image, schema.PullIfNotPresent); err != nil {
+		t.Fatalf("EnsureImage: %v", err)
+	}
+	name, err := runtime.ImageName(s.cfg.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pulled, err := rt.PulledImages(ctx)
+	if err != nil {
+		t.Fatalf("PulledImages: %v", err)
+	}
+	listed := false
+	for _, img := range pulled {
+		if n, err := runtime.ImageName(img.Name); err != nil || n != img.Name {
+			t.Errorf("PulledImages lists %q: not a canonical name", img.Name)
+		}
+		listed = listed || img.Name == name
+	}
+	if err := rt.RemoveImage(ctx, "fleet.test/never-pulled:v0"); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("RemoveImage of an absent image: %v, want ErrNotFound", err)
+	}
+	if listed {
+		if err := rt.RemoveImage(ctx, s.cfg.Image); err != nil {
+			t.Fatalf("RemoveImage of a pulled image: %v", err)
+		}
+		after, err := rt.PulledImages(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, img := range after {
+			if img.Name == name {
+				t.Errorf("%s still listed after RemoveImage", name)
+			}
+		}
+	} else {
+		// Present before EnsureImage: not the agent's to delete.
+		if err := rt.RemoveImage(ctx, s.cfg.Image); !errors.Is(err, runtime.ErrNotFound) {
+			t.Errorf("RemoveImage of an image EnsureImage did not pull: %v, want ErrNotFound", err)
+		}
+		if err := rt.Create(ctx, s.spec("img")); err != nil {
+			t.Errorf("Create after a refused RemoveImage: %v", err)
+		}
+	}
+	ds, err := rt.DiskSpace(ctx)
+	if err != nil {
+		t.Fatalf("DiskSpace: %v", err)
+	}
+	if ds.Total == 0 || ds.Free > ds.Total {
+		t.Errorf("DiskSpace = %+v", ds)
 	}
 }
 
