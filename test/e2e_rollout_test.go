@@ -98,14 +98,16 @@ func e2eRolloutUndo(t *testing.T, f *Fleet) {
 		if !started {
 			t.Errorf("%s: v1's task did not start again after the undo: %s", d, fmtEvents(f.eventsSince(d, marks[d])))
 		}
+		// The test image was imported, never pushed: no registry has it,
+		// so v1 running again proves it started without a pull. (The
+		// agent's "Pulled ... is present" event may be dropped by its
+		// event rate limit in a burst; a failed pull would be a Warning.)
 		var evs schema.EventList
 		f.Get(t, "/v1/devices/"+d+"/events", &evs)
-		present := false
 		for _, e := range evs.Items {
-			present = present || e.Reason == "Pulled" && e.Pod == name && !e.Time.Before(undone) && strings.Contains(e.Message, "is present")
-		}
-		if !present {
-			t.Errorf("%s: no Pulled event saying v1's image is present after the undo: %+v", d, evs.Items)
+			if e.Pod == name && !e.Time.Before(undone) && e.Type == schema.EventWarning && strings.Contains(e.Reason, "Pull") {
+				t.Errorf("%s: a pull was attempted after the undo: %+v", d, e)
+			}
 		}
 	}
 	out = f.CLI(t, "rollout", "history", "deployment/"+name)
