@@ -23,15 +23,27 @@ type Kind string
 const (
 	Deployments Kind = "deployments"
 	Devices     Kind = "devices"
+	ConfigMaps  Kind = "configmaps"
+	// Secrets are read with their keys and the size of each value: the
+	// hub never returns their values.
+	Secrets Kind = "secrets"
 )
 
-// Object kind (schema.KindDeployment, schema.KindDevice) of the collection.
+// Kinds are the collections, in the order the CLI lists them.
+var Kinds = []Kind{Deployments, Devices, ConfigMaps, Secrets}
+
+// Object kind (schema.KindDeployment, schema.KindDevice…) of the
+// collection.
 func (k Kind) Object() string {
 	switch k {
 	case Deployments:
 		return schema.KindDeployment
 	case Devices:
 		return schema.KindDevice
+	case ConfigMaps:
+		return schema.KindConfigMap
+	case Secrets:
+		return schema.KindSecret
 	}
 	return ""
 }
@@ -39,18 +51,17 @@ func (k Kind) Object() string {
 // KindOf returns the collection of an object kind ("Deployment" →
 // Deployments), or "" for an unknown kind.
 func KindOf(objectKind string) Kind {
-	switch objectKind {
-	case schema.KindDeployment:
-		return Deployments
-	case schema.KindDevice:
-		return Devices
+	for _, k := range Kinds {
+		if k.Object() == objectKind {
+			return k
+		}
 	}
 	return ""
 }
 
 func (k Kind) valid() error {
-	if k != Deployments && k != Devices {
-		return fmt.Errorf("unknown resource kind %q: want %q or %q", string(k), Deployments, Devices)
+	if k.Object() == "" {
+		return fmt.Errorf("unknown resource kind %q: want %q, %q, %q or %q", string(k), Deployments, Devices, ConfigMaps, Secrets)
 	}
 	return nil
 }
@@ -282,6 +293,46 @@ func (c *Client) ListDevices(ctx context.Context, selector string) (*schema.Devi
 	return &out, nil
 }
 
+// ListConfigMaps lists the ConfigMaps whose labels match selector.
+func (c *Client) ListConfigMaps(ctx context.Context, selector string) (*schema.ConfigMapList, error) {
+	var out schema.ConfigMapList
+	if err := c.do(ctx, http.MethodGet, "/v1/configmaps", selectorQuery(selector), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ListSecrets lists the Secrets whose labels match selector, with their
+// keys and sizes (Secret.Keys), never their values. A monitor credential
+// may not list them (IsForbidden).
+func (c *Client) ListSecrets(ctx context.Context, selector string) (*schema.SecretList, error) {
+	var out schema.SecretList
+	if err := c.do(ctx, http.MethodGet, "/v1/secrets", selectorQuery(selector), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// GetConfigMap reads one ConfigMap.
+func (c *Client) GetConfigMap(ctx context.Context, name string) (*schema.ConfigMap, error) {
+	return getObject[schema.ConfigMap](ctx, c, ConfigMaps, name)
+}
+
+// GetSecret reads one Secret: its keys and sizes (Keys), never its values.
+func (c *Client) GetSecret(ctx context.Context, name string) (*schema.Secret, error) {
+	return getObject[schema.Secret](ctx, c, Secrets, name)
+}
+
+// DeleteConfigMap deletes a ConfigMap and returns it as it was.
+func (c *Client) DeleteConfigMap(ctx context.Context, name string, opts DeleteOptions) (*schema.ConfigMap, error) {
+	return deleteObject[schema.ConfigMap](ctx, c, ConfigMaps, name, opts)
+}
+
+// DeleteSecret deletes a Secret and returns it as it was (keys and sizes).
+func (c *Client) DeleteSecret(ctx context.Context, name string, opts DeleteOptions) (*schema.Secret, error) {
+	return deleteObject[schema.Secret](ctx, c, Secrets, name, opts)
+}
+
 // GetDeployment reads one deployment.
 func (c *Client) GetDeployment(ctx context.Context, name string) (*schema.Deployment, error) {
 	return getObject[schema.Deployment](ctx, c, Deployments, name)
@@ -359,18 +410,22 @@ func (c *Client) DeleteDevice(ctx context.Context, name string, opts DeleteOptio
 	return deleteObject[schema.Device](ctx, c, Devices, name, opts)
 }
 
-// Get reads one object of either kind.
+// Get reads one object of any kind.
 func (c *Client) Get(ctx context.Context, kind Kind, name string) (schema.Object, error) {
 	switch kind {
 	case Deployments:
 		return asObject(c.GetDeployment(ctx, name))
 	case Devices:
 		return asObject(c.GetDevice(ctx, name))
+	case ConfigMaps:
+		return asObject(c.GetConfigMap(ctx, name))
+	case Secrets:
+		return asObject(c.GetSecret(ctx, name))
 	}
 	return nil, kind.valid()
 }
 
-// List lists the objects of either kind whose labels match selector, and
+// List lists the objects of any kind whose labels match selector, and
 // returns them with the list's resourceVersion.
 func (c *Client) List(ctx context.Context, kind Kind, selector string) ([]schema.Object, string, error) {
 	switch kind {
@@ -379,32 +434,52 @@ func (c *Client) List(ctx context.Context, kind Kind, selector string) ([]schema
 		if err != nil {
 			return nil, "", err
 		}
-		objs := make([]schema.Object, len(l.Items))
-		for i := range l.Items {
-			objs[i] = &l.Items[i]
-		}
-		return objs, l.Metadata.ResourceVersion, nil
+		return objects(l.Items), l.Metadata.ResourceVersion, nil
 	case Devices:
 		l, err := c.ListDevices(ctx, selector)
 		if err != nil {
 			return nil, "", err
 		}
-		objs := make([]schema.Object, len(l.Items))
-		for i := range l.Items {
-			objs[i] = &l.Items[i]
+		return objects(l.Items), l.Metadata.ResourceVersion, nil
+	case ConfigMaps:
+		l, err := c.ListConfigMaps(ctx, selector)
+		if err != nil {
+			return nil, "", err
 		}
-		return objs, l.Metadata.ResourceVersion, nil
+		return objects(l.Items), l.Metadata.ResourceVersion, nil
+	case Secrets:
+		l, err := c.ListSecrets(ctx, selector)
+		if err != nil {
+			return nil, "", err
+		}
+		return objects(l.Items), l.Metadata.ResourceVersion, nil
 	}
 	return nil, "", kind.valid()
 }
 
-// Delete deletes one object of either kind and returns it as it was.
+// objects returns pointers to the items of a list, as schema.Objects.
+func objects[T any, P interface {
+	*T
+	schema.Object
+}](items []T) []schema.Object {
+	objs := make([]schema.Object, len(items))
+	for i := range items {
+		objs[i] = P(&items[i])
+	}
+	return objs
+}
+
+// Delete deletes one object of any kind and returns it as it was.
 func (c *Client) Delete(ctx context.Context, kind Kind, name string, opts DeleteOptions) (schema.Object, error) {
 	switch kind {
 	case Deployments:
 		return asObject(c.DeleteDeployment(ctx, name, opts))
 	case Devices:
 		return asObject(c.DeleteDevice(ctx, name, opts))
+	case ConfigMaps:
+		return asObject(c.DeleteConfigMap(ctx, name, opts))
+	case Secrets:
+		return asObject(c.DeleteSecret(ctx, name, opts))
 	}
 	return nil, kind.valid()
 }

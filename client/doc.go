@@ -4,13 +4,14 @@
 // shares only the API types of schema with it.
 //
 // Client does apply, list, get, create, update, delete and watch of
-// Deployments and Devices, device token issue, monitor credentials and the
-// hub's info (the MQTT URL devices use). ModifyDevice is a
-// read-modify-write that retries on Conflict; LabelEdit applies
+// Deployments, Devices, ConfigMaps and Secrets (which the hub answers with
+// their keys and sizes, never their values), device token issue, monitor
+// credentials and the hub's info (the MQTT URL devices use). ModifyDevice
+// is a read-modify-write that retries on Conflict; LabelEdit applies
 // kubectl-style label changes; Follow lists then watches, resuming after a
 // dropped stream. Errors from the hub are *APIError values that carry the
 // hub's schema.Status; test them with IsNotFound, IsConflict, IsInvalid,
-// IsUnauthorized and IsExpired.
+// IsUnauthorized, IsForbidden and IsExpired.
 //
 // ResolveConfig finds the hub and the token the way the fleet CLI does
 // (flags, environment, config files). ConfigFile is the CLI's config file

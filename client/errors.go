@@ -134,6 +134,13 @@ func IsUnauthorized(err error) bool {
 	return reason == ReasonUnauthorized || code == http.StatusUnauthorized
 }
 
+// IsForbidden reports whether err is a 403: the credential may not do
+// this (a monitor writing, or reading Secrets).
+func IsForbidden(err error) bool {
+	code, reason := reasonOf(err)
+	return reason == ReasonForbidden || code == http.StatusForbidden
+}
+
 // IsExpired reports whether err says a watch's resourceVersion is too old
 // (410 Expired): list again and watch from the list's version.
 func IsExpired(err error) bool {

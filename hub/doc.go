@@ -13,6 +13,11 @@
 //	fleet/v1/devices/{device}/status ─▶ hub/ingest ─▶ hub/fleetmodel (reports) ─▶ hub/api, hub/metrics, watch ─▶ fleet get
 //	                    hub/ingest ─▶ hub/store (reports, batched)
 //
+// Secrets are encrypted at rest by the store (with the key in
+// <data-dir>/secrets.key) and leave the hub only inside a device's
+// DesiredState, sealed to that device's own public key by the
+// controller.
+//
 // hub/fleetmodel is the in-memory model of the fleet that the controller
 // and the ingest write and everything else reads; neither of them imports
 // the other. New wires the parts in that order: model, metrics, broker,

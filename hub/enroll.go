@@ -102,7 +102,7 @@ func (e *enroller) answer(ctx context.Context, requestID string, payload []byte)
 	if e.reserved != nil && e.reserved(req.Device) {
 		return refuse(schema.EnrollNameTaken, fmt.Sprintf("device name %q is reserved for the hub's own MQTT account: pick another (--device or --name-from)", req.Device), req.Device)
 	}
-	res, err := e.st.Enroll(ctx, store.Enrollment{Token: req.Token, RequestID: requestID, Secret: req.Secret, Device: req.Device})
+	res, err := e.st.Enroll(ctx, store.Enrollment{Token: req.Token, RequestID: requestID, Secret: req.Secret, Device: req.Device, PublicKey: req.PublicKey})
 	switch {
 	case err == nil:
 		log.Info("device enrolled", "device", req.Device, "labels", res.Device.Metadata.Labels, "retry", res.Retry)

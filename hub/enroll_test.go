@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -83,6 +84,17 @@ func requestJSON(token, device string) string {
 	return string(b)
 }
 
+// withPublicKey adds publicKey to a request's JSON.
+func withPublicKey(request, key string) string {
+	var r schema.EnrollRequest
+	if err := json.Unmarshal([]byte(request), &r); err != nil {
+		panic(err)
+	}
+	r.PublicKey = key
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
 func TestHubEnroll(t *testing.T) {
 	h := startHub(t, Options{})
 	bt := createBootstrapToken(t, h, `{"labels":{"site":"north"},"uses":2}`)
@@ -115,6 +127,7 @@ func TestHubEnroll(t *testing.T) {
 		{"the hub's own username", requestJSON(bt.Token, DefaultBrokerUsername), schema.EnrollNameTaken},
 		{"an existing device", requestJSON(bt.Token, "pi-1"), schema.EnrollNameTaken},
 		{"too large", `{"device":"` + strings.Repeat("x", schema.MaxEnrollPayload) + `"}`, schema.EnrollInvalid},
+		{"malformed public key", withPublicKey(requestJSON(bt.Token, "pi-2"), "not-a-key"), schema.EnrollInvalid},
 	}
 	for _, tt := range tests {
 		if resp := bc.send(tt.payload); resp.Reason != tt.reason || resp.Token != "" || resp.Message == "" {
@@ -123,8 +136,19 @@ func TestHubEnroll(t *testing.T) {
 	}
 	// The request's token decides, not the connection's: another valid
 	// token in the payload enrolls with that token's labels.
-	if resp := bc.send(requestJSON(other.Token, "pi-3")); resp.Token == "" {
+	// It may carry the device's public key, which the hub keeps.
+	key := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 32)))
+	if resp := bc.send(withPublicKey(requestJSON(other.Token, "pi-3"), key)); resp.Token == "" {
 		t.Errorf("enroll with another valid token: %+v", resp)
+	}
+	if err := h.Store().View(t.Context(), func(tx *store.Txn) error {
+		v, err := tx.Get(store.DeviceKeyKey("pi-3"))
+		if err != nil || string(v) != key {
+			t.Errorf("kept key %q: %v", v, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	// The last use, then used up.
 	if resp := (dialBootstrap(t, h.Info().MQTTURL, bt.Token, "req_raw-1111111111abc")).send(requestJSON(bt.Token, "pi-4")); resp.Token == "" {

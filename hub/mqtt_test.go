@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -28,6 +29,15 @@ type testHub struct {
 	*Hub
 	token string
 	logs  *lockedBuffer
+	stop  func() error // ends Run, once; the test's cleanup calls it
+}
+
+// stopForTest stops the hub before the test ends.
+func (h *testHub) stopForTest(t testing.TB) {
+	t.Helper()
+	if err := h.stop(); err != nil {
+		t.Errorf("Run: %v", err)
+	}
 }
 
 func startHub(t testing.TB, opts Options) *testHub {
@@ -51,9 +61,9 @@ func startHub(t testing.TB, opts Options) *testHub {
 	}
 	done := make(chan error, 1)
 	go func() { done <- h.Run(ctx) }()
+	stop := sync.OnceValue(func() error { cancel(); return <-done })
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 		if t.Failed() {
@@ -71,7 +81,7 @@ func startHub(t testing.TB, opts Options) *testHub {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testHub{Hub: h, token: conf.Token, logs: logs}
+	return &testHub{Hub: h, token: conf.Token, logs: logs, stop: stop}
 }
 
 func (h *testHub) do(t testing.TB, token, method, path, body string) (int, []byte) {

@@ -82,6 +82,10 @@ type Secret struct {
 	// StringData are keys with text values, merged into data when the
 	// Secret is written (a key in both takes this value); never read back.
 	StringData map[string]string `json:"stringData,omitempty"`
+	// Keys are the Secret's keys and the size of each value in bytes, set
+	// by the hub in what it answers (get, list, watch, apply), which never
+	// carries data or stringData. Read-only: ignored in a manifest.
+	Keys map[string]int `json:"keys,omitempty"`
 }
 
 func (s *Secret) GetTypeMeta() *TypeMeta   { return &s.TypeMeta }
@@ -101,4 +105,19 @@ func DefaultSecret(s *Secret) {
 		}
 		s.StringData = nil
 	}
+}
+
+// ConfigMapList is the body of GET /v1/configmaps.
+type ConfigMapList struct {
+	TypeMeta `json:",inline"`
+	Metadata ListMeta    `json:"metadata"`
+	Items    []ConfigMap `json:"items"`
+}
+
+// SecretList is the body of GET /v1/secrets: every Secret with its keys
+// and their sizes, never their values.
+type SecretList struct {
+	TypeMeta `json:",inline"`
+	Metadata ListMeta `json:"metadata"`
+	Items    []Secret `json:"items"`
 }

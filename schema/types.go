@@ -780,6 +780,11 @@ type ContainerStatus struct {
 	StartedAt *time.Time `json:"startedAt,omitempty"`
 	// Restarts counts the container's restarts.
 	Restarts int32 `json:"restarts,omitempty"`
+	// Ready says whether a running container is ready: it passes its
+	// readiness probe (and has passed its startup probe); one without
+	// probes is ready while it runs. Absent when not running, and from
+	// agents older than probes.
+	Ready *bool `json:"ready,omitempty"`
 	// Reason says why the container waits or exited, in kubectl's words,
 	// such as ContainerCreating, ErrImagePull, ImagePullBackOff,
 	// CrashLoopBackOff, Completed or Error.

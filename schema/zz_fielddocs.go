@@ -91,6 +91,7 @@ func typeDocTable() map[string]typeDoc {
 				"exitCode":  {doc: "ExitCode is the code the container's process last exited with."},
 				"startedAt": {doc: "StartedAt is when the container's process started, an RFC 3339 time."},
 				"restarts":  {doc: "Restarts counts the container's restarts."},
+				"ready":     {doc: "Ready says whether a running container is ready: it passes its readiness probe (and has passed its startup probe); one without probes is ready while it runs. Absent when not running, and from agents older than probes."},
 				"reason":    {doc: "Reason says why the container waits or exited, in kubectl's words, such as ContainerCreating, ErrImagePull, ImagePullBackOff, CrashLoopBackOff, Completed or Error."},
 			},
 		},
@@ -541,6 +542,7 @@ func typeDocTable() map[string]typeDoc {
 				"type":       {doc: "Type is Opaque, or kubernetes.io/dockerconfigjson for registry credentials (imagePullSecrets). Defaults to Opaque.", def: "Opaque"},
 				"data":       {doc: "Data are the keys and their values, base64 in YAML and JSON."},
 				"stringData": {doc: "StringData are keys with text values, merged into data when the Secret is written (a key in both takes this value); never read back."},
+				"keys":       {doc: "Keys are the Secret's keys and the size of each value in bytes, set by the hub in what it answers (get, list, watch, apply), which never carries data or stringData. Read-only: ignored in a manifest."},
 			},
 		},
 		"SecretVolume": {

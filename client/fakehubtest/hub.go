@@ -3,7 +3,8 @@
 // HTTP handlers. It validates with the real schema package and keeps
 // generation, resourceVersion and watch semantics, but has no store,
 // controller or broker: deployment and device status are whatever the test
-// sets.
+// sets. It keeps ConfigMaps and Secrets too, and answers Secrets as the hub
+// does: keys and sizes, never values (Secret returns what it stores).
 //
 // Only tests import it: no binary links a fake hub (cmd/fleet's
 // TestFakeHubIsTestOnly checks every non-test file of the module).
@@ -36,6 +37,8 @@ type Hub struct {
 	uid         int
 	deployments map[string]*schema.Deployment
 	devices     map[string]*schema.Device
+	configMaps  map[string]*schema.ConfigMap
+	secrets     map[string]*schema.Secret // with their values
 	events      map[string][]schema.Event
 	tokens      map[string]string
 	history     []change // every write and bookmark, oldest first
@@ -52,7 +55,7 @@ type Hub struct {
 type change struct {
 	seq  uint64
 	rev  uint64
-	kind string // "deployments" or "devices"
+	kind string // "deployments", "devices", "configmaps" or "secrets"
 	typ  string
 	obj  []byte
 	lbls map[string]string
@@ -64,6 +67,8 @@ func New(token string) *Hub {
 		token:       token,
 		deployments: map[string]*schema.Deployment{},
 		devices:     map[string]*schema.Device{},
+		configMaps:  map[string]*schema.ConfigMap{},
+		secrets:     map[string]*schema.Secret{},
 		tokens:      map[string]string{},
 		changed:     make(chan struct{}),
 		info:        &schema.HubInfo{Version: "fakehub", Store: "fake-store", MQTTURL: DefaultMQTTURL},
@@ -99,6 +104,21 @@ func (h *Hub) Device(name string) *schema.Device {
 		return nil
 	}
 	return clone(d)
+}
+
+// ConfigMap returns a copy of a stored ConfigMap, or nil.
+func (h *Hub) ConfigMap(name string) *schema.ConfigMap {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return clone(h.configMaps[name])
+}
+
+// Secret returns a copy of a stored Secret with its values, as the hub
+// keeps them (the API never answers them), or nil.
+func (h *Hub) Secret(name string) *schema.Secret {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return clone(h.secrets[name])
 }
 
 // SetDeviceStatus sets what the hub observed of a device, as the status
@@ -231,7 +251,7 @@ func (h *Hub) Revision() uint64 {
 func (h *Hub) record(kind, typ string, obj schema.Object) {
 	h.rev++
 	obj.GetMetadata().ResourceVersion = strconv.FormatUint(h.rev, 10)
-	b, _ := json.Marshal(obj)
+	b, _ := json.Marshal(answer(obj))
 	h.history = append(h.history, change{seq: h.seq, rev: h.rev, kind: kind, typ: typ, obj: b, lbls: maps.Clone(obj.GetMetadata().Labels)})
 	h.seq++
 	close(h.changed)
@@ -275,7 +295,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	kind := parts[0]
-	if kind != "deployments" && kind != "devices" {
+	if singular(kind) == "" {
 		writeStatus(w, http.StatusNotFound, "NotFound", "no such resource "+kind, nil)
 		return
 	}
@@ -352,7 +372,7 @@ func (h *Hub) apply(w http.ResponseWriter, r *http.Request) {
 	resp := schema.ApplyResponse{DryRun: dryRun}
 	for _, o := range objs {
 		res, stored := h.applyOne(o, dryRun)
-		b, _ := json.Marshal(stored)
+		b, _ := json.Marshal(answer(stored))
 		res.Object = b
 		resp.Results = append(resp.Results, res)
 	}
@@ -387,22 +407,41 @@ func (h *Hub) applyOne(o schema.Object, dryRun bool) (schema.ApplyResult, schema
 	return res, o
 }
 
+// resources maps each collection to its object kind.
+var resources = map[string]string{
+	"deployments": schema.KindDeployment,
+	"devices":     schema.KindDevice,
+	"configmaps":  schema.KindConfigMap,
+	"secrets":     schema.KindSecret,
+}
+
 func kindOf(o schema.Object) string {
-	if o.GetTypeMeta().Kind == schema.KindDevice {
-		return "devices"
+	for res, k := range resources {
+		if k == o.GetTypeMeta().Kind {
+			return res
+		}
 	}
 	return "deployments"
 }
 
 func (h *Hub) lookup(kind, name string) schema.Object {
-	if kind == "devices" {
+	switch kind {
+	case "devices":
 		if d, ok := h.devices[name]; ok {
 			return d
 		}
-		return nil
-	}
-	if d, ok := h.deployments[name]; ok {
-		return d
+	case "configmaps":
+		if c, ok := h.configMaps[name]; ok {
+			return c
+		}
+	case "secrets":
+		if s, ok := h.secrets[name]; ok {
+			return s
+		}
+	default:
+		if d, ok := h.deployments[name]; ok {
+			return d
+		}
 	}
 	return nil
 }
@@ -414,7 +453,31 @@ func (h *Hub) store(kind string, o schema.Object) {
 	case *schema.Deployment:
 		h.recordRevision(o)
 		h.deployments[o.Metadata.Name] = o
+	case *schema.ConfigMap:
+		h.configMaps[o.Metadata.Name] = o
+	case *schema.Secret:
+		o.Keys = nil
+		h.secrets[o.Metadata.Name] = o
 	}
+}
+
+// answer is an object as the hub answers it: a Secret with its keys and
+// their sizes instead of its values.
+func answer(o schema.Object) schema.Object {
+	s, ok := o.(*schema.Secret)
+	if !ok {
+		return o
+	}
+	out := *s
+	out.Keys = map[string]int{}
+	for k, v := range s.Data {
+		out.Keys[k] = len(v)
+	}
+	if len(out.Keys) == 0 {
+		out.Keys = nil
+	}
+	out.Data, out.StringData = nil, nil
+	return &out
 }
 
 // stamp sets the hub-owned fields of o, a new version of cur (nil for a new
@@ -457,6 +520,10 @@ func specOf(o schema.Object) any {
 		return o.Spec
 	case *schema.Deployment:
 		return o.Spec
+	case *schema.ConfigMap:
+		return [2]any{o.Data, o.BinaryData}
+	case *schema.Secret:
+		return [2]any{o.Type, o.Data}
 	}
 	return nil
 }
@@ -509,6 +576,26 @@ func (h *Hub) list(w http.ResponseWriter, r *http.Request, kind string) {
 		writeJSON(w, http.StatusOK, l)
 		return
 	}
+	switch kind {
+	case "configmaps":
+		l := schema.ConfigMapList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "ConfigMapList"}, Metadata: schema.ListMeta{ResourceVersion: rv}, Items: []schema.ConfigMap{}}
+		for _, name := range slices.Sorted(maps.Keys(h.configMaps)) {
+			if ok, _ := matches(sel, h.configMaps[name].Metadata.Labels); ok {
+				l.Items = append(l.Items, *clone(h.configMaps[name]))
+			}
+		}
+		writeJSON(w, http.StatusOK, l)
+		return
+	case "secrets":
+		l := schema.SecretList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "SecretList"}, Metadata: schema.ListMeta{ResourceVersion: rv}, Items: []schema.Secret{}}
+		for _, name := range slices.Sorted(maps.Keys(h.secrets)) {
+			if ok, _ := matches(sel, h.secrets[name].Metadata.Labels); ok {
+				l.Items = append(l.Items, *answer(h.secrets[name]).(*schema.Secret))
+			}
+		}
+		writeJSON(w, http.StatusOK, l)
+		return
+	}
 	l := schema.DeploymentList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "DeploymentList"}, Metadata: schema.ListMeta{ResourceVersion: rv}, Items: []schema.Deployment{}}
 	for _, name := range slices.Sorted(maps.Keys(h.deployments)) {
 		if ok, _ := matches(sel, h.deployments[name].Metadata.Labels); ok {
@@ -526,15 +613,11 @@ func (h *Hub) get(w http.ResponseWriter, kind, name string) {
 		writeStatus(w, http.StatusNotFound, "NotFound", fmt.Sprintf("%s %q not found", singular(kind), name), nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, o)
+	writeJSON(w, http.StatusOK, answer(o))
 }
 
-func singular(kind string) string {
-	if kind == "devices" {
-		return schema.KindDevice
-	}
-	return schema.KindDeployment
-}
+// singular is the object kind of a collection, "" for an unknown one.
+func singular(kind string) string { return resources[kind] }
 
 func (h *Hub) write(w http.ResponseWriter, r *http.Request, kind, name string) {
 	data, ok := readBody(w, r)
@@ -576,7 +659,7 @@ func (h *Hub) write(w http.ResponseWriter, r *http.Request, kind, name string) {
 		code, typ = http.StatusCreated, schema.WatchAdded
 	}
 	h.record(kind, typ, o)
-	writeJSON(w, code, o)
+	writeJSON(w, code, answer(o))
 }
 
 func (h *Hub) delete(w http.ResponseWriter, r *http.Request, kind, name string) {
@@ -591,15 +674,20 @@ func (h *Hub) delete(w http.ResponseWriter, r *http.Request, kind, name string) 
 		writeStatus(w, http.StatusConflict, "Conflict", fmt.Sprintf("%s %q was modified", singular(kind), name), nil)
 		return
 	}
-	if kind == "devices" {
+	switch kind {
+	case "devices":
 		delete(h.devices, name)
 		delete(h.tokens, name)
-	} else {
+	case "configmaps":
+		delete(h.configMaps, name)
+	case "secrets":
+		delete(h.secrets, name)
+	default:
 		delete(h.deployments, name)
 		delete(h.revisions, name)
 	}
 	h.record(kind, schema.WatchDeleted, cur)
-	writeJSON(w, http.StatusOK, cur)
+	writeJSON(w, http.StatusOK, answer(cur))
 }
 
 func (h *Hub) issueToken(w http.ResponseWriter, name string) {
@@ -660,11 +748,20 @@ func (h *Hub) watch(w http.ResponseWriter, r *http.Request, kind string) {
 		h.mu.Unlock()
 	} else {
 		var objs []schema.Object
-		if kind == "devices" {
+		switch kind {
+		case "devices":
 			for _, n := range slices.Sorted(maps.Keys(h.devices)) {
 				objs = append(objs, clone(h.devices[n]))
 			}
-		} else {
+		case "configmaps":
+			for _, n := range slices.Sorted(maps.Keys(h.configMaps)) {
+				objs = append(objs, clone(h.configMaps[n]))
+			}
+		case "secrets":
+			for _, n := range slices.Sorted(maps.Keys(h.secrets)) {
+				objs = append(objs, answer(h.secrets[n]))
+			}
+		default:
 			for _, n := range slices.Sorted(maps.Keys(h.deployments)) {
 				objs = append(objs, clone(h.deployments[n]))
 			}
@@ -734,6 +831,10 @@ func cloneObject(o schema.Object) schema.Object {
 	case *schema.Device:
 		return clone(o)
 	case *schema.Deployment:
+		return clone(o)
+	case *schema.ConfigMap:
+		return clone(o)
+	case *schema.Secret:
 		return clone(o)
 	}
 	return o

@@ -14,12 +14,20 @@ import (
 // DiffContext is the number of unchanged lines shown around a change.
 const DiffContext = 3
 
-// owned is the part of an object a manifest owns.
+// owned is the part of an object a manifest owns: the spec of a
+// Deployment or Device, the data of a ConfigMap, the type and keys of a
+// Secret (each value by its size only).
 type owned struct {
-	APIVersion string        `json:"apiVersion"`
-	Kind       string        `json:"kind"`
-	Metadata   ownedMetadata `json:"metadata"`
-	Spec       any           `json:"spec"`
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   ownedMetadata     `json:"metadata"`
+	Spec       any               `json:"spec,omitempty"`
+	Type       string            `json:"type,omitempty"`
+	Data       any               `json:"data,omitempty"`
+	BinaryData map[string][]byte `json:"binaryData,omitempty"`
+	// Values says that a Secret's values differ from the stored ones
+	// (DiffOptions.SecretValuesChanged), without showing them.
+	Values string `json:"values,omitempty"`
 }
 
 type ownedMetadata struct {
@@ -29,9 +37,15 @@ type ownedMetadata struct {
 }
 
 // Comparable renders as YAML the part of obj that a manifest owns —
-// apiVersion, kind, name, labels, annotations and spec — leaving out what
-// the hub sets (uid, generation, resourceVersion, timestamps, status).
+// apiVersion, kind, name, labels, annotations and spec (a ConfigMap's
+// data; a Secret's type and keys, each value shown as its size, never
+// itself) — leaving out what the hub sets (uid, generation,
+// resourceVersion, timestamps, status).
 func Comparable(obj schema.Object) (string, error) {
+	return comparable(obj, false)
+}
+
+func comparable(obj schema.Object, valuesChanged bool) (string, error) {
 	c := owned{
 		APIVersion: obj.GetTypeMeta().APIVersion,
 		Kind:       obj.GetTypeMeta().Kind,
@@ -46,6 +60,19 @@ func Comparable(obj schema.Object) (string, error) {
 		c.Spec = o.Spec
 	case *schema.Device:
 		c.Spec = o.Spec
+	case *schema.ConfigMap:
+		if len(o.Data) > 0 {
+			c.Data = o.Data
+		}
+		c.BinaryData = o.BinaryData
+	case *schema.Secret:
+		c.Type = o.Type
+		if sizes := secretSizes(o); len(sizes) > 0 {
+			c.Data = sizes
+		}
+		if valuesChanged {
+			c.Values = "changed (not shown)"
+		}
 	default:
 		return "", fmt.Errorf("diff: unknown object type %T", obj)
 	}
@@ -78,11 +105,42 @@ func WithHubLabels(desired, live schema.Object) map[string]string {
 	return labels
 }
 
+// secretSizes stands for a Secret's values: "<N bytes>" per key, from
+// what the hub answers (keys) or a manifest holds (data, stringData).
+func secretSizes(s *schema.Secret) map[string]string {
+	out := map[string]string{}
+	if s.Data == nil && s.StringData == nil {
+		for k, n := range s.Keys {
+			out[k] = fmt.Sprintf("<%d bytes>", n)
+		}
+	}
+	for k, v := range s.Data {
+		out[k] = fmt.Sprintf("<%d bytes>", len(v))
+	}
+	for k, v := range s.StringData {
+		out[k] = fmt.Sprintf("<%d bytes>", len(v))
+	}
+	return out
+}
+
+// DiffOptions are what the caller knows beyond the two objects.
+type DiffOptions struct {
+	// SecretValuesChanged: the hub says the desired Secret's values are
+	// not the stored ones (which it never returns); the diff says so
+	// without showing them.
+	SecretValuesChanged bool
+}
+
 // Diff returns the unified diff from live (nil when the object does not
 // exist: every line is added) to the decoded and defaulted manifest object
 // desired, over their Comparable forms; "" when they do not differ.
 func Diff(live schema.Object, desired Object) (string, error) {
-	want, err := Comparable(withMeta(desired.Object, WithHubLabels(desired.Object, live), withHubAnnotations(desired.Object, live)))
+	return DiffWith(live, desired, DiffOptions{})
+}
+
+// DiffWith is Diff with what the caller knows of the hub's side.
+func DiffWith(live schema.Object, desired Object, opts DiffOptions) (string, error) {
+	want, err := comparable(withMeta(desired.Object, WithHubLabels(desired.Object, live), withHubAnnotations(desired.Object, live)), opts.SecretValuesChanged)
 	if err != nil {
 		return "", err
 	}
@@ -124,6 +182,14 @@ func withMeta(obj schema.Object, labels, annotations map[string]string) schema.O
 		c.Metadata.Labels, c.Metadata.Annotations = labels, annotations
 		return &c
 	case *schema.Device:
+		c := *o
+		c.Metadata.Labels, c.Metadata.Annotations = labels, annotations
+		return &c
+	case *schema.ConfigMap:
+		c := *o
+		c.Metadata.Labels, c.Metadata.Annotations = labels, annotations
+		return &c
+	case *schema.Secret:
 		c := *o
 		c.Metadata.Labels, c.Metadata.Annotations = labels, annotations
 		return &c

@@ -247,6 +247,13 @@ func (d *describer) podSpec(level int, p *schema.PodSpec) {
 		host = *p.HostNetwork
 	}
 	d.line(level, "Host Network:\t%t", host)
+	if len(p.ImagePullSecrets) > 0 {
+		names := make([]string, len(p.ImagePullSecrets))
+		for i, r := range p.ImagePullSecrets {
+			names[i] = r.Name
+		}
+		d.line(level, "Image Pull Secrets:\t%s", strings.Join(names, ", "))
+	}
 	d.line(level, "Containers:")
 	for _, c := range p.Containers {
 		d.line(level+1, "%s:", c.Name)
@@ -274,12 +281,18 @@ func (d *describer) podSpec(level int, p *schema.PodSpec) {
 				d.line(l+1, "memory:\t%s", lim.Memory)
 			}
 		}
+		if len(c.EnvFrom) > 0 {
+			d.line(l, "Environment Variables from:")
+			for _, f := range c.EnvFrom {
+				d.line(l+1, "%s", envFromSource(f))
+			}
+		}
 		if len(c.Env) == 0 {
 			d.line(l, "Environment:\t%s", none)
 		} else {
 			d.line(l, "Environment:")
 			for _, e := range c.Env {
-				d.line(l+1, "%s:\t%s", e.Name, e.Value)
+				d.line(l+1, "%s:\t%s", e.Name, envValue(e))
 			}
 		}
 		if len(c.Mounts) == 0 {
@@ -295,6 +308,92 @@ func (d *describer) podSpec(level int, p *schema.PodSpec) {
 			}
 		}
 	}
+}
+
+// envValue describes a variable's value as kubectl does: the value, or
+// where it comes from (never a Secret's value: the hub does not send it).
+func envValue(e schema.EnvVar) string {
+	if e.ValueFrom == nil {
+		return e.Value
+	}
+	switch r := e.ValueFrom; {
+	case r.ConfigMapKeyRef != nil:
+		return fmt.Sprintf("<set to the key '%s' of config map '%s'>%s", r.ConfigMapKeyRef.Key, r.ConfigMapKeyRef.Name, optional(r.ConfigMapKeyRef.Optional))
+	case r.SecretKeyRef != nil:
+		return fmt.Sprintf("<set to the key '%s' in secret '%s'>%s", r.SecretKeyRef.Key, r.SecretKeyRef.Name, optional(r.SecretKeyRef.Optional))
+	}
+	return none
+}
+
+// envFromSource describes one envFrom entry: "gw  ConfigMap  Optional: false".
+func envFromSource(f schema.EnvFromSource) string {
+	var name, kind string
+	var opt *bool
+	switch {
+	case f.ConfigMapRef != nil:
+		name, kind, opt = f.ConfigMapRef.Name, schema.KindConfigMap, f.ConfigMapRef.Optional
+	case f.SecretRef != nil:
+		name, kind, opt = f.SecretRef.Name, schema.KindSecret, f.SecretRef.Optional
+	}
+	out := name + "  " + kind + optional(opt)
+	if f.Prefix != "" {
+		out += "  Prefix: " + f.Prefix
+	}
+	return out
+}
+
+func optional(o *bool) string {
+	return fmt.Sprintf("  Optional: %t", o != nil && *o)
+}
+
+// DescribeConfigMap writes the description of a ConfigMap: its metadata
+// and its data, text values in full and binary ones by size.
+func DescribeConfigMap(w io.Writer, cm *schema.ConfigMap, now time.Time) error {
+	d := newDescriber(w, now)
+	d.meta(&cm.Metadata)
+	if len(cm.Data) == 0 {
+		d.line(0, "Data:\t%s", none)
+	} else {
+		d.line(0, "Data:")
+		for _, k := range slices.Sorted(maps.Keys(cm.Data)) {
+			v := cm.Data[k]
+			if !strings.ContainsAny(v, "\n\t") && len(v) <= 60 {
+				d.line(1, "%s:\t%s", k, v)
+				continue
+			}
+			// A file: its lines below the key, indented.
+			d.line(1, "%s:", k)
+			for line := range strings.SplitSeq(strings.TrimSuffix(v, "\n"), "\n") {
+				d.line(2, "%s", strings.ReplaceAll(line, "\t", "    "))
+			}
+		}
+	}
+	if len(cm.BinaryData) > 0 {
+		d.line(0, "Binary Data:")
+		for _, k := range slices.Sorted(maps.Keys(cm.BinaryData)) {
+			d.line(1, "%s:\t%d bytes", k, len(cm.BinaryData[k]))
+		}
+	}
+	return d.flush()
+}
+
+// DescribeSecret writes the description of a Secret: its metadata, its
+// type, and its keys with the size of each value. The values are never
+// shown: the hub does not send them.
+func DescribeSecret(w io.Writer, s *schema.Secret, now time.Time) error {
+	d := newDescriber(w, now)
+	d.meta(&s.Metadata)
+	d.line(0, "Type:\t%s", orNone(s.Type))
+	keys := SecretKeys(s)
+	if len(keys) == 0 {
+		d.line(0, "Data:\t%s", none)
+		return d.flush()
+	}
+	d.line(0, "Data:")
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		d.line(1, "%s:\t%d bytes", k, keys[k])
+	}
+	return d.flush()
 }
 
 // quoteArgs joins a command line, quoting the words that need it.

@@ -98,13 +98,14 @@ func PodStatusText(p DevicePod) string {
 }
 
 // PodRow returns the table cells of one pod at time now: READY counts the
-// running containers, AGE is since the earliest of them started.
+// ready containers (running, and passing their readiness probe where the
+// agent says), AGE is since the earliest of them started.
 func PodRow(p DevicePod, wide bool, now time.Time) []string {
 	running := 0
 	var started *time.Time
 	var images []string
 	for _, c := range p.Containers {
-		if c.State == schema.ContainerRunning {
+		if c.State == schema.ContainerRunning && (c.Ready == nil || *c.Ready) {
 			running++
 		}
 		if c.StartedAt != nil && (started == nil || c.StartedAt.Before(*started)) {

@@ -220,3 +220,20 @@ func TestPodWatchJSON(t *testing.T) {
 		t.Fatalf("watch objects: %+v", got)
 	}
 }
+
+// TestPodRowCountsReadyContainers: READY counts running containers that
+// are ready; a running container the agent reports not ready (a failing
+// readiness probe) does not count, and one from an agent that says nothing
+// of readiness does.
+func TestPodRowCountsReadyContainers(t *testing.T) {
+	yes, no := true, false
+	now := time.Now()
+	p := DevicePod{Device: "pi", PodStatus: schema.PodStatus{Name: "gw", Phase: schema.PhaseRunning, Containers: []schema.ContainerStatus{
+		{Name: "a", State: schema.ContainerRunning, Ready: &yes},
+		{Name: "b", State: schema.ContainerRunning, Ready: &no},
+		{Name: "c", State: schema.ContainerRunning},
+	}}}
+	if got := PodRow(p, false, now)[2]; got != "2/3" {
+		t.Errorf("READY = %q, want 2/3", got)
+	}
+}

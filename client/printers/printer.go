@@ -180,7 +180,8 @@ func (p *Printer) PrintObject(obj schema.Object) error {
 }
 
 // PrintList prints the objects of kind, sorted by SortBy if set: a table,
-// one kind/name per line, or the typed List (DeploymentList, DeviceList)
+// one kind/name per line, or the typed List (DeploymentList, DeviceList,
+// ConfigMapList, SecretList)
 // with resourceVersion in json and yaml, which -o jsonpath runs over. A
 // table of no objects prints nothing; the caller says "No resources
 // found" on stderr, as kubectl does.
@@ -270,6 +271,18 @@ func List(kind client.Kind, objs []schema.Object, resourceVersion string) any {
 		l := schema.DeviceList{TypeMeta: tm, Metadata: md, Items: []schema.Device{}}
 		for _, o := range objs {
 			l.Items = append(l.Items, *o.(*schema.Device))
+		}
+		return l
+	case client.ConfigMaps:
+		l := schema.ConfigMapList{TypeMeta: tm, Metadata: md, Items: []schema.ConfigMap{}}
+		for _, o := range objs {
+			l.Items = append(l.Items, *o.(*schema.ConfigMap))
+		}
+		return l
+	case client.Secrets:
+		l := schema.SecretList{TypeMeta: tm, Metadata: md, Items: []schema.Secret{}}
+		for _, o := range objs {
+			l.Items = append(l.Items, *o.(*schema.Secret))
 		}
 		return l
 	default:

@@ -34,10 +34,13 @@ var (
 	deploymentWideHeaders = []string{"SELECTOR", "IMAGES", "STRATEGY"}
 	deviceHeaders         = []string{"NAME", "ONLINE", "LAST-SEEN", "GENERATION", "PODS", "CONVERGED", "AGE"}
 	deviceWideHeaders     = []string{"LABELS", "ARCH", "AGENT"}
+	configMapHeaders      = []string{"NAME", "DATA", "AGE"}
+	secretHeaders         = []string{"NAME", "TYPE", "DATA", "AGE"}
+	configWideHeaders     = []string{"KEYS", "LABELS"}
 )
 
 // Headers returns the column headers of a table of objects of kind
-// (schema.KindDeployment or schema.KindDevice).
+// (schema.KindDeployment, schema.KindDevice…).
 func Headers(objectKind string, wide bool) []string {
 	var h, w []string
 	switch objectKind {
@@ -45,6 +48,10 @@ func Headers(objectKind string, wide bool) []string {
 		h, w = deploymentHeaders, deploymentWideHeaders
 	case schema.KindDevice:
 		h, w = deviceHeaders, deviceWideHeaders
+	case schema.KindConfigMap:
+		h, w = configMapHeaders, configWideHeaders
+	case schema.KindSecret:
+		h, w = secretHeaders, configWideHeaders
 	default:
 		return []string{"KIND", "NAME"}
 	}
@@ -61,8 +68,58 @@ func Row(obj schema.Object, wide bool, now time.Time) []string {
 		return deploymentRow(o, wide, now)
 	case *schema.Device:
 		return deviceRow(o, wide, now)
+	case *schema.ConfigMap:
+		return configMapRow(o, wide, now)
+	case *schema.Secret:
+		return secretRow(o, wide, now)
 	}
 	return []string{obj.GetTypeMeta().Kind, obj.GetMetadata().Name}
+}
+
+func configMapRow(c *schema.ConfigMap, wide bool, now time.Time) []string {
+	keys := ConfigMapKeys(c)
+	row := []string{c.Metadata.Name, strconv.Itoa(len(keys)), Age(c.Metadata.CreationTimestamp, now)}
+	if !wide {
+		return row
+	}
+	return append(row, orNone(strings.Join(keys, ",")), orNone(Labels(c.Metadata.Labels)))
+}
+
+func secretRow(s *schema.Secret, wide bool, now time.Time) []string {
+	sizes := SecretKeys(s)
+	row := []string{s.Metadata.Name, orNone(s.Type), strconv.Itoa(len(sizes)), Age(s.Metadata.CreationTimestamp, now)}
+	if !wide {
+		return row
+	}
+	return append(row, orNone(strings.Join(slices.Sorted(maps.Keys(sizes)), ",")), orNone(Labels(s.Metadata.Labels)))
+}
+
+// ConfigMapKeys returns the keys of a ConfigMap, data and binaryData,
+// sorted.
+func ConfigMapKeys(c *schema.ConfigMap) []string {
+	keys := slices.Collect(maps.Keys(c.Data))
+	for k := range c.BinaryData {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// SecretKeys returns the keys of a Secret and the size of each value, as
+// the hub answers them (Keys); for a Secret read from a manifest, from
+// its data and stringData. Never a value.
+func SecretKeys(s *schema.Secret) map[string]int {
+	if s.Keys != nil {
+		return s.Keys
+	}
+	out := map[string]int{}
+	for k, v := range s.Data {
+		out[k] = len(v)
+	}
+	for k, v := range s.StringData {
+		out[k] = len(v)
+	}
+	return out
 }
 
 func deploymentRow(d *schema.Deployment, wide bool, now time.Time) []string {

@@ -168,9 +168,14 @@ var resourceKinds = map[string]client.Kind{
 	"device":      client.Devices,
 	"dev":         client.Devices,
 	"devs":        client.Devices,
+	"configmaps":  client.ConfigMaps,
+	"configmap":   client.ConfigMaps,
+	"cm":          client.ConfigMaps,
+	"secrets":     client.Secrets,
+	"secret":      client.Secrets,
 }
 
-const validKinds = "deployments (deployment, deploy) and devices (device, dev)"
+const validKinds = "deployments (deployment, deploy), devices (device, dev), configmaps (configmap, cm) and secrets (secret)"
 
 // parseKind parses a resource kind as typed on the command line.
 func parseKind(s string) (client.Kind, error) {
@@ -251,7 +256,8 @@ func selectorUsage(what string) string {
 // completeKinds completes a resource kind.
 func completeKinds(toComplete string) []string {
 	var out []string
-	for _, k := range []string{"deployments", "devices"} {
+	for _, k := range client.Kinds {
+		k := string(k)
 		if strings.HasPrefix(k, toComplete) {
 			out = append(out, k)
 		}

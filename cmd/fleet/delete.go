@@ -21,14 +21,16 @@ type deleteOptions struct {
 func newDeleteCmd(cli *cliContext) *cobra.Command {
 	var o deleteOptions
 	cmd := &cobra.Command{
-		Use:   "delete (-f FILENAME | (deployment|device) NAME... | (deployment|device) -l key=value)",
-		Short: "Delete deployments or devices",
+		Use:   "delete (-f FILENAME | TYPE NAME... | TYPE -l key=value)",
+		Short: "Delete deployments, devices, configmaps or secrets",
 		Long: `Delete the objects named in manifests, on the command line, or matching a
 label selector.
 
-Deleting a deployment removes its pod from every device. Deleting a device
-clears its desired state and revokes its token: its agent stops being
-managed.
+TYPE is deployment, device, configmap (cm) or secret. Deleting a deployment
+removes its pod from every device. Deleting a device clears its desired
+state and revokes its token: its agent stops being managed. Deleting a
+configmap or secret removes it from the desired state of every device whose
+pods use it (the pods that need it wait for it).
 
 Deleting an object that does not exist is an error unless --ignore-not-found;
 the other objects are deleted anyway.`,
@@ -38,6 +40,7 @@ the other objects are deleted anyway.`,
   # Delete by name
   fleet delete deployment web
   fleet delete device/pi-old deployment/test
+  fleet delete secret registry
 
   # Delete every deployment labelled team=lab, quietly if there is none
   fleet delete deployments -l team=lab --ignore-not-found

@@ -15,9 +15,9 @@ import (
 func newDescribeCmd(cli *cliContext) *cobra.Command {
 	var selector string
 	cmd := &cobra.Command{
-		Use:   "describe (deployment|device) [NAME...] [-l key=value,...]",
-		Short: "Show the details of deployments or devices",
-		Long: `Show the details of deployments or devices, for people.
+		Use:   "describe (deployment|device|configmap|secret) [NAME...] [-l key=value,...]",
+		Short: "Show the details of deployments, devices, configmaps or secrets",
+		Long: `Show the details of deployments, devices, configmaps or secrets, for people.
 
 A deployment: labels, selector, strategy, the pod template (every container's
 image, command, environment, mounts and limits), its status, and the pod on
@@ -30,9 +30,14 @@ recent events (image pulls, starts, exits, backoffs, errors), oldest first.
 The hub keeps the last few events of each device in memory, so after a hub
 restart only the ones heard since are shown.
 
+A configmap: labels and its data (text values in full, binary ones by
+size). A secret: labels, its type and its keys with the size of each
+value; never the values, which the hub does not return.
+
 Without a NAME, every object of the type (matching -l) is described.`,
 		Example: `  fleet describe deployment web
   fleet describe device pi-kitchen
+  fleet describe secret registry
   fleet describe devices -l site=lab`,
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: cli.completeResources,
@@ -124,6 +129,10 @@ func describe(ctx context.Context, cli *cliContext, cl *client.Client, obj schem
 			events = []schema.Event{}
 		}
 		return printers.DescribeDevice(cli.stdout(), o, deps, events, cli.now())
+	case *schema.ConfigMap:
+		return printers.DescribeConfigMap(cli.stdout(), o, cli.now())
+	case *schema.Secret:
+		return printers.DescribeSecret(cli.stdout(), o, cli.now())
 	}
 	return fmt.Errorf("cannot describe a %T", obj)
 }

@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
+	"maps"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmq/fleet/client"
 	"github.com/fleetmq/fleet/client/manifest"
+	"github.com/fleetmq/fleet/schema"
 )
 
 // Exit statuses of fleet diff, as kubectl diff's.
@@ -35,6 +39,11 @@ annotations, spec), so the fields the hub sets — uid, generation,
 resourceVersion, status, and the fleet/ labels of devices — never show. An
 object that does not exist yet shows as all added.
 
+A secret's values are never shown: each key appears with the size of its
+value (token: <12 bytes>). The hub never returns the stored values, so
+fleet diff asks it (a server-side dry run) whether they differ, and says
+"values: changed (not shown)" when they do.
+
 Exit status: 0 when nothing differs, 1 when something does, 2 or more on an
 error (as kubectl diff and diff(1)).`,
 		Example: `  fleet diff -f web.yaml
@@ -55,6 +64,38 @@ error (as kubectl diff and diff(1)).`,
 	cmd.Flags().BoolVarP(&o.recursive, "recursive", "R", false, "read the directories given with -f recursively")
 	must(cmd.MarkFlagRequired("filename"))
 	return cmd
+}
+
+// secretValuesDiffer asks the hub, with a server-side dry run, whether
+// the values of the Secret desired differ from those stored: it applies
+// them with everything else as live has it, so "configured" can only mean
+// the values.
+func secretValuesDiffer(ctx context.Context, cl *client.Client, desired *schema.Secret, live schema.Object) (bool, error) {
+	l, ok := live.(*schema.Secret)
+	if !ok {
+		return false, nil
+	}
+	probe := &schema.Secret{
+		TypeMeta: desired.TypeMeta,
+		Metadata: schema.ObjectMeta{Name: l.Metadata.Name, Labels: l.Metadata.Labels, Annotations: l.Metadata.Annotations},
+		Type:     l.Type,
+		Data:     maps.Clone(desired.Data),
+	}
+	for k, v := range desired.StringData {
+		if probe.Data == nil {
+			probe.Data = map[string][]byte{}
+		}
+		probe.Data[k] = []byte(v)
+	}
+	body, err := json.Marshal(probe)
+	if err != nil {
+		return false, fmt.Errorf("diff secret/%s: %w", l.Metadata.Name, err)
+	}
+	resp, err := cl.Apply(ctx, body, true)
+	if err != nil {
+		return false, fmt.Errorf("diff secret/%s: %w", l.Metadata.Name, err)
+	}
+	return len(resp.Results) == 1 && resp.Results[0].Action == schema.ActionConfigured, nil
 }
 
 // runDiff prints the diff of every object and reports whether any differs.
@@ -80,7 +121,13 @@ func runDiff(ctx context.Context, cli *cliContext, cmd *cobra.Command, o diffOpt
 		case err != nil:
 			return false, err
 		}
-		d, err := manifest.Diff(live, obj)
+		var opts manifest.DiffOptions
+		if sec, ok := obj.Object.(*schema.Secret); ok && live != nil {
+			if opts.SecretValuesChanged, err = secretValuesDiffer(ctx, cl, sec, live); err != nil {
+				return false, err
+			}
+		}
+		d, err := manifest.DiffWith(live, obj, opts)
 		if err != nil {
 			return false, err
 		}

@@ -26,12 +26,14 @@ type getOptions struct {
 func newGetCmd(cli *cliContext) *cobra.Command {
 	var o getOptions
 	cmd := &cobra.Command{
-		Use:   "get (deployments|devices|pods) [NAME...] [-l SELECTOR] [-o FORMAT] [--sort-by PATH] [-w]",
-		Short: "List deployments, devices or the pods on them",
-		Long: `List deployments, devices or pods, or show the named ones.
+		Use:   "get (deployments|devices|configmaps|secrets|pods) [NAME...] [-l SELECTOR] [-o FORMAT] [--sort-by PATH] [-w]",
+		Short: "List deployments, devices, configmaps, secrets or the pods on devices",
+		Long: `List deployments, devices, configmaps, secrets or pods, or show the named
+ones.
 
 Resource types: deployments (also deployment, deploy), devices (also device,
-dev) and pods (also pod, po). Objects can also be named as KIND/NAME.
+dev), configmaps (also configmap, cm), secrets (also secret) and pods (also
+pod, po). Objects can also be named as KIND/NAME.
 
 Deployments: NAME, TARGETED (devices the selector matches), UPDATED (running
 the latest pod), READY, PENDING (offline devices count as pending), GENERATION
@@ -42,6 +44,14 @@ Devices: NAME, ONLINE, LAST-SEEN (last status from the agent), GENERATION
 (observed/desired: the agent has applied the latest desired state when they
 are equal), PODS (ready/total), CONVERGED and AGE; -o wide adds LABELS, ARCH
 and AGENT. A device whose agent never reported shows false, <never> and 0/0.
+
+ConfigMaps: NAME, DATA (number of keys) and AGE; -o wide adds KEYS and
+LABELS.
+
+Secrets: NAME, TYPE, DATA (number of keys) and AGE; -o wide adds KEYS and
+LABELS. The hub never returns a secret's values: -o json and -o yaml show
+its keys with the size of each value (keys: {token: 12}). A monitor
+credential may not read secrets at all.
 
 Pods: one line per pod per device, as the devices last reported them:
 DEVICE, POD (the deployment's name), READY (running containers/total),
@@ -60,7 +70,8 @@ Output formats (-o):
   table, wide     the columns above
   name            KIND/NAME per line (pod/DEVICE/POD for pods)
   json, yaml      one object for a single NAME, else the list (DeploymentList,
-                  DeviceList) with the resourceVersion it was read at; for
+                  DeviceList, ConfigMapList, SecretList) with the
+                  resourceVersion it was read at; for
                   pods, always a PodList (items: device, reachable and the
                   pod's status)
   jsonpath=TEMPLATE
@@ -94,6 +105,10 @@ change until interrupted.`,
 
   # One deployment as YAML
   fleet get deployment web -o yaml
+
+  # Secrets with their types and key counts; one secret's keys and sizes
+  fleet get secrets
+  fleet get secret registry -o yaml
 
   # Watch devices come online and converge
   fleet get devices -w

@@ -33,6 +33,9 @@ const (
 // not one object…).
 var errBadRequest = errors.New("bad request")
 
+// errForbidden marks a request the credential may not make.
+var errForbidden = errors.New("forbidden")
+
 func badRequest(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...))
 }
@@ -99,6 +102,8 @@ func StatusFor(err error) schema.Status {
 		return NewStatus(http.StatusBadRequest, ReasonInvalid, err.Error(), nil)
 	case errors.Is(err, errBadRequest):
 		return NewStatus(http.StatusBadRequest, ReasonBadRequest, err.Error(), nil)
+	case errors.Is(err, errForbidden):
+		return NewStatus(http.StatusForbidden, ReasonForbidden, err.Error(), nil)
 	case errors.Is(err, store.ErrNotFound):
 		return NewStatus(http.StatusNotFound, ReasonNotFound, err.Error(), nil)
 	case errors.Is(err, store.ErrAlreadyExists):

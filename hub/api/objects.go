@@ -56,6 +56,9 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 // listOrWatch handles GET /v1/{kind}[?watch=true].
 func (s *Server) listOrWatch(w http.ResponseWriter, r *http.Request) {
 	kind, err := kindOf(r)
+	if err == nil {
+		err = mayRead(r, kind)
+	}
 	if err != nil {
 		WriteError(w, r, s.log, err)
 		return
@@ -161,6 +164,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 // get handles GET /v1/{kind}/{name}.
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	kind, err := kindOf(r)
+	if err == nil {
+		err = mayRead(r, kind)
+	}
 	if err != nil {
 		WriteError(w, r, s.log, err)
 		return

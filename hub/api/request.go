@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
@@ -80,9 +81,23 @@ func kindOf(r *http.Request) (string, error) {
 	res := r.PathValue("kind")
 	kind, ok := store.KindForResource(res)
 	if !ok {
-		return "", notFound("no resource %q: want deployments or devices", res)
+		return "", notFound("no resource %q: want %s", truncate(res), strings.Join(store.Resources(), ", "))
 	}
 	return kind, nil
+}
+
+// mayRead refuses to show Secrets to any credential but an admin: a
+// monitor may read every other kind, but not even the keys of a Secret.
+func mayRead(r *http.Request, kind string) error {
+	if kind != schema.KindSecret {
+		return nil
+	}
+	cred, ok := CredentialFrom(r.Context())
+	if ok && cred.Role == store.RoleAdmin {
+		return nil
+	}
+	res, _ := store.ResourceForKind(kind)
+	return fmt.Errorf("%w: credential %q (role %s) may not read %s", errForbidden, cred.Name, cred.Role, res)
 }
 
 func notFound(format string, args ...any) error {

@@ -66,7 +66,7 @@ func (c *Controller) publishAggs(ctx context.Context, names []string) {
 			gone = append(gone, name)
 			continue
 		}
-		status := c.staged.decorate(name, a.status)
+		status := c.withPortConflict(name, c.staged.decorate(name, a.status))
 		c.model.SetDeploymentStatus(name, status)
 		live = append(live, namedStatus{name, status})
 	}

@@ -91,7 +91,8 @@ func (c *Controller) commit(ctx context.Context, changes []desiredChange) {
 			}
 			c.pub.stored(ch.name, ch.raw)
 			delete(c.tombstones, ch.name)
-			c.log.Debug("desired state", "device", ch.name, "generation", ch.ds.Generation, "pods", len(ch.ds.Pods))
+			c.log.Debug("desired state", "device", ch.name, "generation", ch.ds.Generation, "pods", len(ch.ds.Pods),
+				"configmaps", len(ch.ds.ConfigMaps), "secrets", len(ch.ds.Secrets))
 			msgs = append(msgs, c.pub.desiredMessage(ch.name, ch.ds.Generation))
 		}
 		inflight = append(inflight, c.pub.send(ctx, msgs))

@@ -145,6 +145,10 @@ type Controller struct {
 	// recheckAt is when one of their plans may change by time alone.
 	staged    *stagedRollouts
 	recheckAt time.Time
+	// portConds holds each deployment's PortConflict condition (ports.go).
+	portConds map[string]schema.DeploymentCondition
+	// cfg holds the ConfigMaps and Secrets the pods use (config.go).
+	cfg *configState
 
 	// Devices whose report changed, from the status ingest.
 	statusMu    sync.Mutex
@@ -185,6 +189,7 @@ func New(opts Options) (*Controller, error) {
 		oldSel:      map[string]*schema.LabelSelector{},
 		index:       labelIndex{},
 		aggs:        map[string]*depAgg{},
+		cfg:         newConfigState(),
 		statusDirty: map[string]bool{},
 		wake:        make(chan struct{}, 1),
 		statusWake:  make(chan struct{}, 1),

@@ -20,6 +20,9 @@
 //     aggregation.
 //   - index.go, aggregate.go: the label index, and deployment statuses
 //     kept device by device.
+//   - config.go, seal.go: the ConfigMaps and Secrets each device's pods
+//     use, resolved into its DesiredState, Secrets sealed to the device's
+//     own key; which devices a changed object reaches.
 //   - commit.go: writing desired states and tombstones (desiredStore).
 //   - publish.go: the publisher, which publishes what changed, retained.
 package controller

@@ -42,6 +42,8 @@ func incrementalVsFull(t *testing.T, seed uint64) {
 	c.pass(ctx)
 
 	rng := rand.New(rand.NewPCG(seed, 42))
+	// Device keys for the reports (the last: none reported).
+	keys := []string{newDeviceKey(t).public, newDeviceKey(t).public, ""}
 	sites := []string{"north", "south", "east"}
 	devName := func() string { return fmt.Sprintf("d%02d", rng.IntN(24)) }
 	depName := func() string { return fmt.Sprintf("app%d", rng.IntN(5)) }
@@ -86,7 +88,7 @@ func incrementalVsFull(t *testing.T, seed uint64) {
 		if ds == nil {
 			return
 		}
-		s := &schema.DeviceStatus{Device: name, ObservedGeneration: ds.Generation, Store: ds.Store}
+		s := &schema.DeviceStatus{Device: name, ObservedGeneration: ds.Generation, Store: ds.Store, PublicKey: keys[rng.IntN(len(keys))]}
 		for _, p := range ds.Pods {
 			s.Pods = append(s.Pods, schema.PodStatus{Name: p.Name, Hash: p.Hash, Phase: schema.PhaseRunning, Ready: ready})
 		}
@@ -96,7 +98,24 @@ func incrementalVsFull(t *testing.T, seed uint64) {
 
 	for step := range 400 {
 		var what string
-		switch op := rng.IntN(10); {
+		switch op := rng.IntN(12); {
+		case op >= 10:
+			// ConfigMaps and Secrets the deployments may use.
+			name := fmt.Sprintf("cfg%d", rng.IntN(3))
+			switch rng.IntN(4) {
+			case 0:
+				what = "configmap " + name
+				write(configMap(name, map[string]string{"k": fmt.Sprint(rng.IntN(3))}))
+			case 1:
+				what = "secret " + name
+				write(secret(name, map[string]string{"token": fmt.Sprint(rng.IntN(3))}))
+			case 2:
+				what = "delete configmap " + name
+				del(schema.KindConfigMap, name)
+			default:
+				what = "delete secret " + name
+				del(schema.KindSecret, name)
+			}
 		case op < 3:
 			name := devName()
 			what = "device " + name
@@ -147,6 +166,14 @@ func incrementalVsFull(t *testing.T, seed uint64) {
 			if rng.IntN(2) == 0 {
 				d.Spec.Strategy = schema.Strategy{Type: schema.StrategyRollingUpdate,
 					RollingUpdate: &schema.RollingUpdate{MaxUnavailable: fmt.Sprint(1 + rng.IntN(2))}}
+			}
+			// References to ConfigMaps and Secrets, some missing.
+			c := &d.Spec.Template.Spec.Containers[0]
+			if rng.IntN(2) == 0 {
+				c.EnvFrom = []schema.EnvFromSource{{ConfigMapRef: &schema.ObjectRef{Name: fmt.Sprintf("cfg%d", rng.IntN(4))}}}
+			}
+			if rng.IntN(2) == 0 {
+				c.Env = []schema.EnvVar{{Name: "T", ValueFrom: &schema.EnvVarSource{SecretKeyRef: &schema.KeySelector{Name: fmt.Sprintf("cfg%d", rng.IntN(4)), Key: "token"}}}}
 			}
 			// Paused deployments, and restarts (a template annotation).
 			d.Spec.Paused = rng.IntN(4) == 0
@@ -215,6 +242,7 @@ func checkFixpoint(t *testing.T, c *Controller, when string) {
 			t.Fatalf("%s: deleted device %s still has a desired state", when, name)
 		}
 	}
+	checkConfigFixpoint(t, c, when)
 	for i := range deps {
 		d := &deps[i]
 		got, ok := c.model.Model().DeploymentStatus(d.Metadata.Name)

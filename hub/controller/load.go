@@ -27,6 +27,7 @@ type snapshot struct {
 	rev         uint64
 	devices     map[string]fleetmodel.Device
 	deployments map[string]*schema.Deployment
+	config      configSnapshot
 	// With the desired states only (which only the controller writes, so
 	// a resync can skip them):
 	desired    map[string]*schema.DesiredState
@@ -63,7 +64,10 @@ func (l loader) load(ctx context.Context, withDesired bool) (*snapshot, error) {
 			s.deployments[d.Metadata.Name] = d
 			return nil
 		})
-		if err != nil || !withDesired {
+		if err != nil {
+			return err
+		}
+		if s.config, err = loadConfig(t); err != nil || !withDesired {
 			return err
 		}
 		return l.loadDesired(t, s)
@@ -130,6 +134,7 @@ func (c *Controller) load(ctx context.Context, withDesired bool) error {
 	c.index = index
 	c.model.Replace(s.devices, s.desired)
 	c.deployments = s.deployments
+	c.cfg.replace(s.config)
 	if withDesired {
 		c.pub.replaceRaw(s.desiredRaw)
 		c.tombstones = s.tombstones
@@ -194,9 +199,14 @@ func (c *Controller) apply(ev store.Event) {
 	}
 	switch ev.Kind {
 	case schema.KindDevice:
+		c.cfg.applyDevice(ev)
 		c.applyDevice(ev)
 	case schema.KindDeployment:
 		c.applyDeployment(ev)
+	case schema.KindConfigMap:
+		c.cfg.applyConfigMap(ev, c.log)
+	case schema.KindSecret:
+		c.cfg.applySecret(ev)
 	}
 }
 

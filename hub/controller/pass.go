@@ -122,6 +122,11 @@ type desiredChange struct {
 func (c *Controller) pass(ctx context.Context) {
 	start := time.Now()
 	c.retryAt = time.Time{}
+	if err := c.cfg.loadPending(ctx, c.store); err != nil && ctx.Err() == nil {
+		// What the events named stays pending; a full pass follows.
+		c.log.Error("controller pass", "err", err)
+		c.retryAt = time.Now().Add(time.Second)
+	}
 	statusDevs, statusAll := c.takeStatus()
 	if c.republish.Swap(false) {
 		c.pub.forget()
@@ -135,6 +140,7 @@ func (c *Controller) pass(ctx context.Context) {
 		c.fullPass(ctx)
 		c.fullPasses.Add(1)
 	}
+	clear(c.cfg.changed)
 	if c.pub.takeFailed() {
 		c.retryAt = time.Now().Add(time.Second)
 	}
@@ -176,6 +182,7 @@ func (c *Controller) fullPass(ctx context.Context) {
 		c.commit(ctx, changes)
 	}
 	c.pub.publishDesired(ctx, c.model.DesiredStates())
+	c.updatePortConflicts(deps)
 	clear(c.aggs)
 	names := make([]string, len(deps))
 	for i := range deps {
@@ -228,10 +235,22 @@ func (c *Controller) incrementalPass(ctx context.Context, statusDevs map[string]
 			changes = append(changes, ch)
 		}
 	}
+	// Devices whose pods stay but whose ConfigMaps or Secrets may not.
+	for _, name := range c.configRecheck(p.work, statusDevs) {
+		if ch, ok := c.change(name, slices.Clone(c.model.Desired(name).Pods)); ok {
+			changes = append(changes, ch)
+		}
+	}
 	if len(changes) > 0 {
 		c.commit(ctx, changes)
 	}
 	c.pub.publishDesired(ctx, c.model.DesiredStates())
+	if len(passDevs) > 0 || len(touched) > 0 {
+		// Devices or deployments changed: host port claims may too.
+		for _, name := range c.updatePortConflicts(deps) {
+			touched[name] = true
+		}
+	}
 	c.recount(ctx, deps, touched, passDevs, statusDevs)
 	return true
 }
@@ -294,11 +313,14 @@ func (c *Controller) recheckRollouts() {
 	}
 }
 
-// change returns the desired state a device gets if want differs from
-// what it has (or it has none, or one from another store).
+// change returns the desired state a device gets if want, or the
+// ConfigMaps and Secrets want uses, differ from what it has (or it has
+// none, or one from another store).
 func (c *Controller) change(name string, want []schema.Pod) (desiredChange, bool) {
 	prev := c.model.Desired(name)
-	if prev != nil && prev.Store == c.storeID && SamePods(prev.Pods, want) {
+	cfg := c.resolve(name, want)
+	current := prev != nil && prev.Store == c.storeID && SamePods(prev.Pods, want)
+	if current && cfg.same(prev) {
 		return desiredChange{}, false
 	}
 	gen := int64(1)
@@ -314,6 +336,14 @@ func (c *Controller) change(name string, want []schema.Pod) (desiredChange, bool
 		Generation: gen,
 		Store:      c.storeID,
 		Pods:       want,
+	}
+	reuse := prev
+	if prev != nil && prev.Store != c.storeID {
+		reuse = nil // versions of another store mean nothing here
+	}
+	c.build(ds, cfg, reuse)
+	if current && sameConfig(ds, prev) {
+		return desiredChange{}, false // a Secret could not be sealed, again
 	}
 	raw, err := json.Marshal(ds)
 	if err != nil {

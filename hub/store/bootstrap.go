@@ -315,6 +315,10 @@ type Enrollment struct {
 	Secret    string
 	// Device is the name asked for.
 	Device string
+	// PublicKey is the device's X25519 public key (base64), if it sent
+	// one: kept at DeviceKeyKey, for sealing Secrets to the device before
+	// it reports a key in its status.
+	PublicKey string
 }
 
 // EnrollResult is what Enroll did.
@@ -341,7 +345,20 @@ func (e Enrollment) check() error {
 	if len(e.Secret) < 32 || len(e.Secret) > 256 {
 		return fmt.Errorf("enroll: %w: the request secret must be 32 to 256 characters", schema.ErrInvalid)
 	}
+	if e.PublicKey != "" {
+		if _, err := schema.ParseDevicePublicKey(e.PublicKey); err != nil {
+			return fmt.Errorf("enroll: %w: %w", schema.ErrInvalid, err)
+		}
+	}
 	return nil
+}
+
+// setDeviceKey keeps the public key an enrolling device sent.
+func (t *Txn) setDeviceKey(device, publicKey string) error {
+	if publicKey == "" {
+		return nil
+	}
+	return t.Set(DeviceKeyKey(device), []byte(publicKey))
 }
 
 // Enroll creates the device e.Device with the bootstrap token's labels,
@@ -414,6 +431,9 @@ func (s *Store) Enroll(ctx context.Context, e Enrollment) (EnrollResult, error) 
 		if err := t.Set(TokenKey(e.Device), tokRec); err != nil {
 			return err
 		}
+		if err := t.setDeviceKey(e.Device, e.PublicKey); err != nil {
+			return err
+		}
 		rec.Used++
 		raw, err := json.Marshal(rec)
 		if err != nil {
@@ -457,5 +477,8 @@ func (s *Store) retryEnrollment(t *Txn, res *EnrollResult, raw []byte, e Enrollm
 	}
 	res.Retry = true
 	res.Device = obj.(*schema.Device)
+	if err := t.setDeviceKey(e.Device, e.PublicKey); err != nil {
+		return err
+	}
 	return t.Set(TokenKey(e.Device), tokRec)
 }

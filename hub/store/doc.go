@@ -1,13 +1,23 @@
 // Package store is the hub's durable state: a Badger database with sync
 // writes, a store-wide revision counter, Fleet objects (Devices,
-// Deployments) with Kubernetes-style metadata, hashed device and operator
-// tokens, and an in-process change feed (Watch).
+// Deployments, ConfigMaps, Secrets) with Kubernetes-style metadata, hashed
+// device and operator tokens, and an in-process change feed (Watch).
+//
+// The values of Secrets are encrypted at rest (secrets.go) with a key kept
+// in a file of its own (Options.SecretKeyFile); everything the store hands
+// out of a Secret — reads, write results, watch events — carries its keys
+// and their sizes only, except Txn.GetSecretData and ListSecretData, for
+// the controller.
 //
 // # Key layout (version 1)
 //
 //	v1/meta/revision           uint64, big-endian: bumped inside every write transaction
 //	v1/meta/store-id           random UUID created on first open (DesiredState.Store)
-//	v1/objects/{resource}/{n}  object JSON; resource is "devices" or "deployments"
+//	v1/meta/secret-key-id      ID of the key in Options.SecretKeyFile that seals Secrets
+//	v1/objects/{resource}/{n}  object JSON; resource is "devices", "deployments",
+//	                           "configmaps" or "secrets" (a Secret: its public form
+//	                           with "keys", and "encrypted": its values sealed, see
+//	                           secrets.go)
 //	v1/revisions/{dep}/{n}     a Deployment's revision n (20 digits), a
 //	                           schema.DeploymentRevision, written with the Deployment
 //	                           (revisions.go); the Deployment's stored status.revision
@@ -21,6 +31,7 @@
 //	v1/credentials/{name}      operator credential (admin, monitor…): hashes and role
 //	v1/bootstrap-tokens/{id}   bootstrap token: hashes, labels, expiry, uses (bootstrap.go)
 //	v1/enrollments/{request}   device created by an enrollment request (bootstrap.go)
+//	v1/device-keys/{device}    public key (base64) the device sent when it enrolled
 //
 // Every write goes through a Txn (Store.Write): the revision is bumped once
 // per committed transaction that changed anything, and object events carry

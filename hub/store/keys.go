@@ -19,7 +19,16 @@ const (
 	prefixTokens      = "v1/tokens/"
 	prefixCredentials = "v1/credentials/"
 	prefixRollouts    = "v1/rollouts/"
+	prefixDeviceKeys  = "v1/device-keys/"
 )
+
+// DeviceKeyKey holds the public key a device sent when it enrolled
+// (schema.EnrollRequest.PublicKey): the key the hub seals Secrets to
+// until the device reports one in its status. Deleted with the device.
+func DeviceKeyKey(device string) string { return prefixDeviceKeys + device }
+
+// DeviceKeyPrefix is the prefix of every DeviceKeyKey.
+const DeviceKeyPrefix = prefixDeviceKeys
 
 // RolloutKey is where the controller keeps the state of a Staged
 // deployment's rollout, so a restarted hub resumes it where it was.
@@ -75,6 +84,8 @@ type kindInfo struct {
 var kinds = []kindInfo{
 	{schema.KindDevice, "devices", "DeviceList"},
 	{schema.KindDeployment, "deployments", "DeploymentList"},
+	{schema.KindConfigMap, "configmaps", "ConfigMapList"},
+	{schema.KindSecret, "secrets", "SecretList"},
 }
 
 // ResourceForKind maps "Device" to "devices".
@@ -95,6 +106,16 @@ func KindForResource(resource string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// Resources returns the resource names of the stored kinds, in the order
+// the API lists them ("devices", "deployments", "configmaps", "secrets").
+func Resources() []string {
+	out := make([]string, len(kinds))
+	for i, k := range kinds {
+		out[i] = k.Resource
+	}
+	return out
 }
 
 // ListKindFor maps "Device" to "DeviceList".

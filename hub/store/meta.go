@@ -34,10 +34,11 @@ func cloneObject(obj schema.Object) (schema.Object, error) {
 		kind = schema.KindDevice
 	case *schema.Deployment:
 		kind = schema.KindDeployment
+	case *schema.ConfigMap:
+		kind = schema.KindConfigMap
+	case *schema.Secret:
+		kind = schema.KindSecret
 	default:
-		if err := supported(obj); err != nil {
-			return nil, err
-		}
 		return nil, fmt.Errorf("%w: the store does not hold %T", schema.ErrInvalid, obj)
 	}
 	raw, err := json.Marshal(obj)
@@ -120,12 +121,30 @@ func compare(obj, prev schema.Object, withStatus bool) (same, sameSpec bool, err
 	return same, sameSpec, nil
 }
 
-// specJSON encodes the spec (or, with status, the status) of obj. Go's
-// encoder writes struct fields in a fixed order and map keys sorted, so
-// equal values give equal bytes.
+// specJSON encodes the spec (or, with status, the status) of obj; the
+// spec of a ConfigMap is its data, that of a Secret its type and values
+// (in clear: compare only objects decoded with decodeFull). Go's encoder
+// writes struct fields in a fixed order and map keys sorted, so equal
+// values give equal bytes.
 func specJSON(obj schema.Object, status bool) ([]byte, error) {
 	var v any
 	switch o := obj.(type) {
+	case *schema.ConfigMap:
+		v = struct {
+			Data       map[string]string `json:"data"`
+			BinaryData map[string][]byte `json:"binaryData"`
+		}{o.Data, o.BinaryData}
+		if status {
+			v = nil
+		}
+	case *schema.Secret:
+		v = struct {
+			Type string            `json:"type"`
+			Data map[string][]byte `json:"data"`
+		}{o.Type, o.Data}
+		if status {
+			v = nil
+		}
 	case *schema.Device:
 		v = o.Spec
 		if status {

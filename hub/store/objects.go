@@ -19,7 +19,9 @@ type ApplyResult struct {
 	Action string
 }
 
-// Get returns the stored object, or an error wrapping ErrNotFound.
+// Get returns the stored object, or an error wrapping ErrNotFound. Like
+// every read and write of the store, it returns a Secret without its
+// values (keys and sizes only; see Txn.GetSecretData).
 func (s *Store) Get(ctx context.Context, kind, name string) (schema.Object, error) {
 	var obj schema.Object
 	err := s.View(ctx, func(t *Txn) error {
@@ -56,8 +58,8 @@ func (s *Store) List(ctx context.Context, kind string, selector map[string]strin
 
 // ListRawNamed calls fn with the name and the stored JSON of every object
 // of kind, in name order, and returns the revision it was read at. It
-// decodes nothing, for the API's large lists; raw is only valid during the
-// call.
+// decodes nothing, for the API's large lists (but Secrets, which it hands
+// out without their values); raw is only valid during the call.
 func (s *Store) ListRawNamed(ctx context.Context, kind string, fn func(name string, raw []byte) error) (uint64, error) {
 	res, ok := ResourceForKind(kind)
 	if !ok {
@@ -67,7 +69,13 @@ func (s *Store) ListRawNamed(ctx context.Context, kind string, fn func(name stri
 	var rev uint64
 	err := s.View(ctx, func(t *Txn) error {
 		rev = t.Revision()
-		return t.Scan(prefix, func(key string, val []byte) error { return fn(key[len(prefix):], val) })
+		return t.Scan(prefix, func(key string, val []byte) error {
+			val, err := publicRaw(kind, val)
+			if err != nil {
+				return err
+			}
+			return fn(key[len(prefix):], val)
+		})
 	})
 	if err != nil {
 		return 0, err
@@ -242,11 +250,10 @@ func (t *Txn) DeleteObject(kind, name, resourceVersion string) (schema.Object, e
 		return nil, err
 	}
 	if kind == schema.KindDevice {
-		if err := t.del(TokenKey(name)); err != nil {
-			return nil, err
-		}
-		if err := t.del(StatusKey(name)); err != nil {
-			return nil, err
+		for _, k := range []string{TokenKey(name), StatusKey(name), DeviceKeyKey(name)} {
+			if err := t.del(k); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if kind == schema.KindDeployment {
@@ -260,6 +267,9 @@ func (t *Txn) DeleteObject(kind, name, resourceVersion string) (schema.Object, e
 	raw, err := json.Marshal(obj)
 	if err != nil {
 		return nil, fmt.Errorf("delete %s %q: encode: %w", kind, name, err)
+	}
+	if prevRaw, err = publicRaw(kind, prevRaw); err != nil {
+		return nil, err
 	}
 	t.Emit(Event{Type: EventDeleted, Kind: kind, Name: name, Object: raw, Prev: prevRaw})
 	return obj, nil
@@ -275,11 +285,11 @@ func (t *Txn) MutateObject(kind, name string, fn func(schema.Object) error) (sch
 	if err != nil {
 		return nil, fmt.Errorf("mutate %s %q: %w", kind, name, ErrNotFound)
 	}
-	prev, err := decodeObject(kind, prevRaw)
+	prev, err := t.s.decodeFull(kind, prevRaw)
 	if err != nil {
 		return nil, err
 	}
-	obj, err := decodeObject(kind, prevRaw)
+	obj, err := t.s.decodeFull(kind, prevRaw)
 	if err != nil {
 		return nil, err
 	}
@@ -295,15 +305,12 @@ func (t *Txn) MutateObject(kind, name string, fn func(schema.Object) error) (sch
 	if err := schema.Validate(obj); err != nil {
 		return nil, fmt.Errorf("mutate: %w", err)
 	}
-	if err := supported(obj); err != nil {
-		return nil, fmt.Errorf("mutate: %w", err)
-	}
 	same, sameSpec, err := compare(obj, prev, true)
 	if err != nil {
 		return nil, err
 	}
 	if same {
-		return prev, nil
+		return public(prev), nil
 	}
 	if !sameSpec {
 		md.Generation++
@@ -311,7 +318,7 @@ func (t *Txn) MutateObject(kind, name string, fn func(schema.Object) error) (sch
 			return nil, err
 		}
 	}
-	return obj, t.storeObject(obj, prevRaw)
+	return public(obj), t.storeObject(obj, prevRaw)
 }
 
 type putMode int
@@ -323,7 +330,7 @@ const (
 )
 
 // putObject creates or updates one object per mode and returns it as
-// stored, with the apply action.
+// stored (a Secret without its values), with the apply action.
 func (t *Txn) putObject(in schema.Object, mode putMode) (schema.Object, string, error) {
 	obj, err := cloneObject(in)
 	if err != nil {
@@ -335,9 +342,6 @@ func (t *Txn) putObject(in schema.Object, mode putMode) (schema.Object, string, 
 	// Validate what the user sent before looking at what is stored, so an
 	// invalid object fails the same way whether or not it exists.
 	if err := schema.Validate(obj); err != nil {
-		return nil, "", err
-	}
-	if err := supported(obj); err != nil {
 		return nil, "", err
 	}
 	key := ObjectKey(kind, name)
@@ -356,7 +360,8 @@ func (t *Txn) putObject(in schema.Object, mode putMode) (schema.Object, string, 
 	}
 	var prev schema.Object
 	if exists {
-		if prev, err = decodeObject(kind, prevRaw); err != nil {
+		// A Secret with its values: an unchanged one writes nothing.
+		if prev, err = t.s.decodeFull(kind, prevRaw); err != nil {
 			return nil, "", err
 		}
 		pmd := prev.GetMetadata()
@@ -382,7 +387,7 @@ func (t *Txn) putObject(in schema.Object, mode putMode) (schema.Object, string, 
 			return nil, "", err
 		}
 		if same {
-			return prev, schema.ActionUnchanged, nil
+			return public(prev), schema.ActionUnchanged, nil
 		}
 		if !sameSpec {
 			md.Generation++
@@ -397,13 +402,14 @@ func (t *Txn) putObject(in schema.Object, mode putMode) (schema.Object, string, 
 		return nil, "", err
 	}
 	if exists {
-		return obj, schema.ActionConfigured, nil
+		return public(obj), schema.ActionConfigured, nil
 	}
-	return obj, schema.ActionCreated, nil
+	return public(obj), schema.ActionCreated, nil
 }
 
 // storeObject writes obj at the transaction's revision and queues its
-// event; prevRaw is the stored form before (nil for a new object).
+// event; prevRaw is the stored form before (nil for a new object). A
+// Secret's values are stored sealed, and its events carry its public form.
 func (t *Txn) storeObject(obj schema.Object, prevRaw []byte) error {
 	kind, md := obj.GetTypeMeta().Kind, obj.GetMetadata()
 	rev, err := t.writeRevision()
@@ -413,7 +419,7 @@ func (t *Txn) storeObject(obj schema.Object, prevRaw []byte) error {
 	if !t.dryRun {
 		md.ResourceVersion = strconv.FormatUint(rev, 10)
 	}
-	raw, err := json.Marshal(obj)
+	raw, pub, err := t.s.encodeStored(obj)
 	if err != nil {
 		return fmt.Errorf("store %s %q: encode: %w", kind, md.Name, err)
 	}
@@ -424,7 +430,10 @@ func (t *Txn) storeObject(obj schema.Object, prevRaw []byte) error {
 	if prevRaw != nil {
 		typ = EventModified
 	}
-	t.Emit(Event{Type: typ, Kind: kind, Name: md.Name, Object: raw, Prev: prevRaw})
+	if prevRaw, err = publicRaw(kind, prevRaw); err != nil {
+		return err
+	}
+	t.Emit(Event{Type: typ, Kind: kind, Name: md.Name, Object: pub, Prev: prevRaw})
 	return nil
 }
 

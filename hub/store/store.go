@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,12 @@ type Options struct {
 	// it can render an external broker's password file: Mosquitto cannot
 	// use plain SHA-256).
 	PasswordHash func(token string) (string, error)
+	// SecretKeyFile holds the key that encrypts the values of Secrets in
+	// the store (see secrets.go): created, mode 0600, on the first open,
+	// and required on every later one. Default: SecretKeyFileName
+	// ("secrets.key") in the parent directory of Dir, which for the hub is
+	// its data directory.
+	SecretKeyFile string
 }
 
 func (o *Options) setDefaults() {
@@ -54,6 +61,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.SecretKeyFile == "" && o.Dir != "" {
+		o.SecretKeyFile = filepath.Join(filepath.Dir(filepath.Clean(o.Dir)), SecretKeyFileName)
 	}
 }
 
@@ -81,6 +91,8 @@ type Store struct {
 	devUIDs deviceUIDs
 	// passwordHash is Options.PasswordHash.
 	passwordHash func(string) (string, error)
+	// secretKey seals the values of Secrets (secrets.go).
+	secretKey *secretKey
 
 	gcStop chan struct{}
 	gcDone chan struct{}
@@ -136,6 +148,9 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
+	if err := s.openSecretKey(opts.SecretKeyFile); err != nil {
+		return nil, errors.Join(err, db.Close())
+	}
 	s.maxRev.Store(rev)
 	s.feed = newFeed(rev, opts.WatchRing, opts.WatchQueue)
 	// The two indexes read different keys: side by side, a restarted hub
@@ -187,6 +202,47 @@ func (s *Store) bootstrap() (uint64, error) {
 		return 0, fmt.Errorf("open store: init: %w", err)
 	}
 	return rev, nil
+}
+
+// openSecretKey loads (or, for a store that has none recorded, creates)
+// the key that seals Secrets, and checks that it is the one the store's
+// Secrets were sealed with.
+func (s *Store) openSecretKey(path string) error {
+	var recorded string
+	err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte(keySecretKeyID))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		v, err := item.ValueCopy(nil)
+		recorded = string(v)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("open store: read secret key id: %w", err)
+	}
+	key, err := loadSecretKey(path, recorded == "", s.log)
+	if err != nil {
+		if recorded != "" {
+			return fmt.Errorf("open store: the store's Secrets are encrypted with key %s, kept in %s: restore that file: %w", recorded, path, err)
+		}
+		return fmt.Errorf("open store: %w", err)
+	}
+	switch recorded {
+	case key.id:
+	case "":
+		err := s.db.Update(func(txn *badger.Txn) error { return txn.Set([]byte(keySecretKeyID), []byte(key.id)) })
+		if err != nil {
+			return fmt.Errorf("open store: record secret key id: %w", err)
+		}
+	default:
+		return fmt.Errorf("open store: %s holds key %s, but the store's Secrets are encrypted with key %s: restore its file: %w", path, key.id, recorded, ErrSecretKey)
+	}
+	s.secretKey = key
+	return nil
 }
 
 // Close stops the garbage collector, ends every watch and closes Badger.

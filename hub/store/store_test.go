@@ -96,7 +96,7 @@ func TestRawKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(keys, " ") != "v1/desired/pi v1/meta/revision v1/meta/store-id" {
+	if strings.Join(keys, " ") != "v1/desired/pi v1/meta/revision v1/meta/secret-key-id v1/meta/store-id" {
 		t.Errorf("keys %v", keys)
 	}
 }
