@@ -14,6 +14,8 @@ import (
 	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/edgeagent/clock"
 	"github.com/fleetmq/fleet/edgeagent/desired"
+	"github.com/fleetmq/fleet/edgeagent/devicekey"
+	"github.com/fleetmq/fleet/edgeagent/podconfig"
 	"github.com/fleetmq/fleet/edgeagent/reconcile"
 	"github.com/fleetmq/fleet/edgeagent/runtime"
 	"github.com/fleetmq/fleet/edgeagent/session"
@@ -98,6 +100,13 @@ type Options struct {
 	NodeInfo func() *schema.NodeInfo
 	// Seed feeds the jitters (0: random).
 	Seed uint64
+	// DeviceKey is the device's own key pair: its public half is reported
+	// in every status (publicKey), and the hub seals the values of the
+	// Secrets the device's pods use to it. Default: the key in StateDir
+	// (devicekey.LoadOrCreate: made at the first start). A key file that
+	// cannot be read leaves the agent running without a key: pods that
+	// need a Secret wait, and status says why.
+	DeviceKey *devicekey.Key
 }
 
 // Stats counts what the agent did with desired-state payloads.
@@ -119,6 +128,9 @@ type Agent struct {
 	counts struct {
 		accepted, duplicate, stale, other, invalid, cleared atomic.Int64
 	}
+
+	key    *devicekey.Key // nil when unusable (keyErr)
+	keyErr error
 
 	mu      sync.Mutex
 	last    reconcile.Status
@@ -155,7 +167,13 @@ func New(o Options) (*Agent, error) {
 	case o.StatusSettleGrace < 0:
 		o.StatusSettleGrace = 0
 	}
-	a := &Agent{o: o, log: o.Logger.With("device", o.Device)}
+	a := &Agent{o: o, log: o.Logger.With("device", o.Device), key: o.DeviceKey}
+	if a.key == nil {
+		a.key, a.keyErr = devicekey.LoadOrCreate(o.StateDir)
+		if a.keyErr != nil {
+			a.log.Error("device key unusable: Secrets sent to this device cannot be unsealed", "err", a.keyErr)
+		}
+	}
 	a.topics.status = o.Topics.Device(o.Device, schema.TopicStatus)
 	a.topics.events = o.Topics.Device(o.Device, schema.TopicEvents)
 
@@ -244,6 +262,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Error("persisted agent state unusable; restart counts and backoff start afresh", "err", err)
 		a.events.Record(schema.EventWarning, "StateFileCorrupt", "", "", err.Error())
 	}
+	if a.keyErr != nil {
+		a.events.Record(schema.EventWarning, "DeviceKeyUnusable", "", "", a.keyErr.Error())
+	}
 	if ds != nil {
 		a.log.Info("loaded persisted desired state", "generation", ds.Generation, "store", ds.Store, "pods", len(ds.Pods))
 	}
@@ -267,6 +288,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		StopTimeout:    a.o.StopTimeout,
 		MaxParallel:    a.o.MaxParallel,
 		Seed:           a.o.Seed,
+		DeviceKey:      a.unsealer(),
 	})
 	if err != nil {
 		return fmt.Errorf("edgeagent: %w", err)
@@ -301,6 +323,24 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("edgeagent: reconciler: %w", recErr)
 	}
 	return nil
+}
+
+// PublicKey is the device's public key as status reports it ("" without
+// a usable key).
+func (a *Agent) PublicKey() string {
+	if a.key == nil {
+		return ""
+	}
+	return a.key.PublicKey()
+}
+
+// unsealer is the key for the reconciler: a nil interface, not a nil
+// *devicekey.Key, when there is none.
+func (a *Agent) unsealer() podconfig.Key {
+	if a.key == nil {
+		return nil
+	}
+	return a.key
 }
 
 func (a *Agent) onConnect() {
@@ -411,7 +451,11 @@ func (a *Agent) pushStatus() {
 	st, refused := a.last, a.refused.msg
 	a.mu.Unlock()
 	var msgs []string
-	for _, m := range []string{st.Message, refused} {
+	var keyMsg string
+	if a.keyErr != nil {
+		keyMsg = "device key unusable (Secrets cannot be unsealed): " + a.keyErr.Error()
+	}
+	for _, m := range []string{st.Message, refused, keyMsg} {
 		if m != "" {
 			msgs = append(msgs, m)
 		}
@@ -423,6 +467,7 @@ func (a *Agent) pushStatus() {
 	a.reporter.Update(schema.DeviceStatus{
 		ObservedGeneration: st.ObservedGeneration,
 		Store:              st.Store,
+		PublicKey:          a.PublicKey(),
 		Pods:               pods,
 		Message:            strings.Join(msgs, "; "),
 	})

@@ -5,7 +5,11 @@
 // The parts are small packages: state (persistence), desired (the one
 // slot a DesiredState payload waits in, from MQTT to the reconciler),
 // reconcile (the pure Diff and the loop), session (the MQTT connection),
-// status (status and events), clock, backoff and wake, and runtime (the
+// status (status and events), probe (the containers' liveness, readiness
+// and startup probes), devicekey (the device's own key pair), podconfig
+// (env and files from the desired state's ConfigMaps and Secrets),
+// volumes (the pods' volumes on the device), clock, backoff and wake,
+// and runtime (the
 // container runtime interface, its Fake and, in runtime/containerd, the
 // real one). Agent wires them; many agents can run in one process (tests,
 // hollow agents of the scale suite), each with its own Runtime and state
@@ -64,12 +68,75 @@
 //     Options.ImageGCMinFree (default 10 %; flag --image-gc-min-free),
 //     oldest first. Each collection that deletes something raises an
 //     ImageGC event naming the images.
+//   - Probes run on the device, on their own timers, online or not
+//     (package probe): a liveness or startup probe that fails
+//     failureThreshold times in a row gets the container stopped and
+//     restarted through the crash-loop backoff (events Unhealthy, naming
+//     the probe, then Killing; RESTARTS grows); a readiness probe decides
+//     the pod's ready in status (republished as soon as it changes), and
+//     a container with a startup probe is not ready before it succeeds.
+//   - Init containers run one at a time, in order, each to completion,
+//     before the pod's containers are created; a failing one is retried
+//     with backoff (restartPolicy Never: the pod fails) and the pod shows
+//     Pending with Init:Error or Init:CrashLoopBackOff and a message such
+//     as "init container prepare failed (exit code 1); retrying in 20s".
+//     A completed init container does not run again while the pod's
+//     hash is unchanged, across agent restarts too.
 //   - Status is retained, coalesced to at most one publish per second, and
 //     republished after every reconnect and 24-30 s after the last publish
 //     (jittered, so a fleet that reported at once does not stay in step:
 //     the hub would see a burst of every device each 30 s). Events are
 //     rate-limited per reason, pod and container, so a crash loop cannot
 //     flood a cellular link.
+//
+// # Workloads: hardware, configuration, secrets, volumes
+//
+//   - Hardware. A container's devices are created in it with the host
+//     node's type and numbers, and the device cgroup allows them with the
+//     given permissions (docker run --device); a link on the host
+//     (/dev/serial/by-id/…) is followed. A node that does not exist on the
+//     device holds its pod back (CreateContainerConfigError, "device
+//     /dev/ttyUSB0 does not exist on this device", an event) without
+//     holding any other pod, and is looked for again with backoff: the pod
+//     starts once it is plugged in. securityContext: privileged (every
+//     capability, every host device, no masked paths or seccomp),
+//     capabilities add and drop (with or without CAP_, drop ALL first),
+//     runAsUser, runAsGroup, readOnlyRootFilesystem.
+//   - The device key. At its first start the agent makes an X25519 key
+//     pair, <state-dir>/device.key (0600), and reports its public half in
+//     every status (publicKey) and in its enrollment request. The hub
+//     seals every Secret value a device needs to that key; nothing else
+//     can read them. A key file that cannot be read is not replaced: the
+//     agent runs on, says so in status and pods that need a Secret wait.
+//   - ConfigMaps and Secrets. env valueFrom and envFrom take values from
+//     the desired state's ConfigMaps and Secrets (unsealed in memory and
+//     never logged; a value reaches only the containers that use it: their
+//     spec, which containerd keeps readable by root, and secret volumes,
+//     a tmpfs unless the agent cannot mount one). A missing object
+//     or key that is not optional, or a Secret sealed to another key,
+//     holds the pod back with CreateContainerConfigError and a message
+//     naming the object and key, never a value. When what a container's
+//     env takes from them changes, the container is replaced (its pod
+//     hash, which the hub compares, stays the template's; the container
+//     carries a digest of its env in the label fleet.config-digest).
+//     configMap and secret volumes are updated in place instead: running
+//     containers see the new files without a restart, atomically (see
+//     package volumes); secret volumes are a tmpfs, files 0400 unless
+//     defaultMode says otherwise. imagePullSecrets (type
+//     kubernetes.io/dockerconfigjson) give registry credentials to that
+//     pod's pulls only.
+//   - Volumes. emptyDir lives as long as the pod revision (medium Memory
+//     is a tmpfs of sizeLimit); persistent volumes, under
+//     <state-dir>/volumes/<pod>/<volume>, survive pod updates, rollbacks,
+//     agent crashes and containerd restarts, and are removed when the pod
+//     no longer runs on the device, unless reclaimPolicy is Retain;
+//     hostPath is a directory of the device; volumeMounts take readOnly
+//     and subPath (created in emptyDir and persistent volumes, never
+//     followed through a symbolic link out of the volume).
+//   - Stopping a container for an update or a removal runs its
+//     lifecycle.preStop.exec hook in it first, then sends SIGTERM, and
+//     SIGKILL once the pod's terminationGracePeriodSeconds (default 10 s,
+//     Options.StopTimeout) have passed since the stop began.
 //
 // MQTT details (clean session, reconnect with jitter, last will) are
 // explained in package session.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path/filepath"
 
+	"github.com/fleetmq/fleet/edgeagent/devicekey"
 	"github.com/fleetmq/fleet/edgeagent/enroll"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -58,9 +59,15 @@ func identity(ctx context.Context, cfg config, log *slog.Logger, tlsCfg *tls.Con
 			return "", "", fmt.Errorf("%w (set --device, or another --name-from)", err)
 		}
 	}
+	var pub string
+	if key, err := devicekey.LoadOrCreate(cfg.StateDir); err != nil {
+		log.Warn("enrolling without the device key: it is unusable", "err", err)
+	} else {
+		pub = key.PublicKey()
+	}
 	id, err := enroll.Run(ctx, enroll.Options{
 		Broker: cfg.Broker, TLSConfig: tlsCfg, Topics: schema.Topics{Prefix: cfg.TopicPrefix},
-		BootstrapToken: bt, Device: device, StateDir: cfg.StateDir, Logger: log,
+		BootstrapToken: bt, Device: device, StateDir: cfg.StateDir, Logger: log, PublicKey: pub,
 	})
 	if err != nil {
 		return "", "", err

@@ -99,7 +99,11 @@ type Options struct {
 	Device string
 	// StateDir is the agent's state directory: the token is saved there.
 	StateDir string
-	Logger   *slog.Logger
+	// PublicKey is the device's public key (devicekey), sent with the
+	// request so that the hub can seal Secrets to the device before its
+	// first status; "" sends none.
+	PublicKey string
+	Logger    *slog.Logger
 	// Timeout bounds one attempt: connect, subscribe, send, answer.
 	// Default 30 s.
 	Timeout time.Duration
@@ -337,6 +341,7 @@ func exchange(ctx context.Context, o Options, req request) (schema.EnrollRespons
 	payload, err := json.Marshal(schema.EnrollRequest{
 		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindEnrollRequest},
 		Token:    o.BootstrapToken, Secret: req.Secret, Device: req.Device,
+		PublicKey: o.PublicKey,
 	})
 	if err != nil {
 		return schema.EnrollResponse{}, err

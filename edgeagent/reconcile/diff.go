@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetmq/fleet/edgeagent/probe"
 	"github.com/fleetmq/fleet/edgeagent/runtime"
 	"github.com/fleetmq/fleet/edgeagent/state"
 	"github.com/fleetmq/fleet/schema"
@@ -29,6 +30,10 @@ const (
 	// Prepare pulls the image of a container that will replace a running
 	// older version of its pod, while that version keeps running.
 	Prepare
+	// Kill stops a running container whose liveness or startup probe
+	// failed; its exit then goes through the restart policy and the
+	// crash-loop backoff like any other (see probes.go).
+	Kill
 )
 
 func (k ActionKind) String() string {
@@ -43,6 +48,8 @@ func (k ActionKind) String() string {
 		return "restart"
 	case Prepare:
 		return "prepare"
+	case Kill:
+		return "kill"
 	}
 	return fmt.Sprintf("ActionKind(%d)", int(k))
 }
@@ -70,6 +77,15 @@ const (
 	// ReasonRolledBack is the reason of the containers of a failed
 	// revision other than the one that failed (see FailedStartLimit).
 	ReasonRolledBack = "RolledBack"
+	// ReasonUnhealthy is the reason of a Kill: a liveness or startup
+	// probe failed.
+	ReasonUnhealthy = "Unhealthy"
+	// Reasons of a pod's containers while its init containers run, as
+	// kubectl shows them: Init:N/M (N of M init containers completed),
+	// Init:Error, Init:CrashLoopBackOff, Init: followed by an image or
+	// create reason (Init:ImagePullBackOff).
+	ReasonInitError            = "Init:Error"
+	ReasonInitCrashLoopBackOff = "Init:CrashLoopBackOff"
 )
 
 // Action is one step of a Plan.
@@ -78,8 +94,10 @@ type Action struct {
 	Key  state.Key
 	// ID is the runtime container ID acted on (or to create).
 	ID string
-	// Reason explains a Remove.
-	Reason string
+	// Reason explains a Remove or a Kill; Message details a Kill (the
+	// probe's failure).
+	Reason  string
+	Message string
 	// Replace marks a Create that replaces a container of an older spec of
 	// the same pod (removed by the same plan).
 	Replace bool
@@ -110,11 +128,16 @@ type Exit struct {
 	// GaveUp: this exit made the agent give the revision up (see
 	// FailedStartLimit); it is not restarted.
 	GaveUp bool
+	// Unhealthy: the agent stopped the container because a probe
+	// failed.
+	Unhealthy bool
+	// Init: the container is an init container.
+	Init bool
 }
 
 // Plan is the outcome of Diff: what to do, what waits, and the updated
-// history. Actions are ordered: removes, then preparations and
-// replacements, then creates, then starts and restarts.
+// history. Actions are ordered: removes, then kills, then preparations
+// and replacements, then creates, then starts and restarts.
 type Plan struct {
 	Actions []Action
 	Waits   []Wait
@@ -222,11 +245,33 @@ type desiredContainer struct {
 	pod    string
 	spec   schema.Container
 	policy schema.RestartPolicy
+	init   bool
 }
+
+// podContainers returns p's init containers, in order, then its
+// containers.
+func podContainers(p schema.Pod) []schema.Container {
+	return slices.Concat(p.Spec.InitContainers, p.Spec.Containers)
+}
+
+// initPolicy is the restart policy of a pod's init containers: one that
+// fails is retried unless the pod's policy is Never; one that completes
+// is never run again.
+func initPolicy(p schema.RestartPolicy) schema.RestartPolicy {
+	if p == schema.RestartNever {
+		return schema.RestartNever
+	}
+	return schema.RestartOnFailure
+}
+
+// completed reports whether rec is of a container that ran to completion
+// (exit code 0) and is not to run again.
+func completed(rec state.Record) bool { return rec.Done && rec.LastExitCode == 0 }
 
 // diffContainers compares the pods to run with the observed containers
 // and returns the plan that converges them (Actions, Waits, Exits,
-// History, Hashes). It is pure, like Diff.
+// History, Hashes). It is pure, like Diff; probes are what the probes of
+// the running containers say.
 //
 // A container is identified by pod name, container name and pod spec hash
 // (its labels; a pod's Hash when set, its PodSpecHash otherwise).
@@ -241,7 +286,21 @@ type desiredContainer struct {
 // therefore leaves the previous version running, with the new container
 // waiting in ImagePullBackOff, instead of stopping the app and then
 // failing to pull.
-func diffContainers(desired []schema.Pod, observed []runtime.Container, hist state.History, now time.Time, pol Policy) Plan {
+//
+// Init containers run one at a time, in order, each to completion,
+// before the pod's containers are created: an init container is acted on
+// only once every one before it has completed (exit code 0, under the
+// init policy: see initPolicy), and the containers only once all have.
+// A completed init container is never run again while the pod's hash is
+// the same (its record, persisted, says so). Containers held back are
+// left as they are; those of a pod being replaced are prepared (their
+// images pulled) with the rest, before the running version stops.
+//
+// A running container whose liveness or startup probe has failed (for
+// its current run) is killed (a Kill action) and marked Unhealthy in the
+// history: its exit is restarted per the restart policy and crash-loop
+// backoff, whatever its code, unless the policy is Never.
+func diffContainers(desired []schema.Pod, observed []runtime.Container, probes probe.Results, hist state.History, now time.Time, pol Policy) Plan {
 	plan := Plan{History: state.History{}, Hashes: map[string]string{}}
 
 	want := map[state.Key]desiredContainer{}
@@ -253,12 +312,16 @@ func diffContainers(desired []schema.Pod, observed []runtime.Container, hist sta
 		if policy == "" {
 			policy = schema.RestartAlways
 		}
-		for _, c := range p.Spec.Containers {
+		for i, c := range podContainers(p) {
 			k := state.Key{Pod: p.Name, Container: c.Name, Hash: hash}
 			if _, dup := want[k]; dup {
 				continue // validation forbids it; never act twice
 			}
-			want[k] = desiredContainer{pod: p.Name, spec: c, policy: policy}
+			d := desiredContainer{pod: p.Name, spec: c, policy: policy}
+			if i < len(p.Spec.InitContainers) {
+				d.init, d.policy = true, initPolicy(policy)
+			}
+			want[k] = d
 			order = append(order, k)
 		}
 	}
@@ -299,7 +362,8 @@ func diffContainers(desired []schema.Pod, observed []runtime.Container, hist sta
 			removes = append(removes, Action{Kind: Remove, Key: k, ID: c.ID, Reason: ReasonDuplicate})
 		}
 	}
-	var replaces, creates, starts []Action
+	var kills, replaces, creates, starts, held []Action
+	initializing := map[string]bool{} // pods whose init containers have not all completed
 	for _, k := range order {
 		d := want[k]
 		rec := hist[k]
@@ -307,6 +371,16 @@ func diffContainers(desired []schema.Pod, observed []runtime.Container, hist sta
 		c, ok := keep[k]
 		if ok {
 			id = c.ID
+		}
+		if initializing[k.Pod] {
+			// Held back behind an init container.
+			if replaced[k.Pod] && !rec.Prepared {
+				held = append(held, Action{Kind: Prepare, Key: k, ID: id, Container: d.spec})
+			}
+			if rec != (state.Record{}) {
+				plan.History[k] = rec
+			}
+			continue
 		}
 		switch {
 		case !ok:
@@ -329,6 +403,10 @@ func diffContainers(desired []schema.Pod, observed []runtime.Container, hist sta
 				// A start that reported failure (a timeout, say) did start.
 				rec.Failures, rec.RetryAt, rec.Reason, rec.Message = 0, time.Time{}, "", ""
 			}
+			if why := probeFailure(d.spec, c, probes); why != "" {
+				rec.Unhealthy = true
+				kills = append(kills, Action{Kind: Kill, Key: k, ID: id, Reason: ReasonUnhealthy, Message: why})
+			}
 		case c.State == runtime.StateCreated:
 			if rec.RetryAt.After(now) {
 				plan.Waits = append(plan.Waits, Wait{Key: k, ID: id, Until: rec.RetryAt, Reason: backoffReason(rec.Reason)})
@@ -338,6 +416,7 @@ func diffContainers(desired []schema.Pod, observed []runtime.Container, hist sta
 		case c.State == runtime.StateExited:
 			if newExit(rec, c) {
 				rec, plan.Exits = accountExit(rec, c, k, d.policy, now, pol, plan.Exits)
+				plan.Exits[len(plan.Exits)-1].Init = d.init
 			}
 			switch {
 			case rec.Done:
@@ -351,12 +430,16 @@ func diffContainers(desired []schema.Pod, observed []runtime.Container, hist sta
 		default:
 			// StateUnknown: the runtime cannot say; touch nothing.
 		}
+		if d.init && !completed(rec) {
+			initializing[k.Pod] = true
+		}
 		if rec != (state.Record{}) {
 			plan.History[k] = rec
 		}
 	}
-	removes, replaces = holdUnprepared(removes, replaces, plan.History)
+	removes, replaces = holdUnprepared(removes, replaces, held, plan.History)
 	plan.Actions = append(plan.Actions, removes...)
+	plan.Actions = append(plan.Actions, kills...)
 	plan.Actions = append(plan.Actions, replaces...)
 	plan.Actions = append(plan.Actions, creates...)
 	plan.Actions = append(plan.Actions, starts...)
@@ -369,13 +452,15 @@ func diffContainers(desired []schema.Pod, observed []runtime.Container, hist sta
 // actions, or drops them where already prepared. A new container in
 // backoff after a failed preparation is a Wait already, and holds its pod
 // too: a pod is ready to be replaced only when no replacing container is
-// missing from the creates.
-func holdUnprepared(removes, replaces []Action, hist state.History) ([]Action, []Action) {
-	if len(replaces) == 0 && len(removes) == 0 {
+// missing from the creates. held are the Prepare actions of unprepared
+// new containers that init containers hold back: they hold their pod too,
+// and are kept.
+func holdUnprepared(removes, replaces, held []Action, hist state.History) ([]Action, []Action) {
+	if len(replaces) == 0 && len(removes) == 0 && len(held) == 0 {
 		return removes, replaces
 	}
 	ready := map[string]bool{}
-	for _, a := range replaces {
+	for _, a := range slices.Concat(replaces, held) {
 		if _, seen := ready[a.Key.Pod]; !seen {
 			ready[a.Key.Pod] = true
 		}
@@ -408,7 +493,7 @@ func holdUnprepared(removes, replaces []Action, hist state.History) ([]Action, [
 			out = append(out, a)
 		}
 	}
-	return keptRemoves, out
+	return keptRemoves, append(out, held...)
 }
 
 func hasSpecChange(removes []Action, pod string) bool {
@@ -450,14 +535,19 @@ func accountExit(rec state.Record, c runtime.Container, k state.Key, policy sche
 	if known {
 		ranFor = exitAt.Sub(startedAt)
 	}
-	ex := Exit{Key: k, ID: c.ID, Code: c.ExitCode, At: exitAt, Policy: policy, RanFor: ranFor, KnownRun: known, FirstExit: rec.Delay == 0}
+	ex := Exit{Key: k, ID: c.ID, Code: c.ExitCode, At: exitAt, Policy: policy, RanFor: ranFor, KnownRun: known, FirstExit: rec.Delay == 0, Unhealthy: rec.Unhealthy}
+	// A container the agent stopped because a probe failed is restarted
+	// unless the policy is Never, whatever its exit code (a workload that
+	// exits 0 on SIGTERM included), as the kubelet does.
+	restart := ShouldRestart(policy, c.ExitCode) || (rec.Unhealthy && policy != schema.RestartNever)
+	rec.Unhealthy = false
 	rec.ExitSeen = true
 	rec.LastExitCode = c.ExitCode
 	rec.LastExitAt = c.FinishedAt
-	if (!known || ranFor < pol.SteadyAfter) && (c.ExitCode != 0 || ShouldRestart(policy, c.ExitCode)) {
+	if (!known || ranFor < pol.SteadyAfter) && (c.ExitCode != 0 || restart) {
 		rec.FailedStarts++
 	}
-	if ShouldRestart(policy, c.ExitCode) {
+	if restart {
 		rec.Delay = cl.Next(rec.Delay, ranFor, known)
 		rec.NotBefore = exitAt.Add(rec.Delay)
 		rec.Done = false

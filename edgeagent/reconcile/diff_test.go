@@ -198,7 +198,7 @@ func TestDiff(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			hist := tt.hist.Clone()
-			p := Diff(tt.desired, tt.observed, hist, nil, t0, Policy{CrashLoop: cl})
+			p := Diff(tt.desired, tt.observed, nil, hist, nil, t0, Policy{CrashLoop: cl})
 			if got := summary(p); got != tt.want {
 				t.Errorf("plan:\n got %q\nwant %q", got, tt.want)
 			}
@@ -212,12 +212,12 @@ func TestDiff(t *testing.T) {
 func TestDiffIsPureAndIdempotent(t *testing.T) {
 	web := pod("web", schema.RestartAlways, "nginx:1")
 	obs := []runtime.Container{exited(key(web, "c0"), 3, t0)}
-	p1 := Diff([]schema.Pod{web}, obs, state.History{}, nil, t0, Policy{})
+	p1 := Diff([]schema.Pod{web}, obs, nil, state.History{}, nil, t0, Policy{})
 	if len(p1.Exits) != 1 || p1.Exits[0].Code != 3 || !p1.Exits[0].Restart {
 		t.Fatalf("first diff should account the exit once: %+v", p1.Exits)
 	}
 	// Feeding the new history back must not account the same exit again.
-	p2 := Diff([]schema.Pod{web}, obs, p1.History, p1.Rollouts, t0.Add(time.Second), Policy{})
+	p2 := Diff([]schema.Pod{web}, obs, nil, p1.History, p1.Rollouts, t0.Add(time.Second), Policy{})
 	if len(p2.Exits) != 0 {
 		t.Fatalf("exit accounted twice: %+v", p2.Exits)
 	}
@@ -233,7 +233,7 @@ func TestDiffPrunesHistoryOfUndesiredKeys(t *testing.T) {
 	web := pod("web", schema.RestartAlways, "nginx:1")
 	web2 := pod("web", schema.RestartAlways, "nginx:2")
 	hist := state.History{key(web, "c0"): {Restarts: 7}}
-	p := Diff([]schema.Pod{web2}, nil, hist, nil, t0, Policy{})
+	p := Diff([]schema.Pod{web2}, nil, nil, hist, nil, t0, Policy{})
 	if _, ok := p.History[key(web, "c0")]; ok {
 		t.Fatal("record of the old spec kept")
 	}
@@ -345,7 +345,7 @@ func TestPodStatuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			busy := map[string]bool{tt.pod.Name: tt.busy}
-			got := PodStatuses([]schema.Pod{tt.pod}, tt.observed, tt.hist, nil, busy, t0, tt.listErr)
+			got := PodStatuses([]schema.Pod{tt.pod}, tt.observed, nil, tt.hist, nil, busy, t0, tt.listErr)
 			if len(got) != 1 {
 				t.Fatalf("got %d pods", len(got))
 			}

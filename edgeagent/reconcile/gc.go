@@ -172,7 +172,7 @@ func canonicalImage(ref string) string {
 func gcInputs(desired []schema.Pod, observed []runtime.Container, plan Plan) ([]string, []UndoImage) {
 	var needed []string
 	addPod := func(p schema.Pod) {
-		for _, c := range p.Spec.Containers {
+		for _, c := range podContainers(p) {
 			needed = append(needed, c.Image)
 		}
 	}
@@ -191,7 +191,7 @@ func gcInputs(desired []schema.Pod, observed []runtime.Container, plan Plan) ([]
 			addPod(r.Steady.Pod)
 		}
 		if r.Previous != nil {
-			for _, c := range r.Previous.Pod.Spec.Containers {
+			for _, c := range podContainers(r.Previous.Pod) {
 				undo = append(undo, UndoImage{Image: c.Image, Since: r.Previous.Since})
 			}
 		}

@@ -5,15 +5,30 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetmq/fleet/edgeagent/probe"
 	"github.com/fleetmq/fleet/edgeagent/runtime"
 	"github.com/fleetmq/fleet/edgeagent/state"
 	"github.com/fleetmq/fleet/schema"
 )
 
 // PodStatuses derives the status of every desired pod from what the
-// runtime reports, the history and the rollout records. busy names pods
-// whose work is in flight; listErr is set when the runtime could not be
-// listed (every pod is then Unknown). It is pure.
+// runtime reports, what the probes say, the history and the rollout
+// records. busy names pods whose work is in flight; listErr is set when
+// the runtime could not be listed (every pod is then Unknown). It is
+// pure.
+//
+// A running container is ready when it has no readiness or startup
+// probe, or when they say so for its current run; a pod is Ready when
+// every container is running and ready, and its message names the
+// readiness probes that fail ("app: readiness probe failed: tcp
+// 127.0.0.1:8080: connect: connection refused").
+//
+// While a pod's init containers have not all completed, the pod is
+// Pending (Failed once one failed under restartPolicy Never), its
+// containers wait with kubectl's reasons (Init:0/2, Init:Error,
+// Init:CrashLoopBackOff, Init:ImagePullBackOff...), its restarts are
+// those of its init containers, and its message says what holds it back
+// ("init container prepare failed (exit code 1); retrying in 20s").
 //
 // A pod whose desired revision failed to start and that runs its steady
 // revision again is reported with the desired hash, phase Failed, the
@@ -21,17 +36,17 @@ import (
 // "revision HASH8 failed to start (DETAIL); the previous version runs
 // again" (or "...; going back to the previous version" while it does not
 // run yet, followed by what holds it up).
-func PodStatuses(desired []schema.Pod, observed []runtime.Container, hist state.History, rollouts state.Rollouts, busy map[string]bool, now time.Time, listErr error) []schema.PodStatus {
+func PodStatuses(desired []schema.Pod, observed []runtime.Container, probes probe.Results, hist state.History, rollouts state.Rollouts, busy map[string]bool, now time.Time, listErr error) []schema.PodStatus {
 	byKey := observedByKey(observed)
 	out := make([]schema.PodStatus, 0, len(desired))
 	for _, p := range desired {
 		r := rollouts[p.Name]
 		if f := r.Failed; f != nil && r.Steady != nil && f.Hash == podHash(p) && listErr == nil {
-			prev := podStatus(r.Steady.Pod, byKey, hist, busy, now, nil)
+			prev := podStatus(r.Steady.Pod, byKey, probes, hist, busy, now, nil)
 			out = append(out, failedStatus(p, *f, prev))
 			continue
 		}
-		out = append(out, podStatus(p, byKey, hist, busy, now, listErr))
+		out = append(out, podStatus(p, byKey, probes, hist, busy, now, listErr))
 	}
 	return out
 }
@@ -63,13 +78,18 @@ func failedStatus(p schema.Pod, f state.Failure, prev schema.PodStatus) schema.P
 }
 
 // podStatus is the status of pod p.
-func podStatus(p schema.Pod, byKey map[state.Key]runtime.Container, hist state.History, busy map[string]bool, now time.Time, listErr error) schema.PodStatus {
+func podStatus(p schema.Pod, byKey map[state.Key]runtime.Container, probes probe.Results, hist state.History, busy map[string]bool, now time.Time, listErr error) schema.PodStatus {
 	hash := podHash(p)
+	if listErr == nil {
+		if ps, ok := initStatus(p, hash, byKey, hist, busy, now); ok {
+			return ps
+		}
+	}
 	policy := p.Spec.RestartPolicy
 	ps := schema.PodStatus{Name: p.Name, Hash: hash, Containers: make([]schema.ContainerStatus, 0, len(p.Spec.Containers))}
 	var (
-		running, pending, restarting, unknown, failed int
-		msgs                                          []string
+		running, ready, pending, restarting, unknown, failed int
+		msgs                                                 []string
 	)
 	for _, spec := range p.Spec.Containers {
 		k := state.Key{Pod: p.Name, Container: spec.Name, Hash: hash}
@@ -99,6 +119,13 @@ func podStatus(p schema.Pod, byKey map[state.Key]runtime.Container, hist state.H
 			cs.State = schema.ContainerRunning
 			cs.StartedAt = timePtr(c.StartedAt)
 			running++
+			ok, why := containerReady(spec, c, probes)
+			cs.Ready = &ok
+			if ok {
+				ready++
+			} else if why != "" {
+				msgs = append(msgs, spec.Name+": "+why)
+			}
 		case c.State == runtime.StateCreated:
 			cs.State, cs.Reason = schema.ContainerWaiting, ReasonCreating
 			if rec.Failures > 0 && !busy[p.Name] {
@@ -151,7 +178,7 @@ func podStatus(p schema.Pod, byKey map[state.Key]runtime.Container, hist state.H
 	default:
 		ps.Phase = schema.PhasePending
 	}
-	ps.Ready = n > 0 && running == n
+	ps.Ready = n > 0 && ready == n
 	ps.Message = strings.Join(msgs, "; ")
 	return ps
 }
@@ -175,4 +202,54 @@ func timePtr(t time.Time) *time.Time {
 // the status, does not change on every pass.
 func retryMsg(name, reason string, rec state.Record) string {
 	return fmt.Sprintf("%s: %s: %s (next attempt at %s)", name, reason, rec.Message, rec.RetryAt.UTC().Format(time.RFC3339))
+}
+
+// initStatus is the status of pod p while its init containers have not
+// all completed; ok is false once they have (or when it has none).
+func initStatus(p schema.Pod, hash string, byKey map[state.Key]runtime.Container, hist state.History, busy map[string]bool, now time.Time) (ps schema.PodStatus, ok bool) {
+	n := len(p.Spec.InitContainers)
+	var restarts int32
+	for _, ic := range p.Spec.InitContainers {
+		restarts += hist[state.Key{Pod: p.Name, Container: ic.Name, Hash: hash}].Restarts
+	}
+	for i, ic := range p.Spec.InitContainers {
+		k := state.Key{Pod: p.Name, Container: ic.Name, Hash: hash}
+		rec := hist[k]
+		if completed(rec) {
+			continue
+		}
+		// ic holds the pod back.
+		ps = schema.PodStatus{Name: p.Name, Hash: hash, Phase: schema.PhasePending, Restarts: restarts,
+			Containers: make([]schema.ContainerStatus, 0, len(p.Spec.Containers))}
+		reason := fmt.Sprintf("Init:%d/%d", i, n)
+		what := "init container " + ic.Name
+		c, observed := byKey[k]
+		switch {
+		case rec.Done:
+			// Failed under restartPolicy Never: the pod will not run.
+			ps.Phase, reason = schema.PhaseFailed, ReasonInitError
+			ps.Message = fmt.Sprintf("%s failed (exit code %d); restart policy %s", what, rec.LastExitCode, schema.RestartNever)
+		case rec.Failures > 0 && !busy[p.Name]:
+			reason = "Init:" + backoffReason(rec.Reason)
+			ps.Message = retryMsg(what, backoffReason(rec.Reason), rec)
+		case observed && c.State == runtime.StateExited && rec.ExitSeen:
+			if rec.NotBefore.After(now) {
+				reason = ReasonInitCrashLoopBackOff
+				ps.Message = fmt.Sprintf("%s failed (exit code %d); retrying in %s", what, c.ExitCode, rec.Delay)
+			} else {
+				reason = ReasonInitError
+				ps.Message = fmt.Sprintf("%s failed (exit code %d); retrying now", what, c.ExitCode)
+			}
+		case observed && c.State == runtime.StateRunning:
+			ps.Message = fmt.Sprintf("running %s (%d of %d)", what, i+1, n)
+		}
+		for _, spec := range p.Spec.Containers {
+			rec := hist[state.Key{Pod: p.Name, Container: spec.Name, Hash: hash}]
+			ps.Containers = append(ps.Containers, schema.ContainerStatus{
+				Name: spec.Name, Image: spec.Image, State: schema.ContainerWaiting, Reason: reason, Restarts: rec.Restarts,
+			})
+		}
+		return ps, true
+	}
+	return schema.PodStatus{}, false
 }

@@ -29,8 +29,11 @@ import (
 	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/edgeagent/clock"
 	"github.com/fleetmq/fleet/edgeagent/desired"
+	"github.com/fleetmq/fleet/edgeagent/podconfig"
+	"github.com/fleetmq/fleet/edgeagent/probe"
 	"github.com/fleetmq/fleet/edgeagent/runtime"
 	"github.com/fleetmq/fleet/edgeagent/state"
+	"github.com/fleetmq/fleet/edgeagent/volumes"
 	"github.com/fleetmq/fleet/edgeagent/wake"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -99,6 +102,12 @@ type Options struct {
 	MaxParallel int
 	// Seed feeds the jitter (0: random).
 	Seed uint64
+
+	// DeviceKey unseals the desired state's Secrets (*devicekey.Key; nil:
+	// none can be used). Volumes makes the pods' volumes (default: a
+	// volumes.Manager on State's directory). See workload.go.
+	DeviceKey podconfig.Key
+	Volumes   *volumes.Manager
 }
 
 func (o *Options) ensureDefaults() {
@@ -178,7 +187,9 @@ type Reconciler struct {
 	results     chan result
 	workers     sync.WaitGroup
 
-	gc imageGC
+	gc     imageGC
+	wl     *workloads
+	probes *probe.Manager // see probes.go
 
 	exitWake chan struct{}
 	ready    chan struct{}
@@ -231,6 +242,8 @@ func New(o Options) (*Reconciler, error) {
 	if r.hist == nil {
 		r.hist = state.History{}
 	}
+	r.wl = newWorkloads(o)
+	r.probes = newProbes(o)
 	r.rollouts = checkRollouts(r.rollouts, r.log)
 	if d := o.Desired; d != nil && o.Agent.Store == d.Store && o.Agent.AppliedGeneration <= d.Generation {
 		r.observedGen, r.observedStore = o.Agent.AppliedGeneration, o.Agent.Store
@@ -250,6 +263,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 
 	var watch sync.WaitGroup
 	watch.Go(func() { r.watchExits(wctx) })
+	defer r.probes.Close()
 
 	resync := r.o.Clock.NewTimer(r.o.ResyncInterval)
 	defer resync.Stop()
@@ -278,6 +292,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 			return nil
 		case <-r.o.Inbox.Wake():
 		case <-r.exitWake:
+		case <-r.probes.Changed():
 		case res := <-r.results:
 			r.handle(res)
 		case <-resync.C():
@@ -374,18 +389,16 @@ func (r *Reconciler) pass(ctx context.Context) (time.Time, bool) {
 		return time.Time{}, false
 	}
 
-	plan := Diff(r.pods, observed, r.hist, r.rollouts, now, Policy{CrashLoop: r.o.CrashLoop, SteadyAfter: r.o.SteadyAfter})
+	observed = r.beforeDiff(observed)
+	plan := Diff(r.pods, observed, r.probes.Results(), r.hist, r.rollouts, now, Policy{CrashLoop: r.o.CrashLoop, SteadyAfter: r.o.SteadyAfter})
 	if !r.adopted {
 		r.adopted = true
 		r.logAdoption(observed, plan)
 	}
+	r.afterDiff(&plan, observed)
 	r.hist, r.rollouts = plan.History, plan.Rollouts
-	r.wanted = map[state.Key]bool{}
-	for _, p := range plan.Pods {
-		for _, c := range p.Spec.Containers {
-			r.wanted[state.Key{Pod: p.Name, Container: c.Name, Hash: plan.Hashes[p.Name]}] = true
-		}
-	}
+	r.wanted = wantedKeys(plan)
+	r.probes.Sync(probeTargets(plan.Pods, plan.Hashes, observed))
 	for _, ex := range plan.Exits {
 		r.exitEvent(ex)
 	}
@@ -415,6 +428,7 @@ func (r *Reconciler) pass(ctx context.Context) (time.Time, bool) {
 	if converged {
 		// After the status: a collection never delays a report.
 		r.collectImages(ctx, observed, plan, now)
+		r.collectVolumes(observed, plan)
 	}
 	return next, hasNext
 }
@@ -448,7 +462,7 @@ func (r *Reconciler) dispatch(ctx context.Context, plan Plan, now time.Time, wak
 	var groups []*group
 	byPod := map[string]*group{}
 	for _, a := range plan.Actions {
-		if a.Kind == Remove {
+		if a.Kind == Remove || a.Kind == Kill {
 			if rt, ok := r.removeRetry[a.ID]; ok && rt.at.After(now) {
 				wakeAt(rt.at)
 				continue
@@ -527,6 +541,8 @@ func (r *Reconciler) work(ctx context.Context, pod string, actions []Action) res
 			o = r.start(ctx, a)
 		case Prepare:
 			o = r.prepare(ctx, a)
+		case Kill:
+			o = r.kill(ctx, a)
 		}
 		if o.err != nil && ctx.Err() != nil {
 			break // cancelled (shutdown or spec change): not a failure
@@ -539,9 +555,7 @@ func (r *Reconciler) work(ctx context.Context, pod string, actions []Action) res
 func (r *Reconciler) remove(ctx context.Context, a Action) outcome {
 	log := r.log.With("pod", a.Key.Pod, "container", a.Key.Container, "id", a.ID)
 	log.Info("removing container", "reason", a.Reason)
-	sctx, cancel := context.WithTimeout(ctx, r.o.StopTimeout+r.o.OpTimeout)
-	err := r.o.Runtime.Stop(sctx, a.ID, r.o.StopTimeout)
-	cancel()
+	err := r.terminate(ctx, a) // preStop, then the pod's grace period
 	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		log.Warn("stop failed; removing anyway", "err", err)
 	}
@@ -560,11 +574,11 @@ func (r *Reconciler) create(ctx context.Context, a Action) outcome {
 	fail := func(reason string, err error) outcome {
 		return outcome{action: a, err: err, reason: reason, at: r.o.Clock.Now()}
 	}
-	spec, err := ContainerSpec(a.Key, a.ID, a.Container, r.o.State.LogPath(a.Key.Pod, a.Key.Container))
+	spec, err := r.containerSpec(a, true)
 	if err != nil {
 		return fail(ReasonConfigError, err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, r.o.PullTimeout)
+	pctx, cancel := context.WithTimeout(r.pullContext(ctx, a), r.o.PullTimeout)
 	err = r.o.Runtime.EnsureImage(pctx, spec.Image, spec.PullPolicy)
 	cancel()
 	if err != nil {
@@ -596,11 +610,11 @@ func (r *Reconciler) prepare(ctx context.Context, a Action) outcome {
 	fail := func(reason string, err error) outcome {
 		return outcome{action: a, err: err, reason: reason, at: r.o.Clock.Now()}
 	}
-	spec, err := ContainerSpec(a.Key, a.ID, a.Container, r.o.State.LogPath(a.Key.Pod, a.Key.Container))
+	spec, err := r.containerSpec(a, false)
 	if err != nil {
 		return fail(ReasonConfigError, fmt.Errorf("%w; the running version keeps running", err))
 	}
-	pctx, cancel := context.WithTimeout(ctx, r.o.PullTimeout)
+	pctx, cancel := context.WithTimeout(r.pullContext(ctx, a), r.o.PullTimeout)
 	err = r.o.Runtime.EnsureImage(pctx, spec.Image, spec.PullPolicy)
 	cancel()
 	if err != nil {
@@ -611,6 +625,9 @@ func (r *Reconciler) prepare(ctx context.Context, a Action) outcome {
 }
 
 func (r *Reconciler) start(ctx context.Context, a Action) outcome {
+	if err := r.beforeStart(a); err != nil { // volumes, again after a reboot
+		return outcome{action: a, err: err, reason: ReasonConfigError, at: r.o.Clock.Now()}
+	}
 	sctx, cancel := context.WithTimeout(ctx, r.o.OpTimeout)
 	err := r.o.Runtime.Start(sctx, a.ID)
 	cancel()
@@ -634,13 +651,13 @@ func (r *Reconciler) handle(res result) {
 	}
 	for _, o := range res.outcomes {
 		a := o.action
-		if a.Kind == Remove {
+		if a.Kind == Remove || a.Kind == Kill {
 			if o.err != nil {
 				rt := r.removeRetry[a.ID]
 				rt.at = o.at.Add(r.o.Retry.Jittered(rt.failures, r.rnd))
 				rt.failures++
 				r.removeRetry[a.ID] = rt
-				r.log.Warn("remove failed", "pod", a.Key.Pod, "container", a.Key.Container, "err", o.err, "retry_at", rt.at)
+				r.log.Warn(a.Kind.String()+" failed", "pod", a.Key.Pod, "container", a.Key.Container, "err", o.err, "retry_at", rt.at)
 				r.o.Events.Record(schema.EventWarning, o.reason, a.Key.Pod, a.Key.Container, o.err.Error())
 			} else {
 				delete(r.removeRetry, a.ID)
@@ -764,7 +781,7 @@ func (r *Reconciler) report(observed []runtime.Container, now time.Time, listErr
 	for p := range r.busy {
 		busy[p] = true
 	}
-	st.Pods = PodStatuses(r.pods, observed, r.hist, r.rollouts, busy, now, listErr)
+	st.Pods = PodStatuses(r.pods, observed, r.probes.Results(), r.hist, r.rollouts, busy, now, listErr)
 	if listErr != nil {
 		st.Message = "cannot list containers: " + listErr.Error()
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fleetmq/fleet/edgeagent/probe"
 	"github.com/fleetmq/fleet/edgeagent/runtime"
 	"github.com/fleetmq/fleet/edgeagent/state"
 	"github.com/fleetmq/fleet/schema"
@@ -16,7 +17,8 @@ import (
 // The agent remembers, per pod, the last steady revision (state.Rollout).
 //
 // A new desired revision that replaced a steady one has failed to start
-// when one of its containers, before the revision became steady,
+// when one of its containers (init containers included), before the
+// revision became steady,
 //   - failed to start FailedStartLimit times: a failure to create or start
 //     it (CreateContainerError, RunContainerError,
 //     CreateContainerConfigError) or an exit before it had run
@@ -63,7 +65,9 @@ func (p Policy) withDefaults() Policy {
 
 // Diff compares the desired pods with the observed containers and returns
 // the plan that converges them. It is a pure function of its arguments:
-// hist and rollouts are not modified and now is the only notion of time.
+// hist and rollouts are not modified, now is the only notion of time, and
+// probes (what the probes of the running containers say, see probes.go)
+// are an observation like observed.
 //
 // It first picks the pods to run: each desired pod, or its steady
 // revision when the desired revision failed to start (see
@@ -71,11 +75,11 @@ func (p Policy) withDefaults() Policy {
 // then looks for a desired revision that has just failed, in which case
 // it plans the way back to the steady revision instead; and finally
 // records revisions that have become steady.
-func Diff(desired []schema.Pod, observed []runtime.Container, hist state.History, rollouts state.Rollouts, now time.Time, pol Policy) Plan {
+func Diff(desired []schema.Pod, observed []runtime.Container, probes probe.Results, hist state.History, rollouts state.Rollouts, now time.Time, pol Policy) Plan {
 	pol = pol.withDefaults()
 	ro := pruneRollouts(desired, rollouts)
 	pods, back := podsToRun(desired, ro)
-	plan := diffContainers(pods, observed, preparedFallbacks(hist, pods, back), now, pol)
+	plan := diffContainers(pods, observed, probes, preparedFallbacks(hist, pods, back), now, pol)
 
 	var rolled []Rollback
 	for _, p := range desired {
@@ -105,7 +109,7 @@ func Diff(desired []schema.Pod, observed []runtime.Container, hist state.History
 			}
 		}
 		pods, back = podsToRun(desired, ro)
-		plan = diffContainers(pods, observed, preparedFallbacks(plan.History, pods, back), now, pol)
+		plan = diffContainers(pods, observed, probes, preparedFallbacks(plan.History, pods, back), now, pol)
 		plan.Exits = append(exits, plan.Exits...)
 		plan.RolledBack = rolled
 	}
@@ -170,7 +174,7 @@ func preparedFallbacks(hist state.History, pods []schema.Pod, back map[string]bo
 			continue
 		}
 		hash := podHash(p)
-		for _, c := range p.Spec.Containers {
+		for _, c := range podContainers(p) {
 			k := state.Key{Pod: p.Name, Container: c.Name, Hash: hash}
 			rec := out[k]
 			rec.Prepared = true
@@ -183,7 +187,11 @@ func preparedFallbacks(hist state.History, pods []schema.Pod, back map[string]bo
 // revisionFailure reports whether revision hash of p failed to start,
 // judging by its containers' records, and how.
 func revisionFailure(p schema.Pod, hash string, hist state.History, now time.Time) (state.Failure, bool) {
-	for _, c := range p.Spec.Containers {
+	for i, c := range podContainers(p) {
+		what := "container " + c.Name
+		if i < len(p.Spec.InitContainers) {
+			what = "init container " + c.Name
+		}
 		rec := hist[state.Key{Pod: p.Name, Container: c.Name, Hash: hash}]
 		never := rec.Done && rec.LastExitCode != 0 && rec.FailedStarts > 0
 		if rec.FailedStarts < FailedStartLimit && !never {
@@ -193,13 +201,13 @@ func revisionFailure(p schema.Pod, hash string, hist state.History, now time.Tim
 		switch {
 		case rec.Failures > 0 && isStartFailure(rec.Reason):
 			f.Reason = rec.Reason
-			f.Message = fmt.Sprintf("container %s: %s: %s, %s", c.Name, rec.Reason, truncate(rec.Message, 256), times(rec.FailedStarts))
+			f.Message = fmt.Sprintf("%s: %s: %s, %s", what, rec.Reason, truncate(rec.Message, 256), times(rec.FailedStarts))
 		case never:
 			f.Reason, f.ExitCode = ReasonError, rec.LastExitCode
-			f.Message = fmt.Sprintf("container %s: exit code %d, restart policy %s", c.Name, rec.LastExitCode, schema.RestartNever)
+			f.Message = fmt.Sprintf("%s: exit code %d, restart policy %s", what, rec.LastExitCode, schema.RestartNever)
 		default:
 			f.Reason, f.ExitCode = ReasonCrashLoopBackOff, rec.LastExitCode
-			f.Message = fmt.Sprintf("container %s: exit code %d, %s", c.Name, rec.LastExitCode, times(rec.FailedStarts))
+			f.Message = fmt.Sprintf("%s: exit code %d, %s", what, rec.LastExitCode, times(rec.FailedStarts))
 		}
 		return f, true
 	}
@@ -236,11 +244,15 @@ func markSteady(plan *Plan, observed []runtime.Container, back map[string]bool, 
 			continue
 		}
 		steady := true
-		for _, c := range p.Spec.Containers {
+		for i, c := range podContainers(p) {
 			k := state.Key{Pod: p.Name, Container: c.Name, Hash: hash}
 			rec := plan.History[k]
-			if rec.Done && rec.LastExitCode == 0 {
-				continue // completed
+			if completed(rec) {
+				continue
+			}
+			if i < len(p.Spec.InitContainers) {
+				steady = false // an init container that has not completed
+				continue
 			}
 			ctr, ok := byKey[k]
 			if !ok || ctr.State != runtime.StateRunning {

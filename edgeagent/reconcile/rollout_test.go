@@ -196,7 +196,7 @@ func TestDiffRollout(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ro := tt.rollouts.Clone()
-			p := Diff(tt.desired, tt.observed, tt.hist.Clone(), ro, t0, Policy{})
+			p := Diff(tt.desired, tt.observed, nil, tt.hist.Clone(), ro, t0, Policy{})
 			if got := summary(p); got != tt.want {
 				t.Errorf("plan:\n got %q\nwant %q", got, tt.want)
 			}
@@ -242,37 +242,37 @@ func TestDiffSteady(t *testing.T) {
 	}
 	pol := Policy{SteadyAfter: 30 * time.Second}
 
-	p := Diff([]schema.Pod{v1}, []runtime.Container{running(key(v1, "c0"), 10*time.Second)}, nil, nil, t0, pol)
+	p := Diff([]schema.Pod{v1}, []runtime.Container{running(key(v1, "c0"), 10*time.Second)}, nil, nil, nil, t0, pol)
 	if len(p.Steadied) != 0 || !p.SteadyCheck.Equal(t0.Add(20*time.Second)) {
 		t.Fatalf("after 10s: steadied %v, check at %v; want none, check at +20s", p.Steadied, p.SteadyCheck.Sub(t0))
 	}
 	if w, ok := p.NextWake(); !ok || !w.Equal(p.SteadyCheck) {
 		t.Fatalf("NextWake = %v %v, want the steady check", w, ok)
 	}
-	p = Diff([]schema.Pod{v1}, []runtime.Container{running(key(v1, "c0"), 30*time.Second)}, p.History, p.Rollouts, t0, pol)
+	p = Diff([]schema.Pod{v1}, []runtime.Container{running(key(v1, "c0"), 30*time.Second)}, nil, p.History, p.Rollouts, t0, pol)
 	r := p.Rollouts["web"]
 	if len(p.Steadied) != 1 || r.Steady == nil || r.Steady.Pod.Hash != schema.PodSpecHash(v1.Spec) || r.Previous != nil || !r.Steady.Since.Equal(t0) {
 		t.Fatalf("after 30s: %+v", r)
 	}
 	// Steady already: nothing more to do.
-	p = Diff([]schema.Pod{v1}, []runtime.Container{running(key(v1, "c0"), time.Hour)}, p.History, p.Rollouts, t0.Add(time.Hour), pol)
+	p = Diff([]schema.Pod{v1}, []runtime.Container{running(key(v1, "c0"), time.Hour)}, nil, p.History, p.Rollouts, t0.Add(time.Hour), pol)
 	if len(p.Steadied) != 0 || !p.SteadyCheck.IsZero() || p.Rollouts["web"].Steady.Since != t0 {
 		t.Fatalf("steady revision marked again: %+v", p.Rollouts["web"])
 	}
 	// The next revision becomes steady in turn; the first is kept as the
 	// previous one.
-	p = Diff([]schema.Pod{v2}, []runtime.Container{running(key(v2, "c0"), time.Minute)}, p.History, p.Rollouts, t0.Add(2*time.Hour), pol)
+	p = Diff([]schema.Pod{v2}, []runtime.Container{running(key(v2, "c0"), time.Minute)}, nil, p.History, p.Rollouts, t0.Add(2*time.Hour), pol)
 	r = p.Rollouts["web"]
 	if r.Steady.Pod.Hash != schema.PodSpecHash(v2.Spec) || r.Previous == nil || r.Previous.Pod.Hash != schema.PodSpecHash(v1.Spec) {
 		t.Fatalf("after v2 ran: %+v", r)
 	}
 	// Every container must have run SteadyAfter.
-	p = Diff([]schema.Pod{two}, []runtime.Container{running(key(two, "c0"), time.Hour), running(key(two, "c1"), 5*time.Second)}, nil, nil, t0, pol)
+	p = Diff([]schema.Pod{two}, []runtime.Container{running(key(two, "c0"), time.Hour), running(key(two, "c1"), 5*time.Second)}, nil, nil, nil, t0, pol)
 	if len(p.Steadied) != 0 || !p.SteadyCheck.Equal(t0.Add(25*time.Second)) {
 		t.Fatalf("half steady pod: steadied %v, check %v", p.Steadied, p.SteadyCheck.Sub(t0))
 	}
 	// A pod no longer desired is forgotten.
-	if p := Diff(nil, nil, nil, state.Rollouts{"web": {Steady: steadyRev(v1, t0)}}, t0, pol); len(p.Rollouts) != 0 {
+	if p := Diff(nil, nil, nil, nil, state.Rollouts{"web": {Steady: steadyRev(v1, t0)}}, t0, pol); len(p.Rollouts) != 0 {
 		t.Fatalf("rollouts of undesired pods kept: %v", p.Rollouts)
 	}
 }
@@ -288,7 +288,7 @@ func TestPodStatusesAfterRollback(t *testing.T) {
 		Hash: h2, Container: "c0", Reason: ReasonCrashLoopBackOff, ExitCode: 1, Attempts: 3, Message: "container c0: exit code 1, 3 times",
 	}}}
 	obs := []runtime.Container{ctr(key(v1, "c0"), runtime.StateRunning), ctr(key(v1, "c1"), runtime.StateRunning)}
-	got := PodStatuses([]schema.Pod{v2}, obs, nil, ro, nil, t0, nil)[0]
+	got := PodStatuses([]schema.Pod{v2}, obs, nil, nil, ro, nil, t0, nil)[0]
 	want := "revision " + h2[:8] + " failed to start (container c0: exit code 1, 3 times); the previous version runs again"
 	if got.Hash != h2 || got.Phase != schema.PhaseFailed || got.Ready || got.Message != want {
 		t.Fatalf("status = %+v\nwant hash %s, Failed, message %q", got, h2, want)
@@ -300,12 +300,12 @@ func TestPodStatusesAfterRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	// While the previous version is not running yet.
-	got = PodStatuses([]schema.Pod{v2}, nil, nil, ro, map[string]bool{"web": true}, t0, nil)[0]
+	got = PodStatuses([]schema.Pod{v2}, nil, nil, nil, ro, map[string]bool{"web": true}, t0, nil)[0]
 	if got.Phase != schema.PhaseFailed || !strings.HasSuffix(got.Message, "; going back to the previous version") {
 		t.Fatalf("status while going back = %+v", got)
 	}
 	// A failure of another revision is not this one's.
-	got = PodStatuses([]schema.Pod{v1}, obs, nil, ro, nil, t0, nil)[0]
+	got = PodStatuses([]schema.Pod{v1}, obs, nil, nil, ro, nil, t0, nil)[0]
 	if got.Phase != schema.PhaseRunning || !got.Ready || got.Message != "" {
 		t.Fatalf("status of the steady revision = %+v", got)
 	}

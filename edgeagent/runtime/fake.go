@@ -29,12 +29,15 @@ type Fake struct {
 	imageSize  map[string]uint64    // by imageKey
 	disk       DiskSpace
 	imageErr   map[string]error
+	pullCreds  map[string]map[string]Credential // by imageKey: the last pull's
+	stopGrace  map[string]time.Duration         // by ID: the last Stop's timeout
 	crash      map[string]int32
 	listErr    error
 	subs       map[*fakeSub]struct{}
 	created    []ContainerSpec
 	ops        []string
 	calls      FakeCalls
+	exec       ExecHandler // see fake_exec.go
 }
 
 // fakeLogMax bounds the Created and Ops logs: they return the last
@@ -75,6 +78,7 @@ type FakeOptions struct {
 // FakeCalls counts the calls made to a Fake.
 type FakeCalls struct {
 	EnsureImage, Pull, Create, Start, Stop, Remove, List, RemoveImage int
+	Exec                                                              int
 }
 
 type fakeContainer struct {
@@ -102,6 +106,8 @@ func NewFake(o FakeOptions) *Fake {
 		imageSize:  map[string]uint64{},
 		disk:       DiskSpace{Path: "/fake", Total: 64 << 30, Free: 32 << 30},
 		imageErr:   map[string]error{},
+		pullCreds:  map[string]map[string]Credential{},
+		stopGrace:  map[string]time.Duration{},
 		crash:      map[string]int32{},
 		subs:       map[*fakeSub]struct{}{},
 	}
@@ -149,6 +155,24 @@ func (f *Fake) AddImage(image string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.images[imageKey(image)] = true
+}
+
+// LastPullCredentials returns the credentials (WithPullCredentials) the
+// last pull of image carried, and whether it was pulled at all.
+func (f *Fake) LastPullCredentials(image string) (map[string]Credential, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.pullCreds[imageKey(image)]
+	return maps.Clone(c), ok
+}
+
+// LastStopTimeout returns the timeout (SIGTERM to SIGKILL) of the last
+// Stop of container id, and whether it was stopped at all.
+func (f *Fake) LastStopTimeout(id string) (time.Duration, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d, ok := f.stopGrace[id]
+	return d, ok
 }
 
 // HasImage reports whether image is present.
@@ -303,6 +327,7 @@ func (f *Fake) EnsureImage(ctx context.Context, image string, policy schema.Pull
 		return nil
 	}
 	f.calls.Pull++
+	f.pullCreds[k] = maps.Clone(PullCredentials(ctx))
 	if err, ok := f.imageErr[image]; ok {
 		return fmt.Errorf("pull %s: %w: %w", image, ErrImage, err)
 	}
@@ -403,6 +428,17 @@ func cloneSpec(s ContainerSpec) ContainerSpec {
 	s.Env = slices.Clone(s.Env)
 	s.Mounts = slices.Clone(s.Mounts)
 	s.Labels = maps.Clone(s.Labels)
+	s.Devices = slices.Clone(s.Devices)
+	s.CapAdd = slices.Clone(s.CapAdd)
+	s.CapDrop = slices.Clone(s.CapDrop)
+	if s.RunAsUser != nil {
+		u := *s.RunAsUser
+		s.RunAsUser = &u
+	}
+	if s.RunAsGroup != nil {
+		g := *s.RunAsGroup
+		s.RunAsGroup = &g
+	}
 	return s
 }
 
@@ -457,6 +493,7 @@ func (f *Fake) Stop(ctx context.Context, id string, timeout time.Duration) error
 		return fmt.Errorf("stop container %s: %w", id, ErrNotFound)
 	}
 	f.opLocked("stop %s", id)
+	f.stopGrace[id] = timeout
 	if c.state == StateRunning {
 		f.exitLocked(id, c, 143)
 	}

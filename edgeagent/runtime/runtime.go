@@ -91,6 +91,57 @@ type ContainerSpec struct {
 	Labels map[string]string
 	// LogPath receives the container's stdout and stderr; empty discards.
 	LogPath string
+
+	// Devices are device nodes of the host made available in the
+	// container, as docker run --device does.
+	Devices []Device
+	// Privileged gives the process every capability and the container
+	// every host device, as docker run --privileged does.
+	Privileged bool
+	// CapAdd and CapDrop change the default capability set: names with
+	// the CAP_ prefix, in upper case; "ALL" in CapDrop drops every one
+	// (CapAdd is applied after CapDrop).
+	CapAdd, CapDrop []string
+	// RunAsUser and RunAsGroup are the process's user and group IDs; nil
+	// keeps the image's.
+	RunAsUser, RunAsGroup *int64
+	// ReadOnlyRootFS mounts the image's file system read-only.
+	ReadOnlyRootFS bool
+}
+
+// Device is one host device node mapped into a container.
+type Device struct {
+	// HostPath is the node on the host (a symbolic link to one is
+	// followed); ContainerPath where it appears in the container.
+	HostPath, ContainerPath string
+	// Permissions are the device cgroup's: some of r, w and m.
+	Permissions string
+}
+
+// Credential is a user name and password (or token) for one registry.
+type Credential struct {
+	Username, Password string
+}
+
+type pullCredentialsKey struct{}
+
+// WithPullCredentials returns a context whose EnsureImage calls use
+// creds, by registry host as image references write it ("docker.io",
+// "registry.local:5000"), before any the runtime was configured with:
+// the credentials of a pod's imagePullSecrets travel with its pulls, not
+// with the runtime.
+func WithPullCredentials(ctx context.Context, creds map[string]Credential) context.Context {
+	if len(creds) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, pullCredentialsKey{}, creds)
+}
+
+// PullCredentials returns the credentials WithPullCredentials put on ctx
+// (nil for none). Callers must not modify the map.
+func PullCredentials(ctx context.Context) map[string]Credential {
+	c, _ := ctx.Value(pullCredentialsKey{}).(map[string]Credential)
+	return c
 }
 
 // State of a container's task.
@@ -158,4 +209,6 @@ type Runtime interface {
 	RemoveImage(ctx context.Context, image string) error
 	// DiskSpace measures the filesystem that holds the images.
 	DiskSpace(ctx context.Context) (DiskSpace, error)
+	// Exec runs cmd in the running container id (see exec.go).
+	Exec(ctx context.Context, id string, cmd []string, timeout time.Duration) (exitCode int, output []byte, err error)
 }

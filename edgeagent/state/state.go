@@ -97,6 +97,11 @@ type Record struct {
 	// does not restart it excepted. It decides whether a new revision of
 	// the pod never started (reconcile.FailedStartLimit).
 	FailedStarts int32 `json:"failedStarts,omitempty"`
+	// Unhealthy: the agent is stopping the running task because its
+	// liveness or startup probe failed; its exit is then restarted unless
+	// the restart policy is Never, whatever its code. Cleared when that
+	// exit is accounted.
+	Unhealthy bool `json:"unhealthy,omitempty"`
 }
 
 // History maps containers to their records.

@@ -187,7 +187,11 @@ func (r *Runtime) checkSpec(spec runtime.ContainerSpec) ([]oci.SpecOpts, error) 
 	if spec.LogPath != "" && !filepath.IsAbs(spec.LogPath) {
 		return nil, fmt.Errorf("log path %q is not absolute", spec.LogPath)
 	}
-	return opts, nil
+	sec, err := securityOpts(spec)
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, sec...), nil
 }
 
 func containerLabels(spec runtime.ContainerSpec) map[string]string {

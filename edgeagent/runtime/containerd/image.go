@@ -105,7 +105,18 @@ func (r *Runtime) pull(ctx context.Context, image, ref string) error {
 		return fmt.Errorf("pull image %s: %w: %w", image, runtime.ErrImage, err)
 	}
 	log.Info("pulling image")
-	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: r.hosts})
+	hosts := r.hosts
+	if creds := runtime.PullCredentials(ctx); len(creds) > 0 {
+		// A pod's imagePullSecrets: a lookup of its own, never kept.
+		client := newRegistryClient()
+		defer client.CloseIdleConnections()
+		h, err := registryHostsWith(withPullCredentials(r.opts.Registry, creds), client)
+		if err != nil {
+			return fmt.Errorf("pull image %s: %w: %w", image, runtime.ErrImage, err)
+		}
+		hosts = h
+	}
+	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: hosts})
 	_, err := r.client.Pull(ctx, ref,
 		ctrd.WithResolver(resolver),
 		ctrd.WithPullUnpack,

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/remotes/docker"
+
+	"github.com/fleetmq/fleet/edgeagent/runtime"
 )
 
 // RegistryConfig says how pulls reach registries. Hosts are written as in
@@ -35,7 +37,25 @@ type RegistryAuth struct {
 
 // registryHosts turns cfg into the host lookup used by the docker resolver.
 func registryHosts(cfg RegistryConfig) (docker.RegistryHosts, error) {
-	client := &http.Client{Transport: &http.Transport{
+	return registryHostsWith(cfg, newRegistryClient())
+}
+
+// withPullCredentials returns cfg with creds (runtime.WithPullCredentials)
+// put before its own credentials for the same hosts.
+func withPullCredentials(cfg RegistryConfig, creds map[string]runtime.Credential) RegistryConfig {
+	auth := make(map[string]RegistryAuth, len(cfg.Auth)+len(creds))
+	for h, a := range cfg.Auth {
+		auth[h] = a
+	}
+	for h, c := range creds {
+		auth[h] = RegistryAuth{Username: c.Username, Password: c.Password}
+	}
+	cfg.Auth = auth
+	return cfg
+}
+
+func newRegistryClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
 		DialContext: (&net.Dialer{
 			Timeout:   10 * time.Second,
@@ -47,7 +67,10 @@ func registryHosts(cfg RegistryConfig) (docker.RegistryHosts, error) {
 		MaxIdleConns:          10,
 		ExpectContinueTimeout: 5 * time.Second,
 	}}
+}
 
+// registryHostsWith is registryHosts over an HTTP client of the caller's.
+func registryHostsWith(cfg RegistryConfig, client *http.Client) (docker.RegistryHosts, error) {
 	plainHTTP := func(host string) (bool, error) {
 		if slices.Contains(cfg.PlainHTTP, host) {
 			return true, nil

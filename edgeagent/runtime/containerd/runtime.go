@@ -5,6 +5,10 @@
 // "fleet") and carries the runtime.Label* labels; List and Exits ignore
 // everything else in the namespace. Containers run in the host's network
 // namespace with the host's hostname, /etc/hosts and /etc/resolv.conf.
+// Devices, privileged mode, capabilities, user and group and a read-only
+// root map onto the OCI spec as docker run's flags do (security.go); the
+// credentials of runtime.WithPullCredentials go before Options.Registry's
+// for that pull only.
 //
 // Workloads outlive the agent: tasks write their output straight to a log
 // file through the shim (cio.LogFile), so nothing in the task depends on

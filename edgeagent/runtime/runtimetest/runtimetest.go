@@ -18,7 +18,9 @@
 //   - PulledImages lists canonical names; RemoveImage of an image that is
 //     not listed (never pulled, or present before EnsureImage) fails with
 //     ErrNotFound and leaves it usable, of a listed one deletes it;
-//     DiskSpace reports a filesystem with Free <= Total.
+//     DiskSpace reports a filesystem with Free <= Total;
+//   - Exec in an unknown container fails with ErrNotFound, in one that
+//     does not run (never started, or stopped) with ErrNotRunning.
 //
 // Use:
 //
@@ -92,6 +94,7 @@ func RunConfig(t *testing.T, cfg Config) {
 		{"ExitsClosedOnCancel", s.testExitsClosedOnCancel},
 		{"Concurrent", s.testConcurrent},
 		{"Images", s.testImages},
+		{"ExecNotRunning", s.testExecNotRunning},
 	}
 	if cfg.UnavailableImage != "" {
 		tests = append(tests, struct {
@@ -515,5 +518,26 @@ func (s *suite) testUnavailableImage(t *testing.T, rt runtime.Runtime) {
 	}
 	if _, ok := Find(t, rt, "noimage"); ok {
 		t.Error("failed Create left a container")
+	}
+}
+
+func (s *suite) testExecNotRunning(t *testing.T, rt runtime.Runtime) {
+	ctx := s.ctx(t)
+	if _, _, err := rt.Exec(ctx, "nope", []string{"/app"}, time.Second); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("Exec in an unknown container = %v, want ErrNotFound", err)
+	}
+	s.create(t, rt, "noexec")
+	if _, _, err := rt.Exec(ctx, "noexec", []string{"/app"}, time.Second); !errors.Is(err, runtime.ErrNotRunning) {
+		t.Errorf("Exec in a never-started container = %v, want ErrNotRunning", err)
+	}
+	if err := rt.Start(ctx, "noexec"); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	s.awaitState(t, rt, "noexec", runtime.StateRunning)
+	if err := rt.Stop(ctx, "noexec", s.cfg.StopTimeout); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if _, _, err := rt.Exec(ctx, "noexec", []string{"/app"}, time.Second); !errors.Is(err, runtime.ErrNotRunning) {
+		t.Errorf("Exec in a stopped container = %v, want ErrNotRunning", err)
 	}
 }

@@ -21,6 +21,13 @@
 //	serve ADDR         serve HTTP on ADDR ("/" answers "ok"), forever
 //	sleep DURATION     sleep; "forever" blocks until a signal
 //	exit CODE          exit with CODE
+//	id                 print "id: uid=U gid=G groups=G1,G2"
+//	caps               print "caps: CapEff=HEX" (from /proc/self/status)
+//	statfs PATH        print "statfs PATH: type=0xMAGIC bytes=SIZE"; exit 12 if that fails
+//	ls DIR             print "ls DIR: NAME NAME…" (sorted; "ls-error: …" and exit 12 if that fails)
+//	stat PATH          print "stat PATH: char|block|dir|file|link|other MAJOR:MINOR"; exit 12 if that fails
+//	watch PATH         print "watch: CONTENT" now and whenever PATH's content changes, forever
+//	rm PATH            remove PATH; exit 12 if that fails
 //
 // With no arguments the script is taken from the APP_SCRIPT environment
 // variable (space separated). When the script ends the program exits 0.
@@ -163,6 +170,81 @@ func run(script []string) int {
 				return 2
 			}
 			time.Sleep(dur)
+		case "id":
+			groups, _ := os.Getgroups()
+			var gs []string
+			for _, g := range groups {
+				gs = append(gs, strconv.Itoa(g))
+			}
+			fmt.Printf("id: uid=%d gid=%d groups=%s\n", os.Getuid(), os.Getgid(), strings.Join(gs, ","))
+		case "caps":
+			b, err := os.ReadFile("/proc/self/status")
+			if err != nil {
+				fmt.Println("caps-error:", err)
+				return 12
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+					fmt.Println("caps: CapEff=" + strings.TrimSpace(v))
+				}
+			}
+		case "statfs":
+			path := arg()
+			var st syscall.Statfs_t
+			if err := syscall.Statfs(path, &st); err != nil {
+				fmt.Println("statfs-error:", err)
+				return 12
+			}
+			fmt.Printf("statfs %s: type=%#x bytes=%d\n", path, st.Type, uint64(st.Blocks)*uint64(st.Bsize))
+		case "ls":
+			dir := arg()
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				fmt.Println("ls-error:", err)
+				return 12
+			}
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			fmt.Printf("ls %s: %s\n", dir, strings.Join(names, " "))
+		case "stat":
+			path := arg()
+			var st syscall.Stat_t
+			if err := syscall.Lstat(path, &st); err != nil {
+				fmt.Println("stat-error:", err)
+				return 12
+			}
+			kind := map[uint32]string{syscall.S_IFCHR: "char", syscall.S_IFBLK: "block", syscall.S_IFDIR: "dir",
+				syscall.S_IFREG: "file", syscall.S_IFLNK: "link"}[st.Mode&syscall.S_IFMT]
+			if kind == "" {
+				kind = "other"
+			}
+			rdev := uint64(st.Rdev) //nolint:unconvert // 32 bits on some architectures
+			major, minor := (rdev>>8)&0xfff|(rdev>>32)&^0xfff, rdev&0xff|(rdev>>12)&^0xff
+			fmt.Printf("stat %s: %s %d:%d\n", path, kind, major, minor)
+		case "watch":
+			path := arg()
+			last := "\x00"
+			for {
+				b, err := os.ReadFile(path)
+				cur := string(b)
+				if err != nil {
+					cur = "error: " + err.Error()
+				}
+				if cur != last {
+					fmt.Printf("watch: %s\n", cur)
+					last = cur
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		case "rm":
+			path := arg()
+			if err := os.Remove(path); err != nil {
+				fmt.Println("rm-error:", err)
+				return 12
+			}
+			fmt.Println("removed", path)
 		case "exit":
 			code, err := strconv.Atoi(arg())
 			if err != nil {
