@@ -5,10 +5,15 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/fleetmq/fleet/test/sysdeps"
 )
 
 // TestE2ESecrets: a real hub and two real agents on containerd. A
@@ -16,10 +21,11 @@ import (
 // the one device whose pod uses it (sealed to that device's key on the
 // way), with a ConfigMap's keys beside it; a new value replaces that
 // container and gives no other device a new generation; the value never
-// appears in an API answer, the CLI's output, the hub's logs or the hub's
-// store files.
+// appears in an API answer, the CLI's output, the hub's logs, the hub's
+// store files, or any MQTT payload a mosquitto_sub with the hub's own
+// credentials sees on the external broker.
 func TestE2ESecrets(t *testing.T) {
-	f := StartFleet(t, FleetOptions{Agents: 2, Labels: func(i int) map[string]string {
+	f := StartFleet(t, FleetOptions{Agents: 2, Broker: BrokerMosquitto, Labels: func(i int) map[string]string {
 		if i == 0 {
 			return map[string]string{"role": "gw"}
 		}
@@ -27,6 +33,7 @@ func TestE2ESecrets(t *testing.T) {
 	}})
 	value := "e2e-" + randomHex(t, 12)
 	const dep = "e2e-secrets"
+	sniffed := sniffMQTT(t, f)
 	manifest := func(v string) string {
 		return `apiVersion: fleet/v1
 kind: Secret
@@ -113,6 +120,17 @@ spec:
 			t.Error("the hub logged a secret value")
 		}
 	}
+	// On the wire: the sniffer saw the desired states with the sealed
+	// Secret, and never a value.
+	wire := sniffed()
+	if !strings.Contains(wire, `"secrets":[{"name":"e2e-creds"`) {
+		t.Errorf("mosquitto_sub saw no desired state carrying the sealed Secret:\n%.2000s", wire)
+	}
+	for _, v := range []string{value, value2, base64.StdEncoding.EncodeToString([]byte(value)), base64.StdEncoding.EncodeToString([]byte(value2))} {
+		if strings.Contains(wire, v) {
+			t.Errorf("an MQTT payload carries a secret value in clear or base64")
+		}
+	}
 	f.CLI(t, "delete", "deployment", dep)
 	f.AwaitNoContainer(t, "dev-1", dep)
 	f.CLI(t, "delete", "secret", "e2e-creds")
@@ -142,6 +160,51 @@ spec:
 	if fi, err := os.Stat(filepath.Join(f.Hub.DataDir, "secrets.key")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("the store key file: %v %v", fi, err)
 	}
+}
+
+// sniffMQTT runs mosquitto_sub with the hub's credentials on every Fleet
+// topic of the fleet's Mosquitto and returns what it printed so far
+// (topic and payload per line).
+func sniffMQTT(t *testing.T, f *Fleet) func() string {
+	t.Helper()
+	bin, err := sysdeps.Path("mosquitto_sub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(f.Mosquitto.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	cmd := exec.Command(bin, "-h", u.Hostname(), "-p", u.Port(), "-u", "fleet-hub", "-P", f.hubPassword,
+		"-i", "e2e-sniffer", "-v", "-t", "fleet/v1/#")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return out.String
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // environ returns the environment of a process.
