@@ -57,7 +57,7 @@ bench: ## Go benchmarks, then the scale suite at 1,000 and 10,000 agents, embedd
 	$(SCALE) -agents 10000 -broker embedded -runtime-latency 65ms -phases storm -reconnect-at-once -markdown BENCHMARKS.md || status=1; \
 	exit $$status
 
-demo: ## start a local fleet (root): containerd, a hub, three agents; see README
+demo: ## start a local fleet (root): containerd, a hub, three agents; prints the dashboard URL and a read-only token; see README
 	@bash test/demo/demo.sh up
 
 demo-down: ## stop everything `make demo` started

@@ -34,7 +34,9 @@ const (
 
 // Options configure a hub. The zero value works (MQTT on :1883).
 type Options struct {
-	// DataDir holds the store and admin.conf; default ./fleet-data.
+	// DataDir holds the store, admin.conf and secrets.key (the key that
+	// encrypts Secrets in the store: back it up with the store); default
+	// ./fleet-data.
 	DataDir string
 	// HTTPAddr is the API's listen address; default 127.0.0.1:8080. With
 	// port 0 the kernel picks one; admin.conf gets the real address.
@@ -292,8 +294,7 @@ func (h *Hub) newParts() (err error) {
 	if err != nil {
 		return err
 	}
-	h.routes()
-	return nil
+	return h.routes()
 }
 
 // newMetrics creates the hub's metrics, with the fleet gauges read from

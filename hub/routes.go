@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/fleetmq/fleet/hub/api"
+	"github.com/fleetmq/fleet/hub/dashboard"
 	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
@@ -35,14 +36,27 @@ func (v statusView) DeploymentStatusJSON(name string) []byte {
 	return b
 }
 
-// routes adds the hub's own routes to the API.
-func (h *Hub) routes() {
+// routes adds the hub's own routes to the API, and the dashboard's.
+func (h *Hub) routes() error {
 	h.api.Handle("/v1/info", api.Methods{http.MethodGet: h.serveInfo})
 	h.api.Handle("/v1/devices/{name}/events", api.Methods{http.MethodGet: h.serveEvents})
 	h.api.Handle("/v1/events", api.Methods{http.MethodGet: h.serveAllEvents})
 	h.api.Handle("/v1/mosquitto/passwd", api.Methods{http.MethodGet: h.serveMosquitto(true)})
 	h.api.Handle("/v1/mosquitto/acl", api.Methods{http.MethodGet: h.serveMosquitto(false)})
 	h.api.Handle("/metrics", api.Methods{http.MethodGet: h.metrics.Handler().ServeHTTP})
+
+	// The dashboard at /, on the API's listener and tokens. Its live
+	// streams end when the HTTP server closes the listener, first thing
+	// in its shutdown, so that the shutdown does not wait for them.
+	dash, err := dashboard.New(dashboard.Options{
+		Model: h.model, Store: h.store, Logger: h.log.With("component", "dashboard"), Version: h.opts.Version,
+	})
+	if err != nil {
+		return err
+	}
+	dash.Register(h.api)
+	h.ln = dash.StopOnClose(h.ln)
+	return nil
 }
 
 func (h *Hub) hubInfo() schema.HubInfo {

@@ -3,7 +3,8 @@
 # three agents (three pretend Raspberry Pis), then convergence, self-healing
 # and an offline device catching up.
 #
-#   bash test/demo/demo.sh up      # what `make demo` runs (as root)
+#   bash test/demo/demo.sh up      # what `make demo` runs (as root); ends
+#                                  # with the dashboard's URL and a read-only token
 #   bash test/demo/demo.sh status  # what runs, and the fleet's state
 #   bash test/demo/demo.sh down    # what `make demo-down` runs
 #
@@ -275,6 +276,8 @@ up() {
 	self_heal
 	offline_resync
 
+	dashboard_token
+
 	trap - ERR
 	say "The demo keeps running (up in $((SECONDS / 60)) min $((SECONDS % 60)) s). Try:"
 	note "export FLEET_CONFIG=$FLEET_CONFIG"
@@ -286,6 +289,17 @@ up() {
 	note "ctr -a $(socket_path) -n fleet-demo-pi-1 tasks ls"
 	note "logs: $LOGS; PIDs: $PIDS"
 	note "stop and clean everything: make demo-down"
+	say "The dashboard, live in a browser: http://$HTTP_ADDR/"
+	note "sign in with this read-only (monitor) token: $(cat "$DEMO_DIR/dashboard-token")"
+	note "the admin token, which may also pause, undo and restart rollouts, is in $FLEET_CONFIG"
+}
+
+# dashboard_token: a read-only credential for the dashboard, its token
+# kept in $DEMO_DIR/dashboard-token (0600).
+dashboard_token() {
+	(umask 077 && fleet monitor add demo-dashboard -o json |
+		sed -n 's/.*"token": *"\([^"]*\)".*/\1/p' >"$DEMO_DIR/dashboard-token")
+	[ -s "$DEMO_DIR/dashboard-token" ] || die "no dashboard token"
 }
 
 start_agent() {
@@ -360,7 +374,10 @@ status() {
 	for name in $(cut -d' ' -f1 "$PIDS"); do
 		if pid=$(pid_of "$name"); then echo "$name: pid $pid"; else echo "$name: not running"; fi
 	done
-	if pid_of hub >/dev/null; then fleet get devices; fi
+	if pid_of hub >/dev/null; then
+		fleet get devices
+		echo "dashboard: http://$HTTP_ADDR/ (read-only token in $DEMO_DIR/dashboard-token)"
+	fi
 }
 
 down() {

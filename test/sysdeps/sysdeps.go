@@ -49,6 +49,7 @@ var Tools = []Tool{
 	{Name: "qemu-aarch64-static", Package: "qemu-user-static", For: "the arm64 agent and container tests"},
 	{Name: "shellcheck", Package: "shellcheck", For: "linting arm/install.sh"},
 	{Name: "systemd-analyze", Package: "systemd", For: "checking the agent's systemd unit"},
+	{Name: "chromium", Package: "chromium", For: "the dashboard's browser tests (driven by chromedp)"},
 }
 
 var sbin = []string{"/usr/sbin", "/usr/local/sbin", "/sbin"}
