@@ -35,6 +35,7 @@ func TestE2EProbes(t *testing.T) {
 		{"liveness_restarts", e2eLivenessRestarts},
 		{"readiness_not_ready_and_offline", e2eReadinessOffline},
 		{"init_containers_in_order", e2eInitContainers},
+		{"failing_init_container_holds_the_app", e2eInitContainerFails},
 	} {
 		if !t.Run(sc.name, func(t *testing.T) { sc.run(t, f) }) && !e2eHealthy(t, f) {
 			t.Fatalf("the fleet did not recover after %s", sc.name)
@@ -272,5 +273,46 @@ spec:
 	}
 	if strings.Join(started, ",") != "first,second,app" {
 		t.Errorf("started %v, want first, second, app", started)
+	}
+}
+
+// e2eInitContainerFails: an init container that exits 1 holds the app
+// back: no app container is created, and the pod says why, as kubectl
+// shows it (Init:Error or Init:CrashLoopBackOff, and the exit code).
+func e2eInitContainerFails(t *testing.T, f *Fleet) {
+	devs := f.Devices()
+	f.deleteOnCleanup(t, "e2e-init-fails")
+	f.Apply(t, `apiVersion: fleet/v1
+kind: Deployment
+metadata: {name: e2e-init-fails}
+spec:
+  selector: {matchLabels: {fleet/device: `+devs[0]+`}}
+  template:
+    spec:
+      initContainers:
+      - {name: prepare, image: `+f.Image+`, args: [exit, "1"]}
+      containers:
+      - {name: app, image: `+f.Image+`, args: [sleep, forever]}
+`)
+	f.AwaitDevices(t, e2eConverge, "the pod waits for its failing init container", func(d schema.Device) bool {
+		if d.Status == nil {
+			return false
+		}
+		for _, p := range d.Status.Pods {
+			if p.Name != "e2e-init-fails" || p.Phase != schema.PhasePending || p.Ready || !strings.Contains(p.Message, "init container prepare failed (exit code 1)") {
+				continue
+			}
+			for _, c := range p.Containers {
+				if c.Name == "app" && strings.HasPrefix(c.Reason, "Init:") {
+					return true
+				}
+			}
+		}
+		return false
+	}, devs[0])
+	for _, c := range f.Containers(t, devs[0]) {
+		if c.Pod == "e2e-init-fails" && strings.Contains(c.ID, "-app-") {
+			t.Errorf("the app container %s exists although its init container failed", c.ID)
+		}
 	}
 }
