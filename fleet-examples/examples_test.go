@@ -5,6 +5,7 @@ package examples
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/fleetmq/fleet/schema"
@@ -39,5 +40,42 @@ func TestExamplesAreValid(t *testing.T) {
 	}
 	if kinds[schema.KindDeployment] < 4+len(demo) {
 		t.Errorf("got %d example deployments, want at least 4", kinds[schema.KindDeployment])
+	}
+}
+
+// workloadFields are the pod and config fields of real edge workloads
+// (devices, config and secrets, volumes, probes, init containers, ports):
+// each appears in some example, so users find one to copy.
+var workloadFields = []string{
+	"initContainers", "volumes", "terminationGracePeriodSeconds", "imagePullSecrets",
+	"envFrom", "prefix", "valueFrom", "configMapKeyRef", "secretKeyRef", "configMapRef", "secretRef",
+	"volumeMounts", "subPath", "readOnly", "devices", "containerPath", "permissions",
+	"securityContext", "privileged", "capabilities", "runAsUser", "runAsGroup", "readOnlyRootFilesystem",
+	"ports", "containerPort", "protocol",
+	"livenessProbe", "readinessProbe", "startupProbe", "exec", "httpGet", "tcpSocket", "scheme", "httpHeaders",
+	"initialDelaySeconds", "timeoutSeconds", "periodSeconds", "successThreshold", "failureThreshold",
+	"lifecycle", "preStop",
+	"hostPath", "emptyDir", "medium", "sizeLimit", "persistent", "reclaimPolicy",
+	"configMap", "secret", "secretName", "items", "defaultMode", "optional",
+	"stringData", "binaryData",
+}
+
+func TestExamplesShowEveryWorkloadField(t *testing.T) {
+	files, err := filepath.Glob("*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, b...)
+	}
+	for _, k := range workloadFields {
+		if !regexp.MustCompile(`(^|[\s{,-])` + regexp.QuoteMeta(k) + `:`).Match(all) {
+			t.Errorf("no example manifest uses %s", k)
+		}
 	}
 }
