@@ -147,6 +147,8 @@ type Controller struct {
 	recheckAt time.Time
 	// portConds holds each deployment's PortConflict condition (ports.go).
 	portConds map[string]schema.DeploymentCondition
+	// portClashes are the clashes of the last check, by portClash.key.
+	portClashes map[string]bool
 	// cfg holds the ConfigMaps and Secrets the pods use (config.go).
 	cfg *configState
 

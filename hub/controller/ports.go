@@ -39,10 +39,19 @@ func hostPorts(dep *schema.Deployment) []string {
 	return slices.Compact(out)
 }
 
+// portClash is two deployments claiming ports on shared devices.
+type portClash struct {
+	a, b    string // deployment names, a < b
+	ports   []string
+	devices []string
+}
+
+func (p portClash) key() string { return p.a + "\x00" + p.b + "\x00" + strings.Join(p.ports, ",") }
+
 // portConflicts finds, for every deployment, the ports it shares with
-// others on some device, as one condition per deployment. selectNames
-// returns the devices a selector matches, sorted.
-func portConflicts(deps []schema.Deployment, selectNames func(schema.LabelSelector) []string) map[string]schema.DeploymentCondition {
+// others on some device, as one condition per deployment, and the clashes
+// themselves. selectNames returns the devices a selector matches, sorted.
+func portConflicts(deps []schema.Deployment, selectNames func(schema.LabelSelector) []string) (map[string]schema.DeploymentCondition, []portClash) {
 	type claimant struct {
 		dep   *schema.Deployment
 		ports []string
@@ -55,6 +64,7 @@ func portConflicts(deps []schema.Deployment, selectNames func(schema.LabelSelect
 		}
 	}
 	msgs := map[string][]string{}
+	var clashes []portClash
 	for i := range cs {
 		for j := i + 1; j < len(cs); j++ {
 			a, b := &cs[i], &cs[j]
@@ -72,6 +82,11 @@ func portConflicts(deps []schema.Deployment, selectNames func(schema.LabelSelect
 			if len(devices) == 0 {
 				continue
 			}
+			pair := portClash{a: a.dep.Metadata.Name, b: b.dep.Metadata.Name, ports: shared, devices: devices}
+			if pair.b < pair.a {
+				pair.a, pair.b = pair.b, pair.a
+			}
+			clashes = append(clashes, pair)
 			on := strings.Join(devices[:min(len(devices), maxConflictDevices)], ", ")
 			if len(devices) > maxConflictDevices {
 				on += fmt.Sprintf(" and %d more", len(devices)-maxConflictDevices)
@@ -90,7 +105,7 @@ func portConflicts(deps []schema.Deployment, selectNames func(schema.LabelSelect
 			Message: strings.Join(m, "; ") + ": pods use the device's network, so only one of them can listen",
 		}
 	}
-	return out
+	return out, clashes
 }
 
 // intersect returns the strings in both sorted slices, sorted.
@@ -122,7 +137,15 @@ func plural(n int, one, many string) string {
 // deployments whose condition changed (their statuses must be published
 // again). It logs each new conflict once.
 func (c *Controller) updatePortConflicts(deps []schema.Deployment) []string {
-	next := portConflicts(deps, c.selectNames)
+	next, clashes := portConflicts(deps, c.selectNames)
+	seen := make(map[string]bool, len(clashes))
+	for _, p := range clashes {
+		seen[p.key()] = true
+		if !c.portClashes[p.key()] {
+			c.portClashEvents(p)
+		}
+	}
+	c.portClashes = seen
 	var changed []string
 	for name, cond := range next {
 		if prev, ok := c.portConds[name]; !ok || prev.Message != cond.Message {
@@ -138,6 +161,27 @@ func (c *Controller) updatePortConflicts(deps []schema.Deployment) []string {
 	c.portConds = next
 	slices.Sort(changed)
 	return changed
+}
+
+// maxClashEvents bounds the devices one new clash raises an event on.
+const maxClashEvents = 100
+
+// portClashEvents raises a Warning PortConflict event on the devices of a
+// new clash (the first maxClashEvents).
+func (c *Controller) portClashEvents(p portClash) {
+	msg := fmt.Sprintf("port %s claimed by deployments %q and %q: pods use the device's network, so only one of them can listen",
+		strings.Join(p.ports, ", port "), p.a, p.b)
+	now := c.opts.Now()
+	for _, name := range p.devices[:min(len(p.devices), maxClashEvents)] {
+		d, ok := c.model.Device(name)
+		if !ok {
+			continue
+		}
+		c.model.Model().AddHubEvent(name, d.UID, schema.Event{
+			TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindEvent},
+			Device:   name, Time: now, Type: schema.EventWarning, Reason: ConditionPortConflict, Message: msg,
+		})
+	}
 }
 
 // withPortConflict adds the deployment's PortConflict condition, if any,

@@ -37,6 +37,18 @@ func TestControllerReportsHostPortConflicts(t *testing.T) {
 		return strings.Contains(cond("web"), `port 8080/TCP also claimed by deployment "api" on 1 device (pi-1)`) &&
 			strings.Contains(cond("api"), `port 8080/TCP also claimed by deployment "web" on 1 device (pi-1)`)
 	})
+	ev := func(device string) bool {
+		for _, e := range c.model.Model().Events(device, "") {
+			if e.Type == schema.EventWarning && e.Reason == ConditionPortConflict &&
+				strings.Contains(e.Message, `port 8080/TCP claimed by deployments "api" and "web"`) {
+				return true
+			}
+		}
+		return false
+	}
+	if !ev("pi-1") || ev("pi-2") {
+		t.Errorf("PortConflict events: pi-1 %v (want true), pi-2 %v (want false)", ev("pi-1"), ev("pi-2"))
+	}
 	if m := cond("dns"); m != "" {
 		t.Errorf("dns (53/TCP, not 53/UDP) reports a conflict: %s", m)
 	}

@@ -47,6 +47,7 @@ type Model struct {
 	deployments map[string]schema.DeploymentStatus
 	reports     map[string]*report // the ingest's
 	counts      counts
+	eventsKeep  int // the ring size the ingest keeps events in
 }
 
 // New returns an empty model.

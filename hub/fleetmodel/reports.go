@@ -60,16 +60,42 @@ func (m *Model) UpdateReport(name, uid string, update func(r *Report, wasOnline 
 func (m *Model) AddEvent(name, uid string, ev schema.Event, keep int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.eventsKeep = keep
 	r := m.entryLocked(name, uid)
-	if len(r.events) < keep {
-		r.events = append(r.events, ev)
-	} else if keep > 0 {
-		r.events[r.evStart] = ev
-		r.evStart = (r.evStart + 1) % keep
-	}
+	r.addEvent(ev, keep)
 	r.LastSeen = m.now()
 	r.version++
 	m.recountLocked(name)
+}
+
+// AddHubEvent keeps an event the hub itself raises about a device (a
+// host port two deployments claim on it, say) among its recent events,
+// as many as the ingest keeps (32 until it has said). Unlike AddEvent it
+// does not count as hearing from the device.
+func (m *Model) AddHubEvent(name, uid string, ev schema.Event) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	keep := m.eventsKeep
+	if keep <= 0 {
+		keep = defaultEventsKeep
+	}
+	m.entryLocked(name, uid).addEvent(ev, keep)
+	m.reports[name].version++
+}
+
+// defaultEventsKeep is AddHubEvent's ring size before the ingest has said
+// its own.
+const defaultEventsKeep = 32
+
+// addEvent puts ev in the ring of the keep most recent events.
+func (r *report) addEvent(ev schema.Event, keep int) {
+	switch {
+	case len(r.events) < keep && r.evStart == 0:
+		r.events = append(r.events, ev)
+	case len(r.events) > 0:
+		r.events[r.evStart] = ev
+		r.evStart = (r.evStart + 1) % len(r.events)
+	}
 }
 
 // LoadReports adds reports read from the store, for the devices that have
