@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/crypto/nacl/box"
 
+	"github.com/fleetmq/fleet/edgeagent/state"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -119,26 +120,5 @@ func writeFile(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".device.key-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return state.WriteFileAtomic(path, data, 0o600)
 }

@@ -123,43 +123,12 @@ func loadSecretKey(path string, create bool, log *slog.Logger) (*secretKey, erro
 }
 
 // writeKeyFile writes data to path atomically, mode 0600, failing if path
-// exists.
+// exists: two hubs starting at once cannot both create a key.
 func writeKeyFile(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".secrets.key-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	// A hard link fails if path exists: two hubs starting at once cannot
-	// both create a key.
-	if err := os.Link(tmp, path); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
+	return createFileAtomic(path, data, 0o600)
 }
 
 // aad is the additional data of a Secret's sealed parts.
