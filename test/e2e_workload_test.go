@@ -280,7 +280,7 @@ stringData: {password: `+secretValue+`}
 ---
 `+cm("debug"), "apply", "-f", "-")
 	if err != nil {
-		t.Skipf("the hub does not store Secrets and ConfigMaps yet: %v %s", err, errOut)
+		t.Fatalf("apply a Secret and a ConfigMap: %v %s", err, errOut)
 	}
 	if strings.Contains(out+errOut, secretValue) {
 		t.Errorf("fleet apply printed the secret value: %s%s", out, errOut)
