@@ -14,7 +14,9 @@ func TestEvents(t *testing.T) {
 	if r := e.run("", "events"); r.code != 0 || r.stdout != "" || r.stderr != "No events found.\n" {
 		t.Errorf("no events: %+v", r)
 	}
-	t0 := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Second)
+	now := time.Now().UTC().Truncate(time.Second)
+	e.now = func() time.Time { return now }
+	t0 := now.Add(-10 * time.Minute)
 	ev := func(dev string, min int, typ, reason, pod, container, msg string) schema.Event {
 		return schema.Event{Device: dev, Time: t0.Add(time.Duration(min) * time.Minute), Type: typ, Reason: reason, Pod: pod, Container: container, Message: msg}
 	}

@@ -24,7 +24,9 @@ func outputEnv(t *testing.T) *env {
 		return strings.ReplaceAll(y, "site: lab", "site: "+site)
 	}
 	e.ok("", "apply", "-f", e.file("app.yaml", strings.Join([]string{webYAML, dev("pi-1", "lab"), dev("pi-2", "a"), dev("pi-10", "b"), dev("pi-3", "")}, "---\n")))
-	seen := time.Now().Add(-3 * time.Second)
+	now := time.Now()
+	e.now = func() time.Time { return now }
+	seen := now.Add(-3 * time.Second)
 	for name, st := range map[string]*schema.DeviceObservedInfo{
 		"pi-1": {Online: true, LastSeen: &seen, Agent: &schema.AgentInfo{Version: "v1.2.0", Arch: "arm64"},
 			Pods: []schema.PodStatus{{Name: "web", Phase: schema.PhaseRunning, Ready: true}}},

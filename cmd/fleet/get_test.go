@@ -13,7 +13,9 @@ import (
 func TestGetTables(t *testing.T) {
 	e := newEnv(t)
 	e.ok("", "apply", "-f", e.file("app.yaml", webYAML+"---\n"+deviceYAML))
-	seen := time.Now().Add(-3 * time.Second)
+	now := time.Now()
+	e.now = func() time.Time { return now }
+	seen := now.Add(-3 * time.Second)
 	if err := e.hub.SetDeviceStatus("pi-1", &schema.DeviceObservedInfo{
 		Online: true, LastSeen: &seen, ObservedGeneration: 2, DesiredGeneration: 2, Converged: true,
 		Agent: &schema.AgentInfo{Version: "v1.0.0", OS: "linux", Arch: "arm64"},
@@ -158,8 +160,10 @@ func TestGetPods(t *testing.T) {
 	if r := e.run("", "get", "pods"); r.code != 0 || r.stdout != "" || r.stderr != "No resources found.\n" {
 		t.Errorf("no reports yet: %+v", r)
 	}
-	seen := time.Now().Add(-3 * time.Second)
-	started := time.Now().Add(-5 * time.Minute)
+	now := time.Now()
+	e.now = func() time.Time { return now }
+	seen := now.Add(-3 * time.Second)
+	started := now.Add(-5 * time.Minute)
 	for name, st := range map[string]*schema.DeviceObservedInfo{
 		"pi-1": {Online: true, LastSeen: &seen, Pods: []schema.PodStatus{{Name: "web", Phase: schema.PhaseRunning, Ready: true,
 			Containers: []schema.ContainerStatus{{Name: "nginx", Image: "nginx:1.25", State: schema.ContainerRunning, StartedAt: &started}}}}},

@@ -61,6 +61,9 @@ type env struct {
 	dir string
 	// vars is the environment the CLI sees.
 	vars map[string]string
+	// now, if set, is the CLI's clock (ages), so that a test's expected
+	// ages do not depend on how long it ran.
+	now func() time.Time
 }
 
 func newEnv(t *testing.T) *env {
@@ -106,6 +109,7 @@ func (e *env) runCtx(ctx context.Context, stdin string, args ...string) result {
 		in: strings.NewReader(stdin), out: &out, err: &errb,
 		getenv:  func(k string) string { return e.vars[k] },
 		workDir: e.dir,
+		now:     e.now,
 	})
 	printError(&errb, err)
 	return result{stdout: out.String(), stderr: errb.String(), code: exitCode(err)}
