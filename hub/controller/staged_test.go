@@ -287,6 +287,7 @@ func TestControllerStagedRollout(t *testing.T) {
 	h4 := hashOf(t, v4)
 	apply(t, f.st, v4)
 	f.await("v4 on one device", func(hs []string, rs *schema.RolloutStatus) bool { return count(hs, h4) == 1 })
+	canary := slices.Index(f.hashes(), h4)
 	f.reportAll(h4)
 	f.await("v4 on half", func(hs []string, rs *schema.RolloutStatus) bool { return count(hs, h4) == 5 && rs.Step == 2 })
 	before := f.hashes()
@@ -301,11 +302,16 @@ func TestControllerStagedRollout(t *testing.T) {
 	// A device on v4 that never becomes Ready fails at the progress
 	// deadline, counted from when it was given v4 (persisted across the
 	// restart): with one failure the rollout goes on.
-	f.reportAll(h4)
-	var stuck int
+	// Every device of the wave reports v4 Ready but one (not the canary,
+	// Ready since the first wave), which stays Pending.
+	stuck := -1
 	for i, h := range f.hashes() {
-		if h == h4 {
+		switch {
+		case h != h4:
+		case stuck < 0 && i != canary:
 			stuck = i
+		default:
+			f.report(i, h4, "")
 		}
 	}
 	f.status.set(f.name(stuck), &schema.DeviceStatus{Device: f.name(stuck), Pods: []schema.PodStatus{{Name: "web", Hash: h4, Phase: schema.PhasePending}}})
