@@ -352,6 +352,9 @@ func TestWorkloadDevices(t *testing.T) {
 			t.Errorf("event %q", ev)
 		}
 		if os.Geteuid() != 0 {
+			if os.Getenv("FLEET_REQUIRE_CONTAINERD") == "1" {
+				t.Fatal("making a device node under /dev needs root, and FLEET_REQUIRE_CONTAINERD=1 asks for every root test")
+			}
 			t.Skip("making a device node under /dev needs root")
 		}
 		if err := os.Symlink("/dev/null", node); err != nil {
