@@ -15,9 +15,9 @@ import (
 // it can match is allowed.
 //
 //   - RoleHub may do anything.
-//   - RoleDevice may subscribe to exactly {prefix}/devices/{self}/desired (no
-//     wildcards at all) and publish only to its own status, online and events
-//     topics. A device whose name is not a valid device name may do nothing.
+//   - RoleDevice may subscribe to exactly {prefix}/devices/{self}/desired
+//     and {prefix}/devices/{self}/requests (no wildcards at all) and publish
+//     only to its own status, online, events and responses topics. A device whose name is not a valid device name may do nothing.
 //   - RoleMonitor may subscribe to {prefix}/devices/{device|+}/{status|online|events}
 //     and {prefix}/deployments/{name|+}/status, and publishes nothing.
 //   - RoleBootstrap may publish only to {prefix}/enroll/{request}/request and
@@ -38,11 +38,13 @@ func Allowed(topics schema.Topics, id Identity, topic string, write bool) bool {
 			return false // also keeps '+', '#' and '/' out of the topics below
 		}
 		if !write {
-			return topic == topics.Device(id.Name, schema.TopicDesired)
+			return topic == topics.Device(id.Name, schema.TopicDesired) ||
+				topic == topics.Device(id.Name, schema.TopicRequests)
 		}
 		return topic == topics.Device(id.Name, schema.TopicStatus) ||
 			topic == topics.Device(id.Name, schema.TopicOnline) ||
-			topic == topics.Device(id.Name, schema.TopicEvents)
+			topic == topics.Device(id.Name, schema.TopicEvents) ||
+			topic == topics.Device(id.Name, schema.TopicResponses)
 	case RoleBootstrap:
 		if schema.ValidateRequestID(id.Request) != nil {
 			return false // also keeps wildcards and '/' out of the topics

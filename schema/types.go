@@ -815,4 +815,15 @@ type Event struct {
 	Container string `json:"container,omitempty"`
 	// Message says what happened, for people; at most 4096 characters.
 	Message string `json:"message,omitempty"`
+	// ExitCode is the exit code of the container an event is about, when
+	// it exited (reasons Exited, BackOff).
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// LogTail is a crash report: the last lines of the container's log
+	// (at most MaxCrashLogLines lines and MaxCrashLogBytes bytes), on an
+	// event about a container that exited with a code other than 0 or
+	// entered backoff.
+	LogTail string `json:"logTail,omitempty"`
+	// Dropped counts the events the device dropped before this one
+	// because its queue was full while it was offline.
+	Dropped int `json:"dropped,omitempty"`
 }

@@ -769,5 +769,11 @@ func ValidateEvent(e *Event) error {
 	if len(e.Message) > 4096 {
 		errs.add("message", "at most 4096 characters")
 	}
+	if len(e.LogTail) > MaxCrashLogBytes {
+		errs.add("logTail", "at most %d bytes", MaxCrashLogBytes)
+	}
+	if e.Dropped < 0 {
+		errs.add("dropped", "must not be negative")
+	}
 	return errs.err(KindEvent, e.Device)
 }

@@ -1,0 +1,421 @@
+package schema
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Requests to devices: logs, exec and live metrics travel over MQTT as
+// request/response, so that they reach a device behind any NAT through
+// the session it already keeps.
+//
+//	{prefix}/devices/{device}/requests   hub → device, QoS 1, not retained
+//	{prefix}/devices/{device}/responses  device → hub, QoS 1, not retained
+//
+// Only the hub may publish requests; only the device may read its own
+// requests topic and publish on its own responses topic (broker.Allowed).
+// The monitor role sees neither.
+//
+// One operation is one request ID (RequestIDBytes random bytes in hex,
+// chosen by the hub). The hub sends a Request with Op logs, exec or top;
+// then, for streams, further Requests with the same ID: ack (flow
+// control), stdin, resize and cancel. The device answers with Responses
+// carrying the same ID and a sequence number Seq counting from 1; the
+// last one has Done set (with ExitCode for exec, or Error).
+//
+// Flow control is credit-based: the device may have at most
+// Request.Window (default DefaultRequestWindow) responses with data that
+// the hub has not acknowledged (Seq > the last Ack); each carries at most
+// MaxChunkBytes of data. The hub acknowledges what it has passed on to
+// its client, so a slow reader (a CLI on a bad link) stops the device
+// instead of filling the hub's memory or the broker's queues. The hub
+// repeats its last ack every RequestKeepalive while a stream is open,
+// which also tells the device that somebody still reads: a stream that
+// hears nothing for RequestLease is cancelled by the device. The device
+// resends nothing; a publish that fails while it is disconnected is
+// retried, so responses may arrive twice and the hub drops any Seq it
+// has seen.
+//
+// A request past its Deadline is dropped by the device without answer.
+
+// Topic kinds for requests to devices.
+const (
+	TopicRequests  = "requests"
+	TopicResponses = "responses"
+)
+
+// Kinds of the request/response payloads.
+const (
+	KindRequest  = "Request"
+	KindResponse = "Response"
+)
+
+// Request operations.
+const (
+	OpLogs   = "logs"   // read or follow a container's log
+	OpExec   = "exec"   // run a command in a running container
+	OpTop    = "top"    // measure the device and its containers now
+	OpAck    = "ack"    // flow control: every Seq ≤ Ack was consumed
+	OpStdin  = "stdin"  // exec input (Data; EOF closes it)
+	OpResize = "resize" // exec terminal size (Size)
+	OpCancel = "cancel" // stop the operation; the device answers Done
+)
+
+// Limits and timings of the request protocol.
+const (
+	// RequestIDBytes is the number of random bytes in a request ID.
+	RequestIDBytes = 16
+	// MaxChunkBytes bounds Response.Data and Request.Data.
+	MaxChunkBytes = 16 << 10
+	// DefaultRequestWindow is the number of unacknowledged data responses
+	// a device may have in flight for one request.
+	DefaultRequestWindow = 8
+	// MaxRequestWindow bounds Request.Window.
+	MaxRequestWindow = 64
+	// RequestKeepalive is how often the hub repeats its ack on an open
+	// stream.
+	RequestKeepalive = 10 * time.Second
+	// RequestLease is how long a device keeps a stream open without
+	// hearing from the hub.
+	RequestLease = 45 * time.Second
+	// MaxConcurrentRequests bounds the operations a device runs at once;
+	// it refuses more with CodeTooManyRequests.
+	MaxConcurrentRequests = 8
+	// MaxCrashLogBytes and MaxCrashLogLines bound Event.LogTail.
+	MaxCrashLogBytes = 8 << 10
+	MaxCrashLogLines = 50
+)
+
+// Request is a message from the hub to one device.
+type Request struct {
+	TypeMeta `json:",inline"`
+	// ID names the operation: RequestIDBytes random bytes, lower-case hex.
+	ID string `json:"id"`
+	// Device is the device the request is for; a device ignores requests
+	// for another.
+	Device string `json:"device"`
+	// Op is one of the Op constants.
+	Op string `json:"op"`
+	// Deadline: a device drops a logs, exec or top request it receives
+	// after this time. Zero means no deadline.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Window is the flow-control window of a stream (logs, exec); 0 means
+	// DefaultRequestWindow.
+	Window int `json:"window,omitempty"`
+	// Logs are the options of a logs request.
+	Logs *LogOptions `json:"logs,omitempty"`
+	// Exec are the options of an exec request.
+	Exec *ExecOptions `json:"exec,omitempty"`
+	// Ack (op ack) is the highest Seq the hub has consumed.
+	Ack int64 `json:"ack,omitempty"`
+	// Data (op stdin) is input for the process, at most MaxChunkBytes.
+	Data []byte `json:"data,omitempty"`
+	// EOF (op stdin) closes the process's input after Data.
+	EOF bool `json:"eof,omitempty"`
+	// Size (op resize) is the new terminal size.
+	Size *TermSize `json:"size,omitempty"`
+}
+
+// LogOptions select what a logs request returns, as kubectl logs does.
+type LogOptions struct {
+	// Pod and Container name the container; Container may be empty when
+	// the pod has one container.
+	Pod       string `json:"pod"`
+	Container string `json:"container,omitempty"`
+	// TailLines returns only the last N lines (nil: all).
+	TailLines *int64 `json:"tailLines,omitempty"`
+	// SinceSeconds returns only lines written in the last N seconds.
+	SinceSeconds int64 `json:"sinceSeconds,omitempty"`
+	// Timestamps prefixes each line with its time (RFC 3339, nanoseconds).
+	Timestamps bool `json:"timestamps,omitempty"`
+	// Follow keeps the stream open and sends new lines as they come.
+	Follow bool `json:"follow,omitempty"`
+	// Previous returns the log of the container's previous run.
+	Previous bool `json:"previous,omitempty"`
+	// LimitBytes stops after this many bytes (0: no limit).
+	LimitBytes int64 `json:"limitBytes,omitempty"`
+}
+
+// ExecOptions describe a command run in a container.
+type ExecOptions struct {
+	Pod       string   `json:"pod"`
+	Container string   `json:"container,omitempty"`
+	Command   []string `json:"command"`
+	// TTY runs the command with a terminal (stdout and stderr merged).
+	TTY bool `json:"tty,omitempty"`
+	// Stdin attaches the process's input to op stdin requests.
+	Stdin bool `json:"stdin,omitempty"`
+	// Size is the initial terminal size (TTY only).
+	Size *TermSize `json:"size,omitempty"`
+}
+
+// TermSize is a terminal's size in characters.
+type TermSize struct {
+	Cols uint16 `json:"cols"`
+	Rows uint16 `json:"rows"`
+}
+
+// Response streams.
+const (
+	StreamStdout = "stdout" // exec output (and a TTY's)
+	StreamStderr = "stderr" // exec error output
+	StreamLog    = "log"    // log lines
+)
+
+// Error codes of a failed request (Response.Code).
+const (
+	CodeBadRequest      = "BadRequest"      // malformed or impossible request
+	CodeNotFound        = "NotFound"        // no such pod, container or log
+	CodeNotRunning      = "NotRunning"      // exec on a container that does not run
+	CodeTooManyRequests = "TooManyRequests" // the device runs MaxConcurrentRequests already
+	CodeTimeout         = "Timeout"         // the device gave up (lease expired)
+	CodeUnavailable     = "Unavailable"     // the device cannot do it (no runtime, no exec)
+	CodeInternal        = "Internal"        // anything else
+)
+
+// Response is a message from a device answering a Request.
+type Response struct {
+	TypeMeta `json:",inline"`
+	ID       string `json:"id"`
+	Device   string `json:"device"`
+	// Seq counts the responses to one request from 1.
+	Seq int64 `json:"seq"`
+	// Stream is the stream Data belongs to (Stream constants).
+	Stream string `json:"stream,omitempty"`
+	// Data is at most MaxChunkBytes of output.
+	Data []byte `json:"data,omitempty"`
+	// Top is the answer to a top request.
+	Top *TopReport `json:"top,omitempty"`
+	// Done ends the operation; nothing follows it.
+	Done bool `json:"done,omitempty"`
+	// ExitCode is the exit code of an exec'd command (with Done).
+	ExitCode *int `json:"exitCode,omitempty"`
+	// Code and Error say why the operation failed (with Done).
+	Code  string `json:"code,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// TopReport is one measurement of a device and its containers.
+type TopReport struct {
+	TypeMeta `json:",inline"`
+	Device   string    `json:"device"`
+	Time     time.Time `json:"time"`
+	// Node describes the device as a whole.
+	Node NodeMetrics `json:"node"`
+	// Containers are the managed containers that run.
+	Containers []ContainerMetrics `json:"containers,omitempty"`
+	// Stale is set by the hub on a report it answers from memory because
+	// the device did not answer (offline, or too slow).
+	Stale bool `json:"stale,omitempty"`
+}
+
+// NodeMetrics are a device's figures. A figure the device cannot read
+// is left out.
+type NodeMetrics struct {
+	// Load1, Load5 and Load15 are the load averages.
+	Load1  float64 `json:"load1"`
+	Load5  float64 `json:"load5"`
+	Load15 float64 `json:"load15"`
+	// CPUs is the number of CPUs online.
+	CPUs int `json:"cpus,omitempty"`
+	// MemoryTotalBytes and MemoryAvailableBytes are from /proc/meminfo.
+	MemoryTotalBytes     uint64 `json:"memoryTotalBytes,omitempty"`
+	MemoryAvailableBytes uint64 `json:"memoryAvailableBytes,omitempty"`
+	// StateDisk is the file system of the agent's state directory,
+	// ImageDisk that of the runtime's images.
+	StateDisk *DiskMetrics `json:"stateDisk,omitempty"`
+	ImageDisk *DiskMetrics `json:"imageDisk,omitempty"`
+	// UptimeSeconds is how long the device has been up.
+	UptimeSeconds int64 `json:"uptimeSeconds,omitempty"`
+	// TemperatureCelsius is the SoC's temperature
+	// (/sys/class/thermal/thermal_zone0), nil where there is none.
+	TemperatureCelsius *float64 `json:"temperatureCelsius,omitempty"`
+	// Throttled is a Raspberry Pi's `vcgencmd get_throttled` value
+	// ("0x0": never throttled), empty elsewhere; ThrottledFlags names its
+	// bits (under-voltage, arm-frequency-capped, throttled,
+	// soft-temp-limit, each "-now" or "-occurred").
+	Throttled      string   `json:"throttled,omitempty"`
+	ThrottledFlags []string `json:"throttledFlags,omitempty"`
+}
+
+// DiskMetrics describe one file system.
+type DiskMetrics struct {
+	Path       string `json:"path"`
+	TotalBytes uint64 `json:"totalBytes"`
+	FreeBytes  uint64 `json:"freeBytes"`
+}
+
+// ContainerMetrics are one running container's figures, from its cgroup.
+type ContainerMetrics struct {
+	Pod       string `json:"pod"`
+	Container string `json:"container"`
+	// CPUUsageNanos is the CPU time used since the container started;
+	// CPUMillicores the rate over the last interval the device measured
+	// (nil on the first measurement).
+	CPUUsageNanos uint64 `json:"cpuUsageNanos"`
+	CPUMillicores *int64 `json:"cpuMillicores,omitempty"`
+	// MemoryBytes is the memory in use (cgroup memory.current or
+	// usage_in_bytes), MemoryWorkingSetBytes that minus inactive file
+	// pages (what kubectl top shows), MemoryLimitBytes the limit (0: none).
+	MemoryBytes           uint64 `json:"memoryBytes"`
+	MemoryWorkingSetBytes uint64 `json:"memoryWorkingSetBytes"`
+	MemoryLimitBytes      uint64 `json:"memoryLimitBytes,omitempty"`
+	// PIDs is the number of processes.
+	PIDs uint64 `json:"pids,omitempty"`
+}
+
+// CrashReport is what the hub keeps of a container's last crash: the
+// event that reported it and the last lines of its log.
+type CrashReport struct {
+	Device    string    `json:"device"`
+	Pod       string    `json:"pod"`
+	Container string    `json:"container"`
+	Time      time.Time `json:"time"`
+	Reason    string    `json:"reason"`
+	Message   string    `json:"message,omitempty"`
+	ExitCode  *int32    `json:"exitCode,omitempty"`
+	LogTail   string    `json:"logTail"`
+}
+
+// ValidateRequestIDHex checks a request ID: RequestIDBytes bytes in
+// lower-case hex.
+func ValidateRequestIDHex(id string) error {
+	if len(id) != 2*RequestIDBytes {
+		return fmt.Errorf("id: want %d hex digits, got %d characters", 2*RequestIDBytes, len(id))
+	}
+	for _, c := range id {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return fmt.Errorf("id %q: want lower-case hex", id)
+		}
+	}
+	return nil
+}
+
+// DecodeRequest decodes and checks a request payload. It never panics.
+func DecodeRequest(payload []byte) (*Request, error) {
+	var r Request
+	if err := json.Unmarshal(payload, &r); err != nil { // unknown fields pass: additions stay compatible
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	if r.APIVersion != APIVersion || r.Kind != KindRequest {
+		return nil, fmt.Errorf("request: apiVersion/kind: want %s %s, got %q %q", APIVersion, KindRequest, r.APIVersion, r.Kind)
+	}
+	if err := ValidateRequestIDHex(r.ID); err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	if err := ValidateName(r.Device); err != nil {
+		return nil, fmt.Errorf("request: device: %w", err)
+	}
+	if len(r.Data) > MaxChunkBytes {
+		return nil, fmt.Errorf("request: data: %d bytes, at most %d", len(r.Data), MaxChunkBytes)
+	}
+	if r.Window < 0 || r.Window > MaxRequestWindow {
+		return nil, fmt.Errorf("request: window: %d, want 0..%d", r.Window, MaxRequestWindow)
+	}
+	switch r.Op {
+	case OpLogs:
+		if r.Logs == nil {
+			return nil, errors.New("request: logs: required for op logs")
+		}
+		if err := r.Logs.validate(); err != nil {
+			return nil, fmt.Errorf("request: logs.%w", err)
+		}
+	case OpExec:
+		if r.Exec == nil {
+			return nil, errors.New("request: exec: required for op exec")
+		}
+		if err := r.Exec.validate(); err != nil {
+			return nil, fmt.Errorf("request: exec.%w", err)
+		}
+	case OpResize:
+		if r.Size == nil {
+			return nil, errors.New("request: size: required for op resize")
+		}
+	case OpTop, OpAck, OpStdin, OpCancel:
+	default:
+		return nil, fmt.Errorf("request: op: unsupported value %q", r.Op)
+	}
+	if r.Ack < 0 {
+		return nil, fmt.Errorf("request: ack: %d is negative", r.Ack)
+	}
+	return &r, nil
+}
+
+func (o *LogOptions) validate() error {
+	if err := ValidateName(o.Pod); err != nil {
+		return fmt.Errorf("pod: %w", err)
+	}
+	if o.Container != "" {
+		if err := ValidateName(o.Container); err != nil {
+			return fmt.Errorf("container: %w", err)
+		}
+	}
+	if o.TailLines != nil && *o.TailLines < 0 {
+		return fmt.Errorf("tailLines: %d is negative", *o.TailLines)
+	}
+	if o.SinceSeconds < 0 {
+		return fmt.Errorf("sinceSeconds: %d is negative", o.SinceSeconds)
+	}
+	if o.LimitBytes < 0 {
+		return fmt.Errorf("limitBytes: %d is negative", o.LimitBytes)
+	}
+	return nil
+}
+
+func (o *ExecOptions) validate() error {
+	if err := ValidateName(o.Pod); err != nil {
+		return fmt.Errorf("pod: %w", err)
+	}
+	if o.Container != "" {
+		if err := ValidateName(o.Container); err != nil {
+			return fmt.Errorf("container: %w", err)
+		}
+	}
+	if len(o.Command) == 0 || o.Command[0] == "" {
+		return errors.New("command: required")
+	}
+	n := 0
+	for i, a := range o.Command {
+		if strings.ContainsRune(a, 0) || !utf8.ValidString(a) {
+			return fmt.Errorf("command[%d]: not valid text", i)
+		}
+		n += len(a)
+	}
+	if n > 64<<10 {
+		return fmt.Errorf("command: %d bytes, at most 64 KiB", n)
+	}
+	return nil
+}
+
+// DecodeResponse decodes and checks a response payload. It never panics.
+func DecodeResponse(payload []byte) (*Response, error) {
+	var r Response
+	if err := json.Unmarshal(payload, &r); err != nil { // unknown fields pass: additions stay compatible
+		return nil, fmt.Errorf("response: %w", err)
+	}
+	if r.APIVersion != APIVersion || r.Kind != KindResponse {
+		return nil, fmt.Errorf("response: apiVersion/kind: want %s %s, got %q %q", APIVersion, KindResponse, r.APIVersion, r.Kind)
+	}
+	if err := ValidateRequestIDHex(r.ID); err != nil {
+		return nil, fmt.Errorf("response: %w", err)
+	}
+	if err := ValidateName(r.Device); err != nil {
+		return nil, fmt.Errorf("response: device: %w", err)
+	}
+	if r.Seq < 1 {
+		return nil, fmt.Errorf("response: seq: %d, want ≥ 1", r.Seq)
+	}
+	if len(r.Data) > MaxChunkBytes {
+		return nil, fmt.Errorf("response: data: %d bytes, at most %d", len(r.Data), MaxChunkBytes)
+	}
+	switch r.Stream {
+	case "", StreamStdout, StreamStderr, StreamLog:
+	default:
+		return nil, fmt.Errorf("response: stream: unsupported value %q", r.Stream)
+	}
+	return &r, nil
+}
