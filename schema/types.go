@@ -800,6 +800,10 @@ const (
 // Event is published (not retained) on fleet/v1/devices/{device}/events.
 type Event struct {
 	TypeMeta `json:",inline"`
+	// ID is unique per event (random, from the device): an event
+	// delivered twice (a QoS 1 publish repeated after a reconnect) is
+	// kept once. Empty on events from agents before it was added.
+	ID string `json:"id,omitempty"`
 	// Device is the name of the device the event happened on.
 	Device string `json:"device"`
 	// Time is when the agent recorded the event, an RFC 3339 time.
