@@ -32,6 +32,7 @@ import (
 	"github.com/fleetmq/fleet/edgeagent/runtime"
 	"github.com/fleetmq/fleet/schema"
 	"github.com/fleetmq/fleet/test/containerdtest"
+	"github.com/fleetmq/fleet/test/sysdeps"
 	"github.com/fleetmq/fleet/test/testimage"
 )
 
@@ -62,6 +63,9 @@ type FleetOptions struct {
 	Labels func(i int) map[string]string
 	// AgentResync is the agents' --resync-interval (default 2 s).
 	AgentResync time.Duration
+	// Shell also imports the test image with a shell (testimage
+	// Options.Shell) into every device's namespace, as Fleet.ShellImage.
+	Shell bool
 	// HubArgs and AgentArgs are extra flags for every fleet-hub and
 	// fleet-agent process.
 	HubArgs   []string
@@ -80,6 +84,8 @@ type Fleet struct {
 	// Image is the reference of the test image every namespace holds
 	// (testimage: `sleep forever` unless args say otherwise).
 	Image string
+	// ShellImage is the test image with busybox (FleetOptions.Shell).
+	ShellImage string
 	// BrokerURL is where devices connect (the hub's embedded broker or
 	// Mosquitto), before any Proxy.
 	BrokerURL string
@@ -135,14 +141,23 @@ func StartFleet(t testing.TB, opts FleetOptions) *Fleet {
 	f.Containerd = containerdtest.Start(t)
 	tarPath, ref := testimage.Build(t, testimage.Options{})
 	f.Image = ref
+	tars := []string{tarPath}
+	if opts.Shell {
+		sysdeps.Require(t, "busybox")
+		shellTar, shellRef := testimage.Build(t, testimage.Options{Ref: "fleet.test/shell:v1", Shell: true})
+		f.ShellImage = shellRef
+		tars = append(tars, shellTar)
+	}
 	devices := make([]string, opts.Agents)
 	for i := range devices {
 		devices[i] = fmt.Sprintf("%s-%d", opts.DevicePrefix, i+1)
-		ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.Background(), AgentNamespace(devices[i])), 2*time.Minute)
-		_, err := testimage.Import(ctx, f.Containerd.Client(), tarPath, "")
-		cancel()
-		if err != nil {
-			t.Fatalf("import the test image for %s: %v", devices[i], err)
+		for _, tp := range tars {
+			ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.Background(), AgentNamespace(devices[i])), 2*time.Minute)
+			_, err := testimage.Import(ctx, f.Containerd.Client(), tp, "")
+			cancel()
+			if err != nil {
+				t.Fatalf("import the test image %s for %s: %v", tp, devices[i], err)
+			}
 		}
 	}
 	f.events = watchContainerd(t, f.Containerd.Client(), AgentNamespace(devices[0]))

@@ -26,6 +26,7 @@ type Proxy struct {
 
 	ln          net.Listener
 	partitioned atomic.Bool
+	rate        atomic.Int64 // bytes per second each way per connection; 0: unlimited
 	accepted    atomic.Int64
 	refused     atomic.Int64
 
@@ -159,7 +160,7 @@ func (p *Proxy) forward(client net.Conn) {
 	}
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src) // ends when either side closes
+		_, _ = p.copy(dst, src) // ends when either side closes
 		// Close both: a half-open MQTT connection is of no use.
 		dst.Close()
 		src.Close()
@@ -169,6 +170,43 @@ func (p *Proxy) forward(client net.Conn) {
 	go pipe(client, upstream)
 	<-done
 	<-done
+}
+
+// Throttle limits every connection through the proxy, from now on, to
+// bytesPerSecond in each direction, as a slow cellular link would (0
+// lifts the limit).
+func (p *Proxy) Throttle(bytesPerSecond int64) { p.rate.Store(bytesPerSecond) }
+
+// copy is io.Copy at the proxy's rate: it forwards at most a tenth of a
+// second's worth of bytes at a time, then waits until the link would have
+// carried them.
+func (p *Proxy) copy(dst io.Writer, src io.Reader) (int64, error) {
+	buf := make([]byte, 32<<10)
+	var total int64
+	for {
+		n := len(buf)
+		rate := p.rate.Load()
+		if rate > 0 {
+			n = int(min(int64(n), max(rate/10, 1)))
+		}
+		start := time.Now()
+		m, err := src.Read(buf[:n])
+		if m > 0 {
+			if _, werr := dst.Write(buf[:m]); werr != nil {
+				return total, werr
+			}
+			total += int64(m)
+			if rate > 0 {
+				// Pacing, not synchronisation: the link's speed.
+				if d := time.Duration(float64(m)/float64(rate)*float64(time.Second)) - time.Since(start); d > 0 {
+					time.Sleep(d)
+				}
+			}
+		}
+		if err != nil {
+			return total, err
+		}
+	}
 }
 
 // String describes the proxy for logs.

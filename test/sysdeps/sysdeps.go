@@ -50,6 +50,7 @@ var Tools = []Tool{
 	{Name: "shellcheck", Package: "shellcheck", For: "linting arm/install.sh"},
 	{Name: "systemd-analyze", Package: "systemd", For: "checking the agent's systemd unit"},
 	{Name: "chromium", Package: "chromium", For: "the dashboard's browser tests (driven by chromedp)"},
+	{Name: "busybox", Package: "busybox-static", For: "the test image with a shell (fleet exec tests)"},
 }
 
 var sbin = []string{"/usr/sbin", "/usr/local/sbin", "/sbin"}

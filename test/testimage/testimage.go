@@ -57,7 +57,22 @@ type Options struct {
 	Cmd []string
 	// Env is added to the image's environment.
 	Env []string
+	// Shell adds the host's static busybox (Debian's busybox-static) as
+	// /bin/busybox with /bin/sh, cat, stty and its other applets linked to
+	// it, and /etc/hostname, so tests can exec a shell in the container.
+	// The host's busybox runs on the host's architecture only.
+	Shell bool
 }
+
+// BusyboxPath is where Debian's busybox-static installs the static
+// busybox that Options.Shell copies into the image.
+const BusyboxPath = "/bin/busybox"
+
+// ShellHostname is the content of /etc/hostname in a Shell image.
+const ShellHostname = "fleet-test-shell"
+
+// shellApplets are linked to /bin/busybox in a Shell image.
+var shellApplets = []string{"sh", "cat", "stty", "echo", "sleep", "yes", "head", "ls", "env", "tty", "id", "hostname", "true", "false", "seq", "tr", "dd", "printf", "test", "["}
 
 func (o Options) withDefaults() Options {
 	if o.Ref == "" {
@@ -133,6 +148,13 @@ func cacheKey(opts Options) (string, error) {
 	h.Write(appSource)
 	h.Write(b)
 	h.Write([]byte(goruntime.Version()))
+	if opts.Shell {
+		bb, err := os.ReadFile(BusyboxPath)
+		if err != nil {
+			return "", fmt.Errorf("build test image with a shell: %w (install busybox-static)", err)
+		}
+		h.Write(bb)
+	}
 	return hex.EncodeToString(h.Sum(nil))[:24], nil
 }
 
@@ -168,7 +190,10 @@ func build(ctx context.Context, opts Options, dst string) error {
 	if err != nil {
 		return err
 	}
-	layerTar, err := layerTar(bin)
+	if opts.Shell && opts.Arch != goruntime.GOARCH {
+		return fmt.Errorf("a shell image runs the host's busybox: build it for %s, not %s", goruntime.GOARCH, opts.Arch)
+	}
+	layerTar, err := layerTar(bin, opts.Shell)
 	if err != nil {
 		return err
 	}
@@ -248,21 +273,37 @@ func compile(ctx context.Context, work string, opts Options) (string, error) {
 	return out, nil
 }
 
-// layerTar returns an uncompressed layer holding /app, /tmp and /etc.
-func layerTar(bin string) ([]byte, error) {
+// layerTar returns an uncompressed layer holding /app, /tmp and /etc, and
+// with shell busybox, its applets and /etc/hostname.
+func layerTar(bin string, shell bool) ([]byte, error) {
 	app, err := os.ReadFile(bin)
 	if err != nil {
 		return nil, err
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	entries := []struct {
+	type entry struct {
 		hdr  tar.Header
 		data []byte
-	}{
+	}
+	entries := []entry{
 		{hdr: tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755}},
 		{hdr: tar.Header{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777}},
 		{hdr: tar.Header{Name: "app", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(app))}, data: app},
+	}
+	if shell {
+		bb, err := os.ReadFile(BusyboxPath)
+		if err != nil {
+			return nil, fmt.Errorf("shell image: %w (install busybox-static)", err)
+		}
+		hostname := []byte(ShellHostname + "\n")
+		entries = append(entries,
+			entry{hdr: tar.Header{Name: "etc/hostname", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(hostname))}, data: hostname},
+			entry{hdr: tar.Header{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755}},
+			entry{hdr: tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bb))}, data: bb})
+		for _, a := range shellApplets {
+			entries = append(entries, entry{hdr: tar.Header{Name: "bin/" + a, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777}})
+		}
 	}
 	for _, e := range entries {
 		hdr := e.hdr

@@ -1,13 +1,18 @@
 package testimage_test
 
 import (
+	"archive/tar"
 	"fmt"
+	"io"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/fleetmq/fleet/test/sysdeps"
 	"github.com/fleetmq/fleet/test/testimage"
 )
 
@@ -57,5 +62,48 @@ func TestBuild(t *testing.T) {
 				t.Fatalf("%d layers, %v; want 1", len(layers), err)
 			}
 		})
+	}
+}
+
+// TestBuildShell: a Shell image holds busybox, its applets as links and
+// /etc/hostname; asking for one of another architecture fails clearly.
+func TestBuildShell(t *testing.T) {
+	sysdeps.Require(t, "busybox")
+	path, ref := testimage.Build(t, testimage.Options{Ref: "fleet.test/shell:v1", Shell: true})
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := tarball.ImageFromPath(path, &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(tr)
+		files[h.Name] = h.Linkname + string(body[:min(len(body), 64)])
+	}
+	if files["bin/sh"] != "busybox" || files["bin/cat"] != "busybox" || files["etc/hostname"] != testimage.ShellHostname+"\n" {
+		t.Errorf("shell image: bin/sh %q, bin/cat %q, etc/hostname %q", files["bin/sh"], files["bin/cat"], files["etc/hostname"])
+	}
+	if _, ok := files["bin/busybox"]; !ok {
+		t.Error("shell image has no bin/busybox")
+	}
+	other := "arm64"
+	if runtime.GOARCH == "arm64" {
+		other = "amd64"
+	}
+	if _, _, err := testimage.BuildTar(t.Context(), testimage.Options{Ref: "fleet.test/shell:v1", Shell: true, Arch: other}); err == nil || !strings.Contains(err.Error(), "host's busybox") {
+		t.Errorf("a shell image for %s: %v, want an error about the host's busybox", other, err)
 	}
 }
