@@ -1,9 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,8 +21,8 @@ import (
 func newDescribeCmd(cli *cliContext) *cobra.Command {
 	var selector string
 	cmd := &cobra.Command{
-		Use:   "describe (deployment|device|configmap|secret) [NAME...] [-l key=value,...]",
-		Short: "Show the details of deployments, devices, configmaps or secrets",
+		Use:   "describe (deployment|device|configmap|secret) [NAME...] [-l key=value,...] | describe pod DEVICE/POD",
+		Short: "Show the details of deployments, devices, pods, configmaps or secrets",
 		Long: `Show the details of deployments, devices, configmaps or secrets, for people.
 
 A deployment: labels, selector, strategy, the pod template (every container's
@@ -28,7 +34,14 @@ and desired generation, agent version, architecture, memory and disk), the
 deployments that target it, each pod with its containers' state, and its
 recent events (image pulls, starts, exits, backoffs, errors), oldest first.
 The hub keeps the last few events of each device in memory, so after a hub
-restart only the ones heard since are shown.
+restart only the ones heard since are shown. When the hub has measured the
+device (fleet top), a Resources block shows its last figures.
+
+A pod (pod DEVICE/POD): its status on that device (phase, ready, restarts,
+each container's state, exit code and start), the last crash of each
+container ("Last crash: exited 1 at ..." and the last lines of its log, as
+the device reported them, kept by the hub even while the device is offline)
+and the device's recent events about the pod.
 
 A configmap: labels and its data (text values in full, binary ones by
 size). A secret: labels, its type and its keys with the size of each
@@ -37,6 +50,7 @@ value; never the values, which the hub does not return.
 Without a NAME, every object of the type (matching -l) is described.`,
 		Example: `  fleet describe deployment web
   fleet describe device pi-kitchen
+  fleet describe pod pi-kitchen/web
   fleet describe secret registry
   fleet describe devices -l site=lab`,
 		Args:              cobra.MinimumNArgs(1),
@@ -50,6 +64,15 @@ Without a NAME, every object of the type (matching -l) is described.`,
 }
 
 func runDescribe(ctx context.Context, cli *cliContext, args []string, selector string) error {
+	if pods, ok, err := describePodArgs(args); ok {
+		if err != nil {
+			return err
+		}
+		if selector != "" {
+			return errors.New("describe pod takes DEVICE/POD arguments, not a label selector (-l)")
+		}
+		return describePods(ctx, cli, pods)
+	}
 	kind, refs, err := parseRefs(args)
 	if err != nil {
 		return err
@@ -128,11 +151,355 @@ func describe(ctx context.Context, cli *cliContext, cl *client.Client, obj schem
 		} else if events == nil {
 			events = []schema.Event{}
 		}
-		return printers.DescribeDevice(cli.stdout(), o, deps, events, cli.now())
+		// The last figures of fleet top, when the hub has some; an older
+		// hub, a device never measured or one that does not answer in
+		// time leaves them out.
+		top, err := cl.Top(rctx, o.Metadata.Name)
+		if err != nil {
+			top = nil
+		}
+		if top == nil {
+			return printers.DescribeDevice(cli.stdout(), o, deps, events, cli.now())
+		}
+		var b bytes.Buffer
+		if err := printers.DescribeDevice(&b, o, deps, events, cli.now()); err != nil {
+			return err
+		}
+		return writeWithResources(cli.stdout(), b.Bytes(), top, cli.now())
 	case *schema.ConfigMap:
 		return printers.DescribeConfigMap(cli.stdout(), o, cli.now())
 	case *schema.Secret:
 		return printers.DescribeSecret(cli.stdout(), o, cli.now())
 	}
 	return fmt.Errorf("cannot describe a %T", obj)
+}
+
+// describePodArgs reads the arguments of describe pod: "pod DEVICE/POD..." or
+// "pod/DEVICE/POD...". ok is false for other kinds.
+func describePodArgs(args []string) (pods []logTarget, ok bool, err error) {
+	if len(args) == 0 {
+		return nil, false, nil
+	}
+	first := strings.ToLower(args[0])
+	var list []string
+	switch {
+	case first == "pod" || first == "pods" || first == "po":
+		if len(args) < 2 {
+			return nil, true, errors.New("describe pod needs DEVICE/POD: a pod is named by its device and its deployment, e.g. fleet describe pod pi-kitchen/web")
+		}
+		list = args[1:]
+	case strings.HasPrefix(first, "pod/"):
+		list = args
+	default:
+		return nil, false, nil
+	}
+	for _, a := range list {
+		device, pod, dep, err := parseLogsArg(a)
+		if err == nil && dep != "" {
+			err = fmt.Errorf("%q: want DEVICE/POD", a)
+		}
+		if err != nil {
+			return nil, true, err
+		}
+		pods = append(pods, logTarget{device: device, pod: pod})
+	}
+	return pods, true, nil
+}
+
+func describePods(ctx context.Context, cli *cliContext, pods []logTarget) error {
+	cl, err := cli.Client()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	printed := 0
+	for _, p := range pods {
+		var b bytes.Buffer
+		if err := describePod(ctx, cli, cl, &b, p.device, p.pod); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if printed > 0 {
+			fmt.Fprintln(cli.stdout())
+		}
+		printed++
+		if _, err := cli.stdout().Write(b.Bytes()); err != nil {
+			return err
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// describePod writes what the hub knows of one pod on one device: its
+// reported status, each container's last crash report and the device's
+// events about the pod. Crash reports and events that cannot be read are
+// left out.
+func describePod(ctx context.Context, cli *cliContext, cl *client.Client, w io.Writer, device, pod string) error {
+	rctx, cancel := cli.requestContext(ctx)
+	defer cancel()
+	dev, err := cl.GetDevice(rctx, device)
+	if err != nil {
+		return err
+	}
+	now := cli.now()
+	var status *schema.PodStatus
+	if dev.Status != nil {
+		for i := range dev.Status.Pods {
+			if dev.Status.Pods[i].Name == pod {
+				status = &dev.Status.Pods[i]
+			}
+		}
+	}
+	desired := false
+	if dep, err := cl.GetDeployment(rctx, pod); err == nil {
+		desired = dep.Spec.Selector.Matches(dev.Metadata.Labels)
+	}
+	crashes := map[string]schema.CrashReport{} // the latest per container
+	var crashErr error
+	if crs, err := cl.CrashReports(rctx, device); err == nil {
+		for _, cr := range crs {
+			if cr.Pod != pod {
+				continue
+			}
+			if old, ok := crashes[cr.Container]; !ok || cr.Time.After(old.Time) {
+				crashes[cr.Container] = cr
+			}
+		}
+	} else {
+		crashErr = err
+	}
+	var events []schema.Event
+	if evs, err := cl.DeviceEvents(rctx, device); err == nil {
+		for _, ev := range evs {
+			if ev.Pod == pod {
+				events = append(events, ev)
+			}
+		}
+	}
+	if status == nil && !desired && len(crashes) == 0 && len(events) == 0 {
+		return fmt.Errorf("pod %q not found on device %q: the device has not reported it and no deployment %q targets the device", pod, device, pod)
+	}
+
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	line := func(level int, format string, args ...any) {
+		fmt.Fprintf(tw, strings.Repeat("  ", level)+format+"\n", args...)
+	}
+	line(0, "Name:\t%s", pod)
+	line(0, "Device:\t%s (%s)", device, deviceState(dev, now))
+	if desired {
+		line(0, "Deployment:\t%s", pod)
+	} else {
+		line(0, "Deployment:\t%s (no deployment %s targets this device: the agent removes the pod)", none, pod)
+	}
+	var names []string
+	if status == nil {
+		line(0, "Status:\t%s (the device has not reported this pod)", none)
+	} else {
+		line(0, "Phase:\t%s", status.Phase)
+		line(0, "Ready:\t%t", status.Ready)
+		line(0, "Restarts:\t%d", status.Restarts)
+		if status.Message != "" {
+			line(0, "Message:\t%s", oneLineText(status.Message))
+		}
+		for _, c := range status.Containers {
+			names = append(names, c.Name)
+		}
+	}
+	for _, c := range slices.Sorted(mapsKeys(crashes)) {
+		if !slices.Contains(names, c) {
+			names = append(names, c)
+		}
+	}
+	if len(names) == 0 {
+		line(0, "Containers:\t%s", none)
+	} else {
+		line(0, "Containers:")
+	}
+	for _, name := range names {
+		line(1, "%s:", name)
+		var cs *schema.ContainerStatus
+		if status != nil {
+			for i := range status.Containers {
+				if status.Containers[i].Name == name {
+					cs = &status.Containers[i]
+				}
+			}
+		}
+		if cs == nil {
+			line(2, "State:\t%s (not reported)", none)
+		} else {
+			state := cs.State
+			if cs.State == schema.ContainerExited {
+				state += fmt.Sprintf(" (exit code %d)", cs.ExitCode)
+			}
+			if cs.Reason != "" {
+				state += ": " + oneLineText(cs.Reason)
+			}
+			line(2, "Image:\t%s", cs.Image)
+			line(2, "State:\t%s", state)
+			if cs.Ready != nil {
+				line(2, "Ready:\t%t", *cs.Ready)
+			}
+			if cs.StartedAt != nil {
+				line(2, "Started:\t%s", describeTime(*cs.StartedAt, now))
+			}
+			line(2, "Restarts:\t%d", cs.Restarts)
+		}
+		cr, ok := crashes[name]
+		if !ok {
+			continue
+		}
+		how := cr.Reason
+		if cr.ExitCode != nil {
+			how = fmt.Sprintf("exited %d", *cr.ExitCode)
+			if cr.Reason != "" {
+				how += " (" + cr.Reason + ")"
+			}
+		}
+		line(2, "Last crash:\t%s at %s", how, describeTime(cr.Time, now))
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		// The log tail is written as it is, outside the aligned block.
+		tail := strings.TrimRight(cr.LogTail, "\n")
+		if tail == "" {
+			fmt.Fprintf(w, "      <no log lines>\n")
+			continue
+		}
+		for _, l := range strings.Split(tail, "\n") {
+			fmt.Fprintf(w, "      %s\n", strings.TrimRight(l, "\r"))
+		}
+	}
+	if client.IsForbidden(crashErr) {
+		line(0, "Crash Reports:\t<an admin credential is needed to read them>")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(events) == 0 {
+		_, err := io.WriteString(w, "Events:  <none>\n")
+		return err
+	}
+	io.WriteString(w, "Events:\n")
+	rows := make([][]string, 0, len(events))
+	for _, ev := range events {
+		from := ev.Pod
+		if ev.Container != "" {
+			from += "/" + ev.Container
+		}
+		rows = append(rows, []string{ev.Type, ev.Reason, printers.Age(&ev.Time, now), from, oneLineText(ev.Message)})
+	}
+	var b bytes.Buffer
+	if err := printers.WriteTable(&b, []string{"TYPE", "REASON", "AGE", "FROM", "MESSAGE"}, rows); err != nil {
+		return err
+	}
+	for _, l := range strings.SplitAfter(strings.TrimRight(b.String(), "\n"), "\n") {
+		fmt.Fprintf(w, "  %s", strings.TrimRight(l, "\n")+"\n")
+	}
+	return nil
+}
+
+func mapsKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// deviceState is "online, last seen 12s ago" or "offline, …".
+func deviceState(dev *schema.Device, now time.Time) string {
+	st := dev.Status
+	if st == nil || st.LastSeen == nil {
+		return "offline, never seen"
+	}
+	on := "offline"
+	if st.Online && !st.Stale {
+		on = "online"
+	}
+	return fmt.Sprintf("%s, last seen %s ago", on, printers.Age(st.LastSeen, now))
+}
+
+func describeTime(t time.Time, now time.Time) string {
+	return fmt.Sprintf("%s (%s ago)", t.Local().Format(time.RFC1123Z), printers.HumanDuration(now.Sub(t)))
+}
+
+// oneLineText joins the lines of s with spaces, for one table cell.
+func oneLineText(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// writeWithResources writes a device's description with a Resources
+// block, from its last top report, before its Events.
+func writeWithResources(w io.Writer, desc []byte, r *schema.TopReport, now time.Time) error {
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
+	line := func(level int, format string, args ...any) {
+		fmt.Fprintf(tw, strings.Repeat("  ", level)+format+"\n", args...)
+	}
+	n := r.Node
+	measured := printers.Age(&r.Time, now) + " ago"
+	if r.Stale {
+		measured += " (stale: the device did not answer; the last figures the hub has)"
+	}
+	line(0, "Resources:")
+	line(1, "Measured:\t%s", measured)
+	load := fmt.Sprintf("%.2f, %.2f, %.2f", n.Load1, n.Load5, n.Load15)
+	if n.CPUs > 0 {
+		load += fmt.Sprintf(" (%d CPUs)", n.CPUs)
+	}
+	line(1, "Load:\t%s", load)
+	if n.MemoryTotalBytes > 0 {
+		line(1, "Memory:\t%s available of %s", size(n.MemoryAvailableBytes), size(n.MemoryTotalBytes))
+	}
+	for _, d := range []struct {
+		name string
+		m    *schema.DiskMetrics
+	}{{"State Disk", n.StateDisk}, {"Image Disk", n.ImageDisk}} {
+		if d.m != nil && d.m.TotalBytes > 0 {
+			line(1, "%s:\t%s free of %s (%s)", d.name, size(d.m.FreeBytes), size(d.m.TotalBytes), d.m.Path)
+		}
+	}
+	if n.TemperatureCelsius != nil {
+		line(1, "Temperature:\t%s", temperature(n.TemperatureCelsius))
+	}
+	if n.Throttled != "" {
+		t := n.Throttled
+		if len(n.ThrottledFlags) > 0 {
+			t += " (" + strings.Join(n.ThrottledFlags, ", ") + ")"
+		}
+		line(1, "Throttled:\t%s", t)
+	}
+	if len(r.Containers) > 0 {
+		line(1, "Containers:")
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		rows := make([][]string, 0, len(r.Containers))
+		for _, c := range r.Containers {
+			row := topPodRow(*r, c, false, now)
+			rows = append(rows, row[1:6]) // POD CONTAINER CPU MEMORY LIMIT
+		}
+		var t bytes.Buffer
+		if err := printers.WriteTable(&t, []string{"POD", "CONTAINER", "CPU(cores)", "MEMORY(bytes)", "LIMIT"}, rows); err != nil {
+			return err
+		}
+		for _, l := range strings.Split(strings.TrimRight(t.String(), "\n"), "\n") {
+			fmt.Fprintf(&b, "    %s\n", l)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	at := bytes.Index(desc, []byte("\nEvents:"))
+	if at < 0 {
+		at = len(desc)
+	} else {
+		at++
+	}
+	out := slices.Concat(desc[:at], b.Bytes(), desc[at:])
+	_, err := w.Write(out)
+	return err
 }

@@ -42,6 +42,11 @@ It holds contexts, one per hub, and which is current (see fleet config
   fleet describe deployment web
   fleet diff -f web.yaml
 
+  # Debug a device: its logs, a shell in its pod, how loaded it is
+  fleet logs pi-kitchen/web --tail 50
+  fleet exec -it pi-kitchen/web -- sh
+  fleet top devices
+
   # Several hubs: one context each, then switch, or pick one per command
   fleet config import site-a --from ./fleet-data/admin.conf
   fleet config use-context site-a
@@ -63,6 +68,7 @@ It holds contexts, one per hub, and which is current (see fleet config
 	})
 	root.AddGroup(
 		&cobra.Group{ID: "basic", Title: "Basic commands:"},
+		&cobra.Group{ID: "debug", Title: "Troubleshooting and debugging commands:"},
 		&cobra.Group{ID: "other", Title: "Other commands:"},
 	)
 	// One constructor per verb, each in its own file, taking the shared
@@ -82,6 +88,11 @@ It holds contexts, one per hub, and which is current (see fleet config
 		newWaitCmd(cli),
 	} {
 		c.GroupID = "basic"
+		root.AddCommand(c)
+	}
+	// Remote operations on devices, through the hub and MQTT.
+	for _, c := range []*cobra.Command{newLogsCmd(cli), newExecCmd(cli), newTopCmd(cli)} {
+		c.GroupID = "debug"
 		root.AddCommand(c)
 	}
 	for _, c := range []*cobra.Command{newConfigCmd(cli), newVersionCmd(cli)} {
