@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -15,47 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fleetmq/fleet/schema"
+	"github.com/fleetmq/fleet/test/ptytest"
 )
-
-// openPTY opens a pseudo-terminal: the master, and the slave that fleet
-// uses as its terminal.
-func openPTY(t *testing.T) (master, slave *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("open /dev/ptmx: %v", err)
-	}
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatalf("unlock pty: %v", err)
-	}
-	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatalf("pty number: %v", err)
-	}
-	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("open pty slave: %v", err)
-	}
-	// The master first: its hangup ends a read fleet left on the slave.
-	t.Cleanup(func() { m.Close(); s.Close() })
-	return m, s
-}
-
-func setSize(t *testing.T, f *os.File, cols, rows uint16) {
-	t.Helper()
-	if err := unix.IoctlSetWinsize(int(f.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Col: cols, Row: rows}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func termios(t *testing.T, f *os.File) *unix.Termios {
-	t.Helper()
-	tio, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tio
-}
 
 // fleet exec -it through a real pseudo-terminal: the terminal goes raw
 // (keys such as Ctrl-D reach the command as bytes), the initial size is
@@ -64,9 +24,9 @@ func termios(t *testing.T, f *os.File) *unix.Termios {
 func TestExecInteractiveTerminal(t *testing.T) {
 	e, rh := newRemoteEnv(t)
 	e.ok("", "apply", "-f", e.file("app.yaml", deviceYAML))
-	master, slave := openPTY(t)
-	setSize(t, slave, 80, 24)
-	before := termios(t, slave)
+	master, slave := ptytest.Open(t)
+	ptytest.SetSize(t, slave, 80, 24)
+	before := ptytest.Termios(t, slave)
 	if before.Lflag&unix.ECHO == 0 || before.Lflag&unix.ICANON == 0 {
 		t.Fatalf("a new pty should be cooked: lflag %#x", before.Lflag)
 	}
@@ -105,7 +65,7 @@ func TestExecInteractiveTerminal(t *testing.T) {
 	}()
 
 	deadline := time.Now().Add(10 * time.Second)
-	for termios(t, slave).Lflag&(unix.ECHO|unix.ICANON) != 0 {
+	for ptytest.Termios(t, slave).Lflag&(unix.ECHO|unix.ICANON) != 0 {
 		select {
 		case err := <-done:
 			t.Fatalf("fleet exec ended before the terminal went raw: %v, stderr %q", err, errb.String())
@@ -117,7 +77,7 @@ func TestExecInteractiveTerminal(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // polling the terminal's mode
 	}
 
-	setSize(t, slave, 100, 40)
+	ptytest.SetSize(t, slave, 100, 40)
 	var got schema.TermSize
 	for got != (schema.TermSize{Cols: 100, Rows: 40}) {
 		if err := syscall.Kill(os.Getpid(), syscall.SIGWINCH); err != nil {
@@ -146,7 +106,7 @@ func TestExecInteractiveTerminal(t *testing.T) {
 	if !strings.HasPrefix(out.String(), "got:hi\x04") {
 		t.Errorf("output %q", out.String())
 	}
-	after := termios(t, slave)
+	after := ptytest.Termios(t, slave)
 	if after.Lflag != before.Lflag || after.Iflag != before.Iflag || after.Oflag != before.Oflag {
 		t.Errorf("terminal not restored: lflag %#x→%#x iflag %#x→%#x oflag %#x→%#x", before.Lflag, after.Lflag, before.Iflag, after.Iflag, before.Oflag, after.Oflag)
 	}
@@ -156,9 +116,9 @@ func TestExecInteractiveTerminal(t *testing.T) {
 func TestExecInteractiveRestoresOnError(t *testing.T) {
 	e, rh := newRemoteEnv(t)
 	e.ok("", "apply", "-f", e.file("app.yaml", deviceYAML))
-	_, slave := openPTY(t)
-	setSize(t, slave, 80, 24)
-	before := termios(t, slave)
+	_, slave := ptytest.Open(t)
+	ptytest.SetSize(t, slave, 80, 24)
+	before := ptytest.Termios(t, slave)
 	rh.exec = func(conn net.Conn, br *bufio.Reader, r *http.Request, device, pod string) {
 		schema.WriteFrame(conn, schema.FrameStdout, []byte("bye"))
 		// and close without an exit frame
@@ -167,7 +127,7 @@ func TestExecInteractiveRestoresOnError(t *testing.T) {
 	if exitCode(err) != 1 || err == nil || !strings.Contains(err.Error(), "ended before the command's exit status") {
 		t.Errorf("cut connection: %v", err)
 	}
-	if after := termios(t, slave); after.Lflag != before.Lflag {
+	if after := ptytest.Termios(t, slave); after.Lflag != before.Lflag {
 		t.Errorf("terminal not restored: lflag %#x→%#x", before.Lflag, after.Lflag)
 	}
 }
