@@ -18,26 +18,6 @@ import (
 	"github.com/fleetmq/fleet/schema"
 )
 
-// Headers and trailer of a log stream (GET …/pods/{pod}/log).
-const (
-	// HeaderLogSource says where the lines come from: LogSourceDevice, or
-	// LogSourceCrashReport when the hub answers from the crash report it
-	// keeps because the device is offline or has no previous log.
-	HeaderLogSource = "Fleet-Log-Source"
-	// HeaderWarning is one line for people about the answer, such as
-	// "device offline since …; showing the last lines …".
-	HeaderWarning = "Fleet-Warning"
-	// TrailerError is set by the hub when a log stream failed after its
-	// body started.
-	TrailerError = "Fleet-Error"
-)
-
-// Values of HeaderLogSource.
-const (
-	LogSourceDevice      = "device"
-	LogSourceCrashReport = "crash-report"
-)
-
 // podPath is /v1/devices/{device}/pods/{pod}/{what}.
 func podPath(device, pod, what string) string {
 	return objectPath(Devices, device) + "/pods/" + url.PathEscape(pod) + "/" + what
@@ -125,8 +105,8 @@ func (c *Client) Logs(ctx context.Context, device, pod string, o schema.LogOptio
 		body:    resp.Body,
 		resp:    resp,
 		cancel:  func() { cancel(nil) },
-		source:  resp.Header.Get(HeaderLogSource),
-		warning: resp.Header.Get(HeaderWarning),
+		source:  resp.Header.Get(schema.HeaderLogSource),
+		warning: resp.Header.Get(schema.HeaderWarning),
 	}, nil
 }
 
@@ -172,8 +152,8 @@ func (s *LogStream) Close() error {
 	return s.body.Close()
 }
 
-// Source is where the lines come from: LogSourceDevice or
-// LogSourceCrashReport ("" from a hub that does not say).
+// Source is where the lines come from: schema.LogSourceDevice or
+// schema.LogSourceCrashReport ("" from a hub that does not say).
 func (s *LogStream) Source() string { return s.source }
 
 // Warning is the hub's Fleet-Warning header, "" if none.
@@ -188,7 +168,7 @@ func (s *LogStream) Err() error {
 	if !eof {
 		return nil
 	}
-	if msg := s.resp.Trailer.Get(TrailerError); msg != "" {
+	if msg := s.resp.Trailer.Get(schema.TrailerError); msg != "" {
 		return &StreamError{Message: msg}
 	}
 	return nil
@@ -474,27 +454,15 @@ func (c *Client) Top(ctx context.Context, device string) (*schema.TopReport, err
 	return &out, nil
 }
 
-// TopReportList is the answer of GET /v1/top.
-type TopReportList struct {
-	schema.TypeMeta `json:",inline"`
-	Items           []schema.TopReport `json:"items"`
-}
-
 // TopList measures every device selector selects ("" for all) at once:
 // fresh reports from the devices that answer, stale ones for the others,
 // none for devices never measured; sorted by device name.
 func (c *Client) TopList(ctx context.Context, selector string) ([]schema.TopReport, error) {
-	var l TopReportList
+	var l schema.TopReportList
 	if err := c.do(ctx, http.MethodGet, "/v1/top", selectorQuery(selector), nil, &l); err != nil {
 		return nil, err
 	}
 	return l.Items, nil
-}
-
-// CrashReportList is the answer of GET /v1/devices/{device}/crashreports.
-type CrashReportList struct {
-	schema.TypeMeta `json:",inline"`
-	Items           []schema.CrashReport `json:"items"`
 }
 
 // CrashReports returns the latest crash report of each container of a
@@ -504,7 +472,7 @@ func (c *Client) CrashReports(ctx context.Context, device string) ([]schema.Cras
 	if err := checkName(Devices, device); err != nil {
 		return nil, err
 	}
-	var l CrashReportList
+	var l schema.CrashReportList
 	if err := c.do(ctx, http.MethodGet, objectPath(Devices, device)+"/crashreports", nil, nil, &l); err != nil {
 		return nil, err
 	}

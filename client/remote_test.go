@@ -48,8 +48,8 @@ func TestLogsStreamsWithHeaders(t *testing.T) {
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set(client.HeaderLogSource, client.LogSourceDevice)
-		w.Header().Set(client.HeaderWarning, "a warning")
+		w.Header().Set(schema.HeaderLogSource, schema.LogSourceDevice)
+		w.Header().Set(schema.HeaderWarning, "a warning")
 		io.WriteString(w, "line 1\n")
 		w.(http.Flusher).Flush()
 		select { // the client must see line 1 before line 2 is written
@@ -65,7 +65,7 @@ func TestLogsStreamsWithHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if s.Source() != client.LogSourceDevice || s.Warning() != "a warning" {
+	if s.Source() != schema.LogSourceDevice || s.Warning() != "a warning" {
 		t.Errorf("source %q warning %q", s.Source(), s.Warning())
 	}
 	br := bufio.NewReader(s)
@@ -84,10 +84,10 @@ func TestLogsStreamsWithHeaders(t *testing.T) {
 
 func TestLogsTrailerError(t *testing.T) {
 	c := newRemote(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Trailer", client.TrailerError)
+		w.Header().Set("Trailer", schema.TrailerError)
 		io.WriteString(w, "some\n")
 		w.(http.Flusher).Flush()
-		w.Header().Set(client.TrailerError, "device pi-1 went offline while streaming web/app")
+		w.Header().Set(schema.TrailerError, "device pi-1 went offline while streaming web/app")
 	})
 	s, err := c.Logs(ctxT(t), "pi-1", "web", schema.LogOptions{})
 	if err != nil {
@@ -333,9 +333,9 @@ func TestTopAndCrashReports(t *testing.T) {
 				writeStatus(w, 400, "BadRequest", "selector "+r.URL.RawQuery)
 				return
 			}
-			json.NewEncoder(w).Encode(client.TopReportList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "TopReportList"}, Items: []schema.TopReport{{Device: "pi-1", Stale: true}, {Device: "pi-2"}}})
+			json.NewEncoder(w).Encode(schema.TopReportList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "schema.TopReportList"}, Items: []schema.TopReport{{Device: "pi-1", Stale: true}, {Device: "pi-2"}}})
 		case "/v1/devices/pi-1/crashreports":
-			json.NewEncoder(w).Encode(client.CrashReportList{Items: []schema.CrashReport{{Device: "pi-1", Pod: "web", Container: "app", Time: at, ExitCode: &code, LogTail: "boom\n"}}})
+			json.NewEncoder(w).Encode(schema.CrashReportList{Items: []schema.CrashReport{{Device: "pi-1", Pod: "web", Container: "app", Time: at, ExitCode: &code, LogTail: "boom\n"}}})
 		default:
 			writeStatus(w, 404, "NotFound", "device \"nope\" not found")
 		}

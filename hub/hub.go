@@ -19,6 +19,7 @@ import (
 	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/hub/ingest"
 	"github.com/fleetmq/fleet/hub/metrics"
+	"github.com/fleetmq/fleet/hub/remote"
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -159,6 +160,7 @@ type Hub struct {
 	model       *fleetmodel.Model
 	ctrl        *controller.Controller
 	ingest      *ingest.Ingest
+	remote      *remote.Manager
 	enroll      *enroller
 	mqttAccount broker.MosquittoAccount
 }
@@ -268,10 +270,18 @@ func (h *Hub) newParts() (err error) {
 	if err != nil {
 		return err
 	}
+	h.remote, err = remote.New(remote.Options{
+		Conn: h.conn, Model: h.model, Topics: h.opts.Topics,
+		Logger: h.log.With("component", "remote"), Metrics: h.metrics,
+	})
+	if err != nil {
+		return err
+	}
 	h.ingest, err = ingest.New(ingest.Options{
 		Conn: h.conn, Store: h.store, Model: h.model, Topics: h.opts.Topics,
 		Logger: h.log.With("component", "ingest"), Metrics: h.metrics,
 		OnChange: h.ctrl.DeviceStatusChanged, FlushInterval: h.opts.StatusFlushInterval,
+		OnOnline: h.remote.DeviceOnline,
 	})
 	if err != nil {
 		return err
@@ -301,9 +311,10 @@ func (h *Hub) newParts() (err error) {
 // the model's counts.
 func newMetrics(model *fleetmodel.Model) *metrics.Metrics {
 	return metrics.New(metrics.Gauges{
-		Devices:   func() float64 { return float64(model.DeviceCount()) },
-		Online:    func() float64 { return float64(model.OnlineCount()) },
-		Converged: func() float64 { return float64(model.ConvergedCount()) },
+		Devices:    func() float64 { return float64(model.DeviceCount()) },
+		Online:     func() float64 { return float64(model.OnlineCount()) },
+		Converged:  func() float64 { return float64(model.ConvergedCount()) },
+		TopReports: model.TopReports,
 	})
 }
 

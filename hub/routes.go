@@ -44,6 +44,11 @@ func (h *Hub) routes() error {
 	h.api.Handle("/v1/mosquitto/passwd", api.Methods{http.MethodGet: h.serveMosquitto(true)})
 	h.api.Handle("/v1/mosquitto/acl", api.Methods{http.MethodGet: h.serveMosquitto(false)})
 	h.api.Handle("/metrics", api.Methods{http.MethodGet: h.metrics.Handler().ServeHTTP})
+	// Requests to devices: logs, exec, top, crash reports. Their streams
+	// (and hijacked exec connections, which Shutdown does not wait for)
+	// end when the listener closes.
+	h.remote.Register(h.api)
+	h.ln = h.remote.StopOnClose(h.ln)
 
 	// The dashboard at /, on the API's listener and tokens. Its live
 	// streams end when the HTTP server closes the listener, first thing

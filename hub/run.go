@@ -131,6 +131,9 @@ func (h *Hub) startParts(r *runState, conn broker.Conn, listening func()) error 
 	if err := h.enroll.Subscribe(r.ctx); err != nil {
 		return err
 	}
+	if err := h.remote.Subscribe(r.ctx); err != nil {
+		return err
+	}
 	listening()
 	// The two loads read different keys; side by side they take the
 	// longer one's time, not the sum (1.1 s at 10,000 devices).

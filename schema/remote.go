@@ -116,6 +116,10 @@ type Request struct {
 	Data []byte `json:"data,omitempty"`
 	// EOF (op stdin) closes the process's input after Data.
 	EOF bool `json:"eof,omitempty"`
+	// Seq (op stdin) counts the stdin requests of one operation from 1:
+	// MQTT handlers may see requests out of order, and the device puts
+	// input back in this order. 0: taken as it comes.
+	Seq int64 `json:"seq,omitempty"`
 	// Size (op resize) is the new terminal size.
 	Size *TermSize `json:"size,omitempty"`
 }
@@ -339,6 +343,9 @@ func DecodeRequest(payload []byte) (*Request, error) {
 	default:
 		return nil, fmt.Errorf("request: op: unsupported value %q", r.Op)
 	}
+	if r.Seq < 0 {
+		return nil, fmt.Errorf("request: seq: %d is negative", r.Seq)
+	}
 	if r.Ack < 0 {
 		return nil, fmt.Errorf("request: ack: %d is negative", r.Ack)
 	}
@@ -418,4 +425,45 @@ func DecodeResponse(payload []byte) (*Response, error) {
 		return nil, fmt.Errorf("response: stream: unsupported value %q", r.Stream)
 	}
 	return &r, nil
+}
+
+// The hub's HTTP answers about remote operations (hub/API.md).
+
+// Headers and trailer of a log stream (GET /v1/devices/{device}/pods/{pod}/log).
+const (
+	// HeaderLogSource says where the lines come from: LogSourceDevice, or
+	// LogSourceCrashReport when the hub answers from the crash report it
+	// keeps because the device is offline or has no previous log.
+	HeaderLogSource = "Fleet-Log-Source"
+	// HeaderWarning is one line for people about the answer, such as
+	// "device offline since …; showing the last lines …".
+	HeaderWarning = "Fleet-Warning"
+	// TrailerError is set by the hub when a log stream failed after its
+	// body started.
+	TrailerError = "Fleet-Error"
+)
+
+// Values of HeaderLogSource.
+const (
+	LogSourceDevice      = "device"
+	LogSourceCrashReport = "crash-report"
+)
+
+// Kinds of the lists below.
+const (
+	KindTopReport       = "TopReport"
+	KindTopReportList   = "TopReportList"
+	KindCrashReportList = "CrashReportList"
+)
+
+// TopReportList is the answer of GET /v1/top.
+type TopReportList struct {
+	TypeMeta `json:",inline"`
+	Items    []TopReport `json:"items"`
+}
+
+// CrashReportList is the answer of GET /v1/devices/{device}/crashreports.
+type CrashReportList struct {
+	TypeMeta `json:",inline"`
+	Items    []CrashReport `json:"items"`
 }

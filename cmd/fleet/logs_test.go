@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetmq/fleet/client"
+	"github.com/fleetmq/fleet/schema"
 )
 
 func TestLogsOne(t *testing.T) {
@@ -22,14 +22,14 @@ func TestLogsOne(t *testing.T) {
 		query = r.URL.RawQuery
 		switch {
 		case r.URL.Query().Get("previous") == "true":
-			w.Header().Set(client.HeaderLogSource, client.LogSourceCrashReport)
-			w.Header().Set(client.HeaderWarning, "device offline since 12:00; showing the last lines the device reported when web/web exited with code 1 at 12:00")
+			w.Header().Set(schema.HeaderLogSource, schema.LogSourceCrashReport)
+			w.Header().Set(schema.HeaderWarning, "device offline since 12:00; showing the last lines the device reported when web/web exited with code 1 at 12:00")
 			io.WriteString(w, "panic: boom\n")
 		case r.URL.Query().Get("container") == "broken":
-			w.Header().Set("Trailer", client.TrailerError)
+			w.Header().Set("Trailer", schema.TrailerError)
 			io.WriteString(w, "half of it\n")
 			w.(http.Flusher).Flush()
-			w.Header().Set(client.TrailerError, "device pi-1 went offline while sending the log of web/broken")
+			w.Header().Set(schema.TrailerError, "device pi-1 went offline while sending the log of web/broken")
 		case r.URL.Query().Get("container") == "gone":
 			statusJSON(w, 503, "ServiceUnavailable", "device pi-1 is offline (last seen 3m ago)")
 		default:

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fleetmq/fleet/client"
 	"github.com/fleetmq/fleet/client/fakehubtest"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -101,7 +100,7 @@ func (rh *remoteHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		rh.mu.Unlock()
-		writeJSONTest(w, client.TopReportList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "TopReportList"}, Items: items})
+		writeJSONTest(w, schema.TopReportList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "schema.TopReportList"}, Items: items})
 	case p[2] == "top":
 		rh.mu.Lock()
 		rep, ok := rh.top[p[1]]
@@ -115,7 +114,7 @@ func (rh *remoteHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rh.mu.Lock()
 		items := rh.crashes[p[1]]
 		rh.mu.Unlock()
-		writeJSONTest(w, client.CrashReportList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "CrashReportList"}, Items: items})
+		writeJSONTest(w, schema.CrashReportList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "schema.CrashReportList"}, Items: items})
 	}
 }
 

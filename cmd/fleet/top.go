@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/client"
 	"github.com/fleetmq/fleet/client/printers"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -46,7 +45,7 @@ says how old the figures are. Devices never measured are left out.`,
 
 func addTopFlags(cmd *cobra.Command, o *topOptions) {
 	cmd.Flags().StringVarP(&o.selector, "selector", "l", "", selectorUsage("only the devices"))
-	addOutputFlag(cmd, &o.output, "", "output format: table (default), wide, json or yaml (a TopReportList)")
+	addOutputFlag(cmd, &o.output, "", "output format: table (default), wide, json or yaml (a schema.TopReportList)")
 	cmd.Flags().BoolVar(&o.noHeaders, "no-headers", false, "leave out the header line of tables")
 }
 
@@ -189,7 +188,7 @@ func runTopPods(ctx context.Context, cli *cliContext, args []string, o topOption
 	})
 }
 
-// printTop prints reports as a TopReportList (json, yaml) or a table of
+// printTop prints reports as a schema.TopReportList (json, yaml) or a table of
 // the rows each gives; a table of none says so on stderr.
 func printTop(cli *cliContext, p *printers.Printer, reps []schema.TopReport, headers []string, rows func(schema.TopReport, time.Time) [][]string) error {
 	if reps == nil {
@@ -197,7 +196,7 @@ func printTop(cli *cliContext, p *printers.Printer, reps []schema.TopReport, hea
 	}
 	switch p.Format {
 	case printers.JSON, printers.YAML:
-		l := client.TopReportList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "TopReportList"}, Items: reps}
+		l := schema.TopReportList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "schema.TopReportList"}, Items: reps}
 		if p.Format == printers.JSON {
 			return printers.WriteJSON(cli.stdout(), l)
 		}

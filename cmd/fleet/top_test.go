@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetmq/fleet/client"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -62,8 +61,8 @@ pi-2   1.50         50%       <none>      <none>   <none>      10m (stale)
 		t.Errorf("wide:\n%+v", r)
 	}
 	r = e.run("", "top", "device", "pi-1", "-o", "json")
-	var l client.TopReportList
-	if err := json.Unmarshal([]byte(r.stdout), &l); err != nil || r.code != 0 || l.Kind != "TopReportList" || len(l.Items) != 1 || l.Items[0].Node.Load1 != 0.52 {
+	var l schema.TopReportList
+	if err := json.Unmarshal([]byte(r.stdout), &l); err != nil || r.code != 0 || l.Kind != "schema.TopReportList" || len(l.Items) != 1 || l.Items[0].Node.Load1 != 0.52 {
 		t.Errorf("json: %+v (%v)", r, err)
 	}
 	r = e.run("", "top", "devices", "pi-3")

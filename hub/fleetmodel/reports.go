@@ -29,6 +29,10 @@ type report struct {
 	uid     string
 	events  []schema.Event // ring, oldest at evStart once full
 	evStart int
+	// crashes are the latest crash report per container (at most
+	// MaxCrashReports), top the last TopReport (remote.go).
+	crashes []schema.CrashReport
+	top     *schema.TopReport
 	// version counts changes; the cached API JSON is for infoVersion.
 	version     uint64
 	info        []byte
@@ -56,16 +60,36 @@ func (m *Model) UpdateReport(name, uid string, update func(r *Report, wasOnline 
 }
 
 // AddEvent keeps ev among the device's keep most recent events, and marks
-// the device as heard from now.
-func (m *Model) AddEvent(name, uid string, ev schema.Event, keep int) {
+// the device as heard from now. An event whose ID (when set) is already
+// among them is a re-delivery: it is dropped, and AddEvent returns false.
+// An event with a LogTail about a container also becomes that
+// container's crash report (CrashReports).
+func (m *Model) AddEvent(name, uid string, ev schema.Event, keep int) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.eventsKeep = keep
 	r := m.entryLocked(name, uid)
-	r.addEvent(ev, keep)
 	r.LastSeen = m.now()
 	r.version++
+	added := ev.ID == "" || !r.hasEvent(ev.ID)
+	if added {
+		r.addEvent(ev, keep)
+		if ev.LogTail != "" && ev.Pod != "" && ev.Container != "" {
+			r.putCrash(name, ev)
+		}
+	}
 	m.recountLocked(name)
+	return added
+}
+
+// hasEvent reports whether an event with this ID is among the recent ones.
+func (r *report) hasEvent(id string) bool {
+	for i := range r.events {
+		if r.events[i].ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // AddHubEvent keeps an event the hub itself raises about a device (a

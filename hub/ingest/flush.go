@@ -2,6 +2,8 @@ package ingest
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"maps"
 
 	"github.com/fleetmq/fleet/hub/store"
@@ -19,14 +21,29 @@ func (in *Ingest) wakeFlush() {
 // now. What fails stays waiting for the next flush.
 func (in *Ingest) Flush(ctx context.Context) {
 	in.mu.Lock()
-	dirty, arch := in.dirty, in.arch
+	dirty, arch, crashes := in.dirty, in.arch, in.crashes
 	if len(dirty) > 0 {
 		in.dirty = map[string]pendingStatus{}
 	}
 	if len(arch) > 0 {
 		in.arch = map[string]string{}
 	}
+	if len(crashes) > 0 {
+		in.crashes = map[string]string{}
+	}
 	in.mu.Unlock()
+	if len(crashes) > 0 {
+		if err := in.writeCrashes(ctx, crashes); err != nil {
+			in.log.Error("store crash reports", "devices", len(crashes), "err", err)
+			in.mu.Lock()
+			for k, v := range crashes {
+				if _, newer := in.crashes[k]; !newer {
+					in.crashes[k] = v
+				}
+			}
+			in.mu.Unlock()
+		}
+	}
 	if len(dirty) > 0 {
 		if err := in.writeStatuses(ctx, dirty); err != nil {
 			in.log.Error("store device statuses", "devices", len(dirty), "err", err)
@@ -147,6 +164,53 @@ func (in *Ingest) writeArch(ctx context.Context, arch map[string]string) error {
 		}
 		for _, name := range chunk {
 			delete(arch, name)
+		}
+	}
+	return nil
+}
+
+// writeCrashes stores the crash reports the model holds for the devices,
+// in transactions of at most maxChunkBytes, skipping devices deleted (or
+// re-created) since.
+func (in *Ingest) writeCrashes(ctx context.Context, devices map[string]string) error {
+	var names []string
+	vals := make(map[string][]byte, len(devices))
+	for name, uid := range devices {
+		crs := in.model.CrashReports(name, uid)
+		if len(crs) == 0 {
+			continue
+		}
+		b, err := json.Marshal(crs)
+		if err != nil {
+			return fmt.Errorf("encode crash reports of %s: %w", name, err)
+		}
+		vals[name] = b
+		names = append(names, name)
+	}
+	for len(names) > 0 {
+		n, size := 0, 0
+		for n < len(names) && (n == 0 || size+len(vals[names[n]]) < maxChunkBytes) {
+			size += len(vals[names[n]])
+			n++
+		}
+		chunk := names[:n]
+		names = names[n:]
+		_, err := in.opts.Store.Write(ctx, func(t *store.Txn) error {
+			for _, name := range chunk {
+				if uid, ok := t.DeviceUID(name); !ok || devices[name] != "" && uid != devices[name] {
+					continue
+				}
+				if err := t.Set(store.CrashReportsKey(name), vals[name]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, name := range chunk {
+			delete(devices, name) // written: not requeued on a later failure
 		}
 	}
 	return nil

@@ -53,6 +53,10 @@ type Options struct {
 	// online state changed (the controller's DeviceStatusChanged). It must
 	// not block.
 	OnChange func(device string)
+	// OnOnline, if set, is called with the device's name when its online
+	// topic says it came online (remote.Manager.DeviceOnline repeats the
+	// acks of its open streams at once). It must not block.
+	OnOnline func(device string)
 	// FlushInterval and FlushBatch: reports are written to the store in one
 	// transaction every FlushInterval, or as soon as FlushBatch are
 	// waiting. Defaults 200 ms and 256.
@@ -104,6 +108,8 @@ type Ingest struct {
 	mu    sync.Mutex
 	dirty map[string]pendingStatus
 	arch  map[string]string // device → reported arch not yet in its labels
+	// crashes are the devices (→ uid) whose crash reports changed.
+	crashes map[string]string
 
 	flush chan struct{}
 
@@ -125,6 +131,7 @@ func New(opts Options) (*Ingest, error) {
 		model:      opts.Model,
 		dirty:      map[string]pendingStatus{},
 		arch:       map[string]string{},
+		crashes:    map[string]string{},
 		flush:      make(chan struct{}, 1),
 		lastLog:    map[string]time.Time{},
 		suppressed: map[string]int{},
@@ -158,6 +165,23 @@ func (in *Ingest) Load(ctx context.Context) error {
 		return fmt.Errorf("ingest: load statuses: %w", err)
 	}
 	in.model.LoadReports(loaded)
+	crashes := map[string][]schema.CrashReport{}
+	err = in.opts.Store.View(ctx, func(t *store.Txn) error {
+		return t.Scan(store.CrashReportsPrefix, func(key string, val []byte) error {
+			name := key[len(store.CrashReportsPrefix):]
+			var crs []schema.CrashReport
+			if err := json.Unmarshal(val, &crs); err != nil {
+				in.log.Error("stored crash reports do not decode; ignoring them", "device", name, "err", err)
+				return nil
+			}
+			crashes[name] = crs
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("ingest: load crash reports: %w", err)
+	}
+	in.model.LoadCrashReports(crashes)
 	return nil
 }
 
@@ -326,6 +350,9 @@ func (in *Ingest) handleOnline(device, uid string, payload []byte) {
 	if changed {
 		in.log.Debug("device online state", "device", device, "online", online)
 	}
+	if online && in.opts.OnOnline != nil {
+		in.opts.OnOnline(device)
+	}
 	in.opts.OnChange(device)
 }
 
@@ -343,7 +370,21 @@ func (in *Ingest) handleEvent(device, uid string, payload []byte) {
 		in.malformed(schema.TopicEvents, device, fmt.Errorf("payload names device %q", truncate(ev.Device)))
 		return
 	}
-	in.model.AddEvent(device, uid, ev, in.opts.EventsPerDevice)
+	// A device re-delivers what it queued while offline: an event whose
+	// ID the model has seen is dropped there.
+	if !in.model.AddEvent(device, uid, ev, in.opts.EventsPerDevice) {
+		if in.m != nil {
+			in.m.Ignored.WithLabelValues(schema.TopicEvents, metrics.ReasonDuplicate).Inc()
+		}
+		return
+	}
+	if ev.LogTail != "" && ev.Pod != "" && ev.Container != "" {
+		// The model made it the container's crash report: keep it
+		// across restarts, with the next flush.
+		in.mu.Lock()
+		in.crashes[device] = uid
+		in.mu.Unlock()
+	}
 }
 
 // malformed counts and (rate-limited) logs a refused payload. The payload

@@ -438,3 +438,78 @@ func FuzzHandle(f *testing.F) {
 		})
 	})
 }
+
+func TestEventDedupeAndCrashReports(t *testing.T) {
+	f := newFixture(t, "pi")
+	var online []string
+	f.in.opts.OnOnline = func(d string) { online = append(online, d) }
+	f.in.Handle(topicPrefix+"pi/online", []byte("online"))
+	f.in.Handle(topicPrefix+"pi/online", []byte("offline"))
+	if len(online) != 1 || online[0] != "pi" {
+		t.Errorf("OnOnline calls %v, want [pi]", online)
+	}
+	ev := func(id, ctr, tail string, code int, at string) []byte {
+		return fmt.Appendf(nil, `{"id":%q,"device":"pi","type":"Warning","reason":"BackOff","pod":"web","container":%q,"exitCode":%d,"logTail":%q,"time":%q}`,
+			id, ctr, code, tail, at)
+	}
+	f.in.Handle(topicPrefix+"pi/events", ev("e1", "app", "boom\n", 2, "2024-01-01T00:00:00Z"))
+	f.in.Handle(topicPrefix+"pi/events", ev("e1", "app", "boom\n", 2, "2024-01-01T00:00:00Z")) // re-delivered
+	f.in.Handle(topicPrefix+"pi/events", ev("e2", "side", "bang\n", 3, "2024-01-01T00:01:00Z"))
+	f.in.Handle(topicPrefix+"pi/events", ev("e3", "app", "later\n", 4, "2024-01-01T00:02:00Z"))
+	f.in.Handle(topicPrefix+"pi/events", ev("", "app", "", 0, "2024-01-01T00:03:00Z")) // no id: kept, no tail
+	f.in.Handle(topicPrefix+"pi/events", ev("", "app", "", 0, "2024-01-01T00:03:00Z"))
+	if evs := f.fm.Events("pi", ""); len(evs) != 5 {
+		t.Errorf("%d events, want 5 (one duplicate dropped)", len(evs))
+	}
+	if n := counter(t, f.m.Ignored.WithLabelValues(schema.TopicEvents, metrics.ReasonDuplicate)); n != 1 {
+		t.Errorf("duplicates counted: %v", n)
+	}
+	crs := f.fm.CrashReports("pi", "")
+	if len(crs) != 2 || crs[0].Container != "app" || crs[0].LogTail != "later\n" || *crs[0].ExitCode != 4 || crs[1].Container != "side" {
+		t.Errorf("crash reports %+v", crs)
+	}
+	if cr, ok := f.fm.CrashReport("pi", "", "web", ""); !ok || cr.Container != "app" {
+		t.Errorf("newest crash report of pod web: %+v %v", cr, ok)
+	}
+	for i := range fleetmodel.MaxCrashReports + 4 {
+		f.in.Handle(topicPrefix+"pi/events", ev(fmt.Sprintf("x%d", i), fmt.Sprintf("c%d", i), "t", 1, fmt.Sprintf("2024-02-01T00:00:%02dZ", i)))
+	}
+	if crs := f.fm.CrashReports("pi", ""); len(crs) != fleetmodel.MaxCrashReports || crs[0].Container != fmt.Sprintf("c%d", fleetmodel.MaxCrashReports+3) {
+		t.Errorf("%d crash reports kept, newest %q", len(crs), crs[0].Container)
+	}
+	f.w.SetDesired(1, func(int) (string, *schema.DesiredState) { return "pi", nil })
+	if len(f.fm.CrashReports("pi", "")) != 0 {
+		t.Error("crash reports kept after the device was removed")
+	}
+}
+
+// Crash reports are stored with the next flush, loaded by a restarted
+// hub, and deleted with the device.
+func TestCrashReportsPersist(t *testing.T) {
+	f := newFixture(t, "pi")
+	f.in.Handle(topicPrefix+"pi/events", []byte(`{"id":"e1","device":"pi","type":"Warning","reason":"BackOff","pod":"web","container":"app","exitCode":1,"logTail":"boom\n","time":"2024-01-01T00:00:00Z"}`))
+	f.in.Flush(t.Context())
+
+	fm := fleetmodel.New(fleetmodel.Options{})
+	register(t, f.st, fm.Writer(), "pi")
+	in, err := New(Options{Conn: noConn{}, Store: f.st, Model: fm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	uid, _, _ := storeDevice(f.st, "pi")
+	if crs := fm.CrashReports("pi", uid); len(crs) != 1 || crs[0].LogTail != "boom\n" || crs[0].Container != "app" {
+		t.Errorf("loaded crash reports %+v", crs)
+	}
+	if _, err := f.st.Delete(t.Context(), schema.KindDevice, "pi", "", false); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.st.View(t.Context(), func(tx *store.Txn) error {
+		if _, err := tx.Get(store.CrashReportsKey("pi")); err == nil {
+			t.Error("crash reports kept after the device was deleted")
+		}
+		return nil
+	})
+}

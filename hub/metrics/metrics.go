@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fleetmq/fleet/schema"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -27,6 +28,9 @@ const (
 	ReasonUnknownDevice = "unknown_device"
 	// ReasonStale: a status older than the one the hub has.
 	ReasonStale = "stale"
+	// ReasonDuplicate: an event whose ID the hub has among the device's
+	// recent events (a re-delivery).
+	ReasonDuplicate = "duplicate"
 )
 
 // Metrics are the hub's metrics. The zero value is not usable: use New.
@@ -56,6 +60,20 @@ type Metrics struct {
 	ReconcileDuration prometheus.Histogram
 	// StatusFlushes counts batched status writes to the store.
 	StatusFlushes prometheus.Counter
+
+	// RemoteRequests counts requests to devices (logs, exec, top) when
+	// they end, by op and result (ok, device error code in lower case,
+	// timeout, offline, canceled, cutoff, unreachable).
+	RemoteRequests *prometheus.CounterVec
+	// RemoteResponsesDropped counts device responses the hub refused, by
+	// reason (malformed, too_large, unknown_id, device_mismatch,
+	// duplicate, window, late).
+	RemoteResponsesDropped *prometheus.CounterVec
+	// RemoteOpenStreams is the number of logs and exec streams open.
+	RemoteOpenStreams prometheus.Gauge
+	// RemoteBytes counts the bytes of output relayed from devices to
+	// clients, by op.
+	RemoteBytes *prometheus.CounterVec
 }
 
 // Gauges are read at scrape time from the hub's state (the fleet model,
@@ -63,6 +81,10 @@ type Metrics struct {
 // device).
 type Gauges struct {
 	Devices, Online, Converged func() float64
+	// TopReports returns the last TopReport of every registered device
+	// (nil: none), exported per device and container at scrape time, so
+	// a deleted device's series vanish with it.
+	TopReports func() []*schema.TopReport
 }
 
 // New creates the metrics and registers them, the Go and process
@@ -109,6 +131,22 @@ func New(g Gauges) *Metrics {
 			Name: "fleet_status_flushes_total",
 			Help: "Batched writes of device statuses to the store.",
 		}),
+		RemoteRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_remote_requests_total",
+			Help: "Requests to devices (logs, exec, top), counted when they end, by op and result.",
+		}, []string{"op", "result"}),
+		RemoteResponsesDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_remote_responses_dropped_total",
+			Help: "Device responses refused (malformed, unknown id, wrong device, duplicate, over the window, late), by reason.",
+		}, []string{"reason"}),
+		RemoteOpenStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fleet_remote_open_streams",
+			Help: "Logs and exec streams between clients and devices open now.",
+		}),
+		RemoteBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_remote_relayed_bytes_total",
+			Help: "Bytes of output relayed from devices to clients, by op.",
+		}, []string{"op"}),
 	}
 	for _, k := range []string{KindStatus, KindOnline, KindEvents, KindUnknown} {
 		m.Malformed.WithLabelValues(k)
@@ -123,6 +161,8 @@ func New(g Gauges) *Metrics {
 	reg.MustRegister(
 		m.DesiredPublishes, m.DeploymentStatusPublishes, m.StatusMessages, m.MQTTMessages,
 		m.Malformed, m.Ignored, m.APIRequestDuration, m.ReconcileDuration, m.StatusFlushes,
+		m.RemoteRequests, m.RemoteResponsesDropped, m.RemoteOpenStreams, m.RemoteBytes,
+		newTopCollector(g.TopReports),
 		gauge("fleet_devices", "Registered devices.", g.Devices),
 		gauge("fleet_devices_online", "Devices online (and not stale).", g.Online),
 		gauge("fleet_devices_converged", "Devices whose report matches their latest desired state.", g.Converged),

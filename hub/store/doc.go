@@ -32,6 +32,8 @@
 //	v1/bootstrap-tokens/{id}   bootstrap token: hashes, labels, expiry, uses (bootstrap.go)
 //	v1/enrollments/{request}   device created by an enrollment request (bootstrap.go)
 //	v1/device-keys/{device}    public key (base64) the device sent when it enrolled
+//	v1/crash-reports/{device}  the device's latest crash report per container, a JSON
+//	                           array of schema.CrashReport (written by the status ingest)
 //
 // Every write goes through a Txn (Store.Write): the revision is bumped once
 // per committed transaction that changed anything, and object events carry

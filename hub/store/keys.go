@@ -20,7 +20,16 @@ const (
 	prefixCredentials = "v1/credentials/"
 	prefixRollouts    = "v1/rollouts/"
 	prefixDeviceKeys  = "v1/device-keys/"
+	prefixCrashes     = "v1/crash-reports/"
 )
+
+// CrashReportsKey holds a device's latest crash reports (a JSON array of
+// schema.CrashReport, written by the status ingest). Deleted with the
+// device.
+func CrashReportsKey(device string) string { return prefixCrashes + device }
+
+// CrashReportsPrefix is the prefix of every CrashReportsKey.
+const CrashReportsPrefix = prefixCrashes
 
 // DeviceKeyKey holds the public key a device sent when it enrolled
 // (schema.EnrollRequest.PublicKey): the key the hub seals Secrets to

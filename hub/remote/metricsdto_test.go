@@ -1,0 +1,7 @@
+package remote
+
+import dto "github.com/prometheus/client_model/go"
+
+type dtoMetric = dto.Metric
+
+type prometheusCounter interface{ Write(*dto.Metric) error }
