@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmq/fleet/edgeagent/devicekey"
 	"github.com/fleetmq/fleet/edgeagent/podconfig"
 	"github.com/fleetmq/fleet/edgeagent/reconcile"
+	"github.com/fleetmq/fleet/edgeagent/remote"
 	"github.com/fleetmq/fleet/edgeagent/runtime"
 	"github.com/fleetmq/fleet/edgeagent/session"
 	"github.com/fleetmq/fleet/edgeagent/state"
@@ -124,6 +125,7 @@ type Agent struct {
 	reporter *status.Reporter
 	events   *status.Events
 	session  *session.Session // nil without a broker
+	remote   *remote.Server   // nil without a broker
 
 	counts struct {
 		accepted, duplicate, stale, other, invalid, cleared atomic.Int64
@@ -199,12 +201,28 @@ func New(o Options) (*Agent, error) {
 			Backoff:   o.ReconnectBackoff,
 			Seed:      o.Seed,
 			OnDesired: a.onDesired,
+			OnRequest: a.onRequest,
 			OnConnect: a.onConnect,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("edgeagent: %w", err)
 		}
 		a.session, pub = s, s
+		// The hub's requests (logs, exec, top) are answered over the
+		// same session.
+		a.remote, err = remote.New(remote.Options{
+			Device:    o.Device,
+			Topics:    o.Topics,
+			Publisher: s,
+			Runtime:   o.Runtime,
+			LogPath:   dir.LogPath,
+			Pods:      a.podContainers,
+			Logger:    a.log.With("part", "remote"),
+			StateDir:  o.StateDir,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("edgeagent: %w", err)
+		}
 	}
 	a.events = status.NewEvents(status.EventsOptions{
 		Device: o.Device, Topic: a.topics.events, Publisher: pub, Clock: o.Clock, Logger: a.log,
@@ -312,6 +330,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { _ = a.reporter.Run(ctx) })
 	wg.Go(func() { _ = a.events.Run(ctx) })
 	if a.session != nil {
+		wg.Go(func() { _ = a.remote.Run(ctx) })
 		wg.Go(func() { _ = a.session.Run(ctx) })
 	} else {
 		a.log.Info("no broker configured; running from persisted state only")
@@ -341,6 +360,31 @@ func (a *Agent) unsealer() podconfig.Key {
 		return nil
 	}
 	return a.key
+}
+
+// onRequest hands a payload of the requests topic to the remote server;
+// like onDesired it runs on a goroutine paho starts for the message.
+func (a *Agent) onRequest(payload []byte) {
+	if a.remote != nil {
+		a.remote.Handle(payload)
+	}
+}
+
+// podContainers returns the containers of each pod the agent last
+// reported: those of its desired state.
+func (a *Agent) podContainers() map[string][]string {
+	a.mu.Lock()
+	pods := a.last.Pods
+	a.mu.Unlock()
+	out := make(map[string][]string, len(pods))
+	for _, p := range pods {
+		names := make([]string, 0, len(p.Containers))
+		for _, c := range p.Containers {
+			names = append(names, c.Name)
+		}
+		out[p.Name] = names
+	}
+	return out
 }
 
 func (a *Agent) onConnect() {

@@ -128,7 +128,10 @@ type Request struct {
 type LogOptions struct {
 	// Pod and Container name the container; Container may be empty when
 	// the pod has one container.
-	Pod       string `json:"pod"`
+	// Pod is the pod to read, named after its Deployment.
+	Pod string `json:"pod"`
+	// Container is the container whose log to read; it may be empty when
+	// the pod has one container.
 	Container string `json:"container,omitempty"`
 	// TailLines returns only the last N lines (nil: all).
 	TailLines *int64 `json:"tailLines,omitempty"`
@@ -146,9 +149,13 @@ type LogOptions struct {
 
 // ExecOptions describe a command run in a container.
 type ExecOptions struct {
-	Pod       string   `json:"pod"`
-	Container string   `json:"container,omitempty"`
-	Command   []string `json:"command"`
+	// Pod is the pod to run the command in.
+	Pod string `json:"pod"`
+	// Container is the container to run it in; it may be empty when the
+	// pod has one container.
+	Container string `json:"container,omitempty"`
+	// Command is the program and its arguments (no shell unless given).
+	Command []string `json:"command"`
 	// TTY runs the command with a terminal (stdout and stderr merged).
 	TTY bool `json:"tty,omitempty"`
 	// Stdin attaches the process's input to op stdin requests.
@@ -159,7 +166,9 @@ type ExecOptions struct {
 
 // TermSize is a terminal's size in characters.
 type TermSize struct {
+	// Cols is the width in characters.
 	Cols uint16 `json:"cols"`
+	// Rows is the height in lines.
 	Rows uint16 `json:"rows"`
 }
 
@@ -184,8 +193,11 @@ const (
 // Response is a message from a device answering a Request.
 type Response struct {
 	TypeMeta `json:",inline"`
-	ID       string `json:"id"`
-	Device   string `json:"device"`
+	// ID is the ID of the request answered.
+	ID string `json:"id"`
+	// Device is the device that answers; it must be the one the request
+	// went to, and the one whose responses topic it came on.
+	Device string `json:"device"`
 	// Seq counts the responses to one request from 1.
 	Seq int64 `json:"seq"`
 	// Stream is the stream Data belongs to (Stream constants).
@@ -198,16 +210,20 @@ type Response struct {
 	Done bool `json:"done,omitempty"`
 	// ExitCode is the exit code of an exec'd command (with Done).
 	ExitCode *int `json:"exitCode,omitempty"`
-	// Code and Error say why the operation failed (with Done).
-	Code  string `json:"code,omitempty"`
+	// Code says why the operation failed, for programs (with Done; the
+	// Code constants).
+	Code string `json:"code,omitempty"`
+	// Error says why the operation failed, for people (with Done).
 	Error string `json:"error,omitempty"`
 }
 
 // TopReport is one measurement of a device and its containers.
 type TopReport struct {
 	TypeMeta `json:",inline"`
-	Device   string    `json:"device"`
-	Time     time.Time `json:"time"`
+	// Device is the device measured.
+	Device string `json:"device"`
+	// Time is when the device measured, an RFC 3339 time.
+	Time time.Time `json:"time"`
 	// Node describes the device as a whole.
 	Node NodeMetrics `json:"node"`
 	// Containers are the managed containers that run.
@@ -220,18 +236,22 @@ type TopReport struct {
 // NodeMetrics are a device's figures. A figure the device cannot read
 // is left out.
 type NodeMetrics struct {
-	// Load1, Load5 and Load15 are the load averages.
-	Load1  float64 `json:"load1"`
-	Load5  float64 `json:"load5"`
+	// Load1 is the load average over 1 minute (/proc/loadavg).
+	Load1 float64 `json:"load1"`
+	// Load5 is the load average over 5 minutes.
+	Load5 float64 `json:"load5"`
+	// Load15 is the load average over 15 minutes.
 	Load15 float64 `json:"load15"`
 	// CPUs is the number of CPUs online.
 	CPUs int `json:"cpus,omitempty"`
-	// MemoryTotalBytes and MemoryAvailableBytes are from /proc/meminfo.
-	MemoryTotalBytes     uint64 `json:"memoryTotalBytes,omitempty"`
+	// MemoryTotalBytes is the device's memory (/proc/meminfo MemTotal).
+	MemoryTotalBytes uint64 `json:"memoryTotalBytes,omitempty"`
+	// MemoryAvailableBytes is the memory available to new processes
+	// (MemAvailable).
 	MemoryAvailableBytes uint64 `json:"memoryAvailableBytes,omitempty"`
-	// StateDisk is the file system of the agent's state directory,
-	// ImageDisk that of the runtime's images.
+	// StateDisk is the file system of the agent's state directory.
 	StateDisk *DiskMetrics `json:"stateDisk,omitempty"`
+	// ImageDisk is the file system of the runtime's images.
 	ImageDisk *DiskMetrics `json:"imageDisk,omitempty"`
 	// UptimeSeconds is how long the device has been up.
 	UptimeSeconds int64 `json:"uptimeSeconds,omitempty"`
@@ -239,35 +259,43 @@ type NodeMetrics struct {
 	// (/sys/class/thermal/thermal_zone0), nil where there is none.
 	TemperatureCelsius *float64 `json:"temperatureCelsius,omitempty"`
 	// Throttled is a Raspberry Pi's `vcgencmd get_throttled` value
-	// ("0x0": never throttled), empty elsewhere; ThrottledFlags names its
-	// bits (under-voltage, arm-frequency-capped, throttled,
-	// soft-temp-limit, each "-now" or "-occurred").
-	Throttled      string   `json:"throttled,omitempty"`
+	// ("0x0": never throttled), empty elsewhere.
+	Throttled string `json:"throttled,omitempty"`
+	// ThrottledFlags names the bits set in Throttled: under-voltage,
+	// arm-frequency-capped, throttled and soft-temp-limit, each with
+	// "-now" or "-occurred".
 	ThrottledFlags []string `json:"throttledFlags,omitempty"`
 }
 
 // DiskMetrics describe one file system.
 type DiskMetrics struct {
-	Path       string `json:"path"`
+	// Path is the directory measured.
+	Path string `json:"path"`
+	// TotalBytes is the file system's size.
 	TotalBytes uint64 `json:"totalBytes"`
-	FreeBytes  uint64 `json:"freeBytes"`
+	// FreeBytes is the space unprivileged writers may still use.
+	FreeBytes uint64 `json:"freeBytes"`
 }
 
 // ContainerMetrics are one running container's figures, from its cgroup.
 type ContainerMetrics struct {
-	Pod       string `json:"pod"`
+	// Pod is the container's pod.
+	Pod string `json:"pod"`
+	// Container is the container's name in its pod.
 	Container string `json:"container"`
-	// CPUUsageNanos is the CPU time used since the container started;
-	// CPUMillicores the rate over the last interval the device measured
-	// (nil on the first measurement).
+	// CPUUsageNanos is the CPU time used since the container started.
 	CPUUsageNanos uint64 `json:"cpuUsageNanos"`
+	// CPUMillicores is the CPU rate over the interval since the device
+	// last measured (nil on the first measurement).
 	CPUMillicores *int64 `json:"cpuMillicores,omitempty"`
 	// MemoryBytes is the memory in use (cgroup memory.current or
-	// usage_in_bytes), MemoryWorkingSetBytes that minus inactive file
-	// pages (what kubectl top shows), MemoryLimitBytes the limit (0: none).
-	MemoryBytes           uint64 `json:"memoryBytes"`
+	// memory.usage_in_bytes).
+	MemoryBytes uint64 `json:"memoryBytes"`
+	// MemoryWorkingSetBytes is MemoryBytes minus inactive file pages, what
+	// kubectl top shows.
 	MemoryWorkingSetBytes uint64 `json:"memoryWorkingSetBytes"`
-	MemoryLimitBytes      uint64 `json:"memoryLimitBytes,omitempty"`
+	// MemoryLimitBytes is the container's memory limit (0: none).
+	MemoryLimitBytes uint64 `json:"memoryLimitBytes,omitempty"`
 	// PIDs is the number of processes.
 	PIDs uint64 `json:"pids,omitempty"`
 }
@@ -275,14 +303,22 @@ type ContainerMetrics struct {
 // CrashReport is what the hub keeps of a container's last crash: the
 // event that reported it and the last lines of its log.
 type CrashReport struct {
-	Device    string    `json:"device"`
-	Pod       string    `json:"pod"`
-	Container string    `json:"container"`
-	Time      time.Time `json:"time"`
-	Reason    string    `json:"reason"`
-	Message   string    `json:"message,omitempty"`
-	ExitCode  *int32    `json:"exitCode,omitempty"`
-	LogTail   string    `json:"logTail"`
+	// Device is the device the container ran on.
+	Device string `json:"device"`
+	// Pod is the container's pod.
+	Pod string `json:"pod"`
+	// Container is the container that crashed.
+	Container string `json:"container"`
+	// Time is when the device recorded the crash.
+	Time time.Time `json:"time"`
+	// Reason is the event's reason (Exited, BackOff).
+	Reason string `json:"reason"`
+	// Message is the event's message.
+	Message string `json:"message,omitempty"`
+	// ExitCode is the container's exit code.
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// LogTail is the last lines of the container's log when it crashed.
+	LogTail string `json:"logTail"`
 }
 
 // ValidateRequestIDHex checks a request ID: RequestIDBytes bytes in
@@ -459,11 +495,13 @@ const (
 // TopReportList is the answer of GET /v1/top.
 type TopReportList struct {
 	TypeMeta `json:",inline"`
-	Items    []TopReport `json:"items"`
+	// Items are the reports, by device name.
+	Items []TopReport `json:"items"`
 }
 
 // CrashReportList is the answer of GET /v1/devices/{device}/crashreports.
 type CrashReportList struct {
 	TypeMeta `json:",inline"`
-	Items    []CrashReport `json:"items"`
+	// Items are the latest crash report of each container, newest first.
+	Items []CrashReport `json:"items"`
 }

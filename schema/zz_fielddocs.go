@@ -74,6 +74,19 @@ func typeDocTable() map[string]typeDoc {
 				"resources":       {doc: "Resources limits the container's memory and CPU."},
 			},
 		},
+		"ContainerMetrics": {
+			doc: "ContainerMetrics are one running container's figures, from its cgroup.",
+			fields: map[string]fieldDoc{
+				"pod":                   {doc: "Pod is the container's pod."},
+				"container":             {doc: "Container is the container's name in its pod."},
+				"cpuUsageNanos":         {doc: "CPUUsageNanos is the CPU time used since the container started."},
+				"cpuMillicores":         {doc: "CPUMillicores is the CPU rate over the interval since the device last measured (nil on the first measurement)."},
+				"memoryBytes":           {doc: "MemoryBytes is the memory in use (cgroup memory.current or memory.usage_in_bytes)."},
+				"memoryWorkingSetBytes": {doc: "MemoryWorkingSetBytes is MemoryBytes minus inactive file pages, what kubectl top shows."},
+				"memoryLimitBytes":      {doc: "MemoryLimitBytes is the container's memory limit (0: none)."},
+				"pids":                  {doc: "PIDs is the number of processes."},
+			},
+		},
 		"ContainerPort": {
 			doc: "ContainerPort declares a port the container listens on. Pods use the device's network, so it is a port of the device: the hub reports two pods that claim the same port and protocol on one device.",
 			fields: map[string]fieldDoc{
@@ -93,6 +106,25 @@ func typeDocTable() map[string]typeDoc {
 				"restarts":  {doc: "Restarts counts the container's restarts."},
 				"ready":     {doc: "Ready says whether a running container is ready: it passes its readiness probe (and has passed its startup probe); one without probes is ready while it runs. Absent when not running, and from agents older than probes."},
 				"reason":    {doc: "Reason says why the container waits or exited, in kubectl's words, such as ContainerCreating, ErrImagePull, ImagePullBackOff, CrashLoopBackOff, Completed or Error."},
+			},
+		},
+		"CrashReport": {
+			doc: "CrashReport is what the hub keeps of a container's last crash: the event that reported it and the last lines of its log.",
+			fields: map[string]fieldDoc{
+				"device":    {doc: "Device is the device the container ran on."},
+				"pod":       {doc: "Pod is the container's pod."},
+				"container": {doc: "Container is the container that crashed."},
+				"time":      {doc: "Time is when the device recorded the crash."},
+				"reason":    {doc: "Reason is the event's reason (Exited, BackOff)."},
+				"message":   {doc: "Message is the event's message."},
+				"exitCode":  {doc: "ExitCode is the container's exit code."},
+				"logTail":   {doc: "LogTail is the last lines of the container's log when it crashed."},
+			},
+		},
+		"CrashReportList": {
+			doc: "CrashReportList is the answer of GET /v1/devices/{device}/crashreports.",
+			fields: map[string]fieldDoc{
+				"items": {doc: "Items are the latest crash report of each container, newest first."},
 			},
 		},
 		"Deployment": {
@@ -211,6 +243,14 @@ func typeDocTable() map[string]typeDoc {
 				"message":            {doc: "Message explains a state the agent cannot act on (a desired state it refused, for example)."},
 			},
 		},
+		"DiskMetrics": {
+			doc: "DiskMetrics describe one file system.",
+			fields: map[string]fieldDoc{
+				"path":       {doc: "Path is the directory measured."},
+				"totalBytes": {doc: "TotalBytes is the file system's size."},
+				"freeBytes":  {doc: "FreeBytes is the space unprivileged writers may still use."},
+			},
+		},
 		"EmptyDirVolume": {
 			doc: "EmptyDirVolume is an empty directory that lives as long as the pod.",
 			fields: map[string]fieldDoc{
@@ -262,6 +302,7 @@ func typeDocTable() map[string]typeDoc {
 		"Event": {
 			doc: "Event is published (not retained) on fleet/v1/devices/{device}/events.",
 			fields: map[string]fieldDoc{
+				"id":        {doc: "ID is unique per event (random, from the device): an event delivered twice (a QoS 1 publish repeated after a reconnect) is kept once. Empty on events from agents before it was added."},
 				"device":    {doc: "Device is the name of the device the event happened on."},
 				"time":      {doc: "Time is when the agent recorded the event, an RFC 3339 time."},
 				"type":      {doc: "Type is Normal or Warning."},
@@ -269,12 +310,26 @@ func typeDocTable() map[string]typeDoc {
 				"pod":       {doc: "Pod is the pod the event is about, if any."},
 				"container": {doc: "Container is the container the event is about, if any."},
 				"message":   {doc: "Message says what happened, for people; at most 4096 characters."},
+				"exitCode":  {doc: "ExitCode is the exit code of the container an event is about, when it exited (reasons Exited, BackOff)."},
+				"logTail":   {doc: "LogTail is a crash report: the last lines of the container's log (at most MaxCrashLogLines lines and MaxCrashLogBytes bytes), on an event about a container that exited with a code other than 0 or entered backoff."},
+				"dropped":   {doc: "Dropped counts the events the device dropped before this one because its queue was full while it was offline."},
 			},
 		},
 		"ExecAction": {
 			doc: "ExecAction is a command to run in the container.",
 			fields: map[string]fieldDoc{
 				"command": {doc: "Command is the command and its arguments, run without a shell (use [sh, -c, \"...\"] for one). Required.", required: true},
+			},
+		},
+		"ExecOptions": {
+			doc: "ExecOptions describe a command run in a container.",
+			fields: map[string]fieldDoc{
+				"pod":       {doc: "Pod is the pod to run the command in."},
+				"container": {doc: "Container is the container to run it in; it may be empty when the pod has one container."},
+				"command":   {doc: "Command is the program and its arguments (no shell unless given)."},
+				"tty":       {doc: "TTY runs the command with a terminal (stdout and stderr merged)."},
+				"stdin":     {doc: "Stdin attaches the process's input to op stdin requests."},
+				"size":      {doc: "Size is the initial terminal size (TTY only)."},
 			},
 		},
 		"HTTPGetAction": {
@@ -355,6 +410,19 @@ func typeDocTable() map[string]typeDoc {
 				"name": {doc: "Name is the object's name. Required.", required: true},
 			},
 		},
+		"LogOptions": {
+			doc: "LogOptions select what a logs request returns, as kubectl logs does.",
+			fields: map[string]fieldDoc{
+				"pod":          {doc: "Pod and Container name the container; Container may be empty when the pod has one container. Pod is the pod to read, named after its Deployment."},
+				"container":    {doc: "Container is the container whose log to read; it may be empty when the pod has one container."},
+				"tailLines":    {doc: "TailLines returns only the last N lines (nil: all)."},
+				"sinceSeconds": {doc: "SinceSeconds returns only lines written in the last N seconds."},
+				"timestamps":   {doc: "Timestamps prefixes each line with its time (RFC 3339, nanoseconds)."},
+				"follow":       {doc: "Follow keeps the stream open and sends new lines as they come."},
+				"previous":     {doc: "Previous returns the log of the container's previous run."},
+				"limitBytes":   {doc: "LimitBytes stops after this many bytes (0: no limit)."},
+			},
+		},
 		"Mount": {
 			doc: "Mount binds a host path into the container.",
 			fields: map[string]fieldDoc{
@@ -372,6 +440,23 @@ func typeDocTable() map[string]typeDoc {
 				"diskTotalBytes":       {doc: "DiskTotalBytes is the size of the file system that holds the agent's state directory."},
 				"diskFreeBytes":        {doc: "DiskFreeBytes is the space left on that file system."},
 				"uptimeSeconds":        {doc: "UptimeSeconds is how long the device has been up."},
+			},
+		},
+		"NodeMetrics": {
+			doc: "NodeMetrics are a device's figures. A figure the device cannot read is left out.",
+			fields: map[string]fieldDoc{
+				"load1":                {doc: "Load1 is the load average over 1 minute (/proc/loadavg)."},
+				"load5":                {doc: "Load5 is the load average over 5 minutes."},
+				"load15":               {doc: "Load15 is the load average over 15 minutes."},
+				"cpus":                 {doc: "CPUs is the number of CPUs online."},
+				"memoryTotalBytes":     {doc: "MemoryTotalBytes is the device's memory (/proc/meminfo MemTotal)."},
+				"memoryAvailableBytes": {doc: "MemoryAvailableBytes is the memory available to new processes (MemAvailable)."},
+				"stateDisk":            {doc: "StateDisk is the file system of the agent's state directory."},
+				"imageDisk":            {doc: "ImageDisk is the file system of the runtime's images."},
+				"uptimeSeconds":        {doc: "UptimeSeconds is how long the device has been up."},
+				"temperatureCelsius":   {doc: "TemperatureCelsius is the SoC's temperature (/sys/class/thermal/thermal_zone0), nil where there is none."},
+				"throttled":            {doc: "Throttled is a Raspberry Pi's `vcgencmd get_throttled` value (\"0x0\": never throttled), empty elsewhere."},
+				"throttledFlags":       {doc: "ThrottledFlags names the bits set in Throttled: under-voltage, arm-frequency-capped, throttled and soft-temp-limit, each with \"-now\" or \"-occurred\"."},
 			},
 		},
 		"ObjectMeta": {
@@ -463,6 +548,23 @@ func typeDocTable() map[string]typeDoc {
 			doc:  "PullPolicy says when the agent pulls an image.",
 			enum: []string{"IfNotPresent", "Always"},
 		},
+		"Request": {
+			doc: "Request is a message from the hub to one device.",
+			fields: map[string]fieldDoc{
+				"id":       {doc: "ID names the operation: RequestIDBytes random bytes, lower-case hex."},
+				"device":   {doc: "Device is the device the request is for; a device ignores requests for another."},
+				"op":       {doc: "Op is one of the Op constants."},
+				"deadline": {doc: "Deadline: a device drops a logs, exec or top request it receives after this time. Zero means no deadline."},
+				"window":   {doc: "Window is the flow-control window of a stream (logs, exec); 0 means DefaultRequestWindow."},
+				"logs":     {doc: "Logs are the options of a logs request."},
+				"exec":     {doc: "Exec are the options of an exec request."},
+				"ack":      {doc: "Ack (op ack) is the highest Seq the hub has consumed."},
+				"data":     {doc: "Data (op stdin) is input for the process, at most MaxChunkBytes."},
+				"eof":      {doc: "EOF (op stdin) closes the process's input after Data."},
+				"seq":      {doc: "Seq (op stdin) counts the stdin requests of one operation from 1: MQTT handlers may see requests out of order, and the device puts input back in this order. 0: taken as it comes."},
+				"size":     {doc: "Size (op resize) is the new terminal size."},
+			},
+		},
 		"ResourceList": {
 			doc: "ResourceList uses Kubernetes quantity notation: memory \"64Mi\", cpu \"500m\".",
 			fields: map[string]fieldDoc{
@@ -474,6 +576,21 @@ func typeDocTable() map[string]typeDoc {
 			doc: "Resources holds the container's limits.",
 			fields: map[string]fieldDoc{
 				"limits": {doc: "Limits caps the container's memory and CPU; a limit left out is no limit."},
+			},
+		},
+		"Response": {
+			doc: "Response is a message from a device answering a Request.",
+			fields: map[string]fieldDoc{
+				"id":       {doc: "ID is the ID of the request answered."},
+				"device":   {doc: "Device is the device that answers; it must be the one the request went to, and the one whose responses topic it came on."},
+				"seq":      {doc: "Seq counts the responses to one request from 1."},
+				"stream":   {doc: "Stream is the stream Data belongs to (Stream constants)."},
+				"data":     {doc: "Data is at most MaxChunkBytes of output."},
+				"top":      {doc: "Top is the answer to a top request."},
+				"done":     {doc: "Done ends the operation; nothing follows it."},
+				"exitCode": {doc: "ExitCode is the exit code of an exec'd command (with Done)."},
+				"code":     {doc: "Code says why the operation failed, for programs (with Done; the Code constants)."},
+				"error":    {doc: "Error says why the operation failed, for people (with Done)."},
 			},
 		},
 		"RestartPolicy": {
@@ -605,6 +722,29 @@ func typeDocTable() map[string]typeDoc {
 				"annotations": {doc: "Annotations are free-form key/value notes on the pod; they are part of the pod's hash, so changing one restarts the pod on every device (per the strategy). \"fleet rollout restart\" sets fleet/restartedAt. At most 64 KiB in all."},
 			},
 		},
+		"TermSize": {
+			doc: "TermSize is a terminal's size in characters.",
+			fields: map[string]fieldDoc{
+				"cols": {doc: "Cols is the width in characters."},
+				"rows": {doc: "Rows is the height in lines."},
+			},
+		},
+		"TopReport": {
+			doc: "TopReport is one measurement of a device and its containers.",
+			fields: map[string]fieldDoc{
+				"device":     {doc: "Device is the device measured."},
+				"time":       {doc: "Time is when the device measured, an RFC 3339 time."},
+				"node":       {doc: "Node describes the device as a whole."},
+				"containers": {doc: "Containers are the managed containers that run."},
+				"stale":      {doc: "Stale is set by the hub on a report it answers from memory because the device did not answer (offline, or too slow)."},
+			},
+		},
+		"TopReportList": {
+			doc: "TopReportList is the answer of GET /v1/top.",
+			fields: map[string]fieldDoc{
+				"items": {doc: "Items are the reports, by device name."},
+			},
+		},
 		"TypeMeta": {
 			doc: "TypeMeta names the schema of a serialised object: its apiVersion and kind.",
 			fields: map[string]fieldDoc{
@@ -637,4 +777,4 @@ func typeDocTable() map[string]typeDoc {
 
 // documentedKinds are the kinds typeDocTable covers: the stored resources,
 // then the payloads.
-var documentedKinds = []string{"ConfigMap", "Deployment", "Device", "Secret", "DeploymentRevision", "DesiredState", "DeviceStatus", "EnrollRequest", "EnrollResponse", "Event"}
+var documentedKinds = []string{"ConfigMap", "Deployment", "Device", "Secret", "CrashReportList", "DeploymentRevision", "DesiredState", "DeviceStatus", "EnrollRequest", "EnrollResponse", "Event", "Request", "Response", "TopReport", "TopReportList"}

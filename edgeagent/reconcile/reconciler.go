@@ -31,6 +31,7 @@ import (
 	"github.com/fleetmq/fleet/edgeagent/desired"
 	"github.com/fleetmq/fleet/edgeagent/podconfig"
 	"github.com/fleetmq/fleet/edgeagent/probe"
+	"github.com/fleetmq/fleet/edgeagent/remote/logfile"
 	"github.com/fleetmq/fleet/edgeagent/runtime"
 	"github.com/fleetmq/fleet/edgeagent/state"
 	"github.com/fleetmq/fleet/edgeagent/volumes"
@@ -699,11 +700,26 @@ func (r *Reconciler) handle(res result) {
 	}
 }
 
+// EventRecorder is a Recorder that also takes whole events, which carry
+// what Record cannot: the exit code and the crash report (the end of
+// the container's log) of an exit. status.Events implements it; a
+// Recorder without it gets the events without those fields.
+type EventRecorder interface {
+	RecordEvent(ev schema.Event)
+}
+
 func (r *Reconciler) exitEvent(ex Exit) {
 	typ := schema.EventNormal
 	if ex.Code != 0 {
 		typ = schema.EventWarning
 	}
+	// A crash report: the end of the log, read now, before a restart
+	// moves the run's log to PATH.previous.
+	var tail string
+	if ex.Code != 0 {
+		tail = r.crashLog(ex)
+	}
+	code := ex.Code
 	var msg string
 	switch {
 	case ex.GaveUp:
@@ -711,14 +727,36 @@ func (r *Reconciler) exitEvent(ex Exit) {
 	case ex.Restart:
 		msg = fmt.Sprintf("container exited with code %d; restarting in %s (policy %s)", ex.Code, ex.Delay, ex.Policy)
 		if ex.Delay > r.o.CrashLoop.Initial {
-			r.o.Events.Record(schema.EventWarning, "BackOff", ex.Key.Pod, ex.Key.Container,
-				fmt.Sprintf("back-off %s restarting failed container", ex.Delay))
+			r.record(schema.Event{Type: schema.EventWarning, Reason: "BackOff", Pod: ex.Key.Pod, Container: ex.Key.Container,
+				Message: fmt.Sprintf("back-off %s restarting failed container", ex.Delay), ExitCode: &code, LogTail: tail})
 		}
 	default:
 		msg = fmt.Sprintf("container exited with code %d; not restarting (policy %s)", ex.Code, ex.Policy)
 	}
 	r.log.Info("container exited", "pod", ex.Key.Pod, "container", ex.Key.Container, "exitCode", ex.Code, "restart", ex.Restart, "delay", ex.Delay)
-	r.o.Events.Record(typ, "Exited", ex.Key.Pod, ex.Key.Container, msg)
+	r.record(schema.Event{Type: typ, Reason: "Exited", Pod: ex.Key.Pod, Container: ex.Key.Container, Message: msg, ExitCode: &code, LogTail: tail})
+}
+
+// record passes ev to the Recorder, whole if it takes whole events.
+func (r *Reconciler) record(ev schema.Event) {
+	if er, ok := r.o.Events.(EventRecorder); ok {
+		er.RecordEvent(ev)
+		return
+	}
+	r.o.Events.Record(ev.Type, ev.Reason, ev.Pod, ev.Container, ev.Message)
+}
+
+// crashLog returns the last lines of an exited container's log (at most
+// schema.MaxCrashLogLines lines and schema.MaxCrashLogBytes bytes).
+func (r *Reconciler) crashLog(ex Exit) string {
+	if r.o.State == nil {
+		return ""
+	}
+	tail, err := logfile.Tail(r.o.State.LogPath(ex.Key.Pod, ex.Key.Container), schema.MaxCrashLogLines, schema.MaxCrashLogBytes)
+	if err != nil {
+		r.log.Warn("read crash log", "pod", ex.Key.Pod, "container", ex.Key.Container, "err", err)
+	}
+	return tail
 }
 
 func (r *Reconciler) accept(ds *schema.DesiredState, payload []byte) {

@@ -41,12 +41,21 @@ type harness struct {
 	mu     sync.Mutex
 	status Status
 	events []string
+	full   []schema.Event // what RecordEvent got (crash reports)
 }
 
 func (h *harness) Record(typ, reason, pod, container, msg string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.events = append(h.events, reason+" "+pod+"/"+container)
+}
+
+// RecordEvent implements EventRecorder.
+func (h *harness) RecordEvent(ev schema.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, ev.Reason+" "+ev.Pod+"/"+ev.Container)
+	h.full = append(h.full, ev)
 }
 
 func newHarness(t *testing.T, root string, clk *clock.Fake, rt *runtime.Fake) *harness {
@@ -740,4 +749,44 @@ func (f *failingStart) Start(ctx context.Context, id string) error {
 		return fmt.Errorf("start container %s: exec: \"/app\": no such file or directory", id)
 	}
 	return f.Fake.Start(ctx, id)
+}
+
+// TestReconcilerCrashReport: a non-zero exit's event carries the exit
+// code and the end of the container's log, read before the restart.
+func TestReconcilerCrashReport(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		h.start()
+		defer h.stop()
+		web := pod("web", schema.RestartAlways, "nginx:1")
+		id := idOf(web, "c0")
+		h.offer(1, web)
+		var log strings.Builder
+		for i := range 80 {
+			fmt.Fprintf(&log, "line %d\n", i)
+		}
+		p := h.dir.LogPath("web", "c0")
+		if err := os.WriteFile(p, []byte(log.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.rt.Exit(id, 3); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		var ev *schema.Event
+		for i := range h.full {
+			if h.full[i].Reason == "Exited" {
+				ev = &h.full[i]
+			}
+		}
+		if ev == nil || ev.ExitCode == nil || *ev.ExitCode != 3 {
+			t.Fatalf("exit event = %+v", ev)
+		}
+		lines := strings.Split(strings.TrimSuffix(ev.LogTail, "\n"), "\n")
+		if len(lines) != schema.MaxCrashLogLines || lines[0] != "line 30" || lines[len(lines)-1] != "line 79" {
+			t.Fatalf("log tail = %q", ev.LogTail)
+		}
+	})
 }

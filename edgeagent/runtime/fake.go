@@ -38,6 +38,8 @@ type Fake struct {
 	ops        []string
 	calls      FakeCalls
 	exec       ExecHandler // see fake_exec.go
+	execStream ExecStreamHandler
+	stats      map[string]ContainerStats // by ID; see SetStats
 }
 
 // fakeLogMax bounds the Created and Ops logs: they return the last
@@ -78,7 +80,7 @@ type FakeOptions struct {
 // FakeCalls counts the calls made to a Fake.
 type FakeCalls struct {
 	EnsureImage, Pull, Create, Start, Stop, Remove, List, RemoveImage int
-	Exec                                                              int
+	Exec, ExecStream, Stats                                           int
 }
 
 type fakeContainer struct {

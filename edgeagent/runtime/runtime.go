@@ -211,4 +211,10 @@ type Runtime interface {
 	DiskSpace(ctx context.Context) (DiskSpace, error)
 	// Exec runs cmd in the running container id (see exec.go).
 	Exec(ctx context.Context, id string, cmd []string, timeout time.Duration) (exitCode int, output []byte, err error)
+	// ExecStream runs a command in the running container id with its
+	// input and output streamed (see exec_stream.go).
+	ExecStream(ctx context.Context, id string, o ExecStreamOptions) (exitCode int, err error)
+	// Stats measures the running container id from its cgroup (see
+	// stats.go). ErrNotRunning if its task does not run.
+	Stats(ctx context.Context, id string) (ContainerStats, error)
 }

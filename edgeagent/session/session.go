@@ -79,6 +79,11 @@ type Options struct {
 	// a goroutine paho starts for the message, off paho's router, so
 	// payloads may be handled concurrently and out of order.
 	OnDesired func(payload []byte)
+	// OnRequest receives every payload on the device's requests topic
+	// (schema.TopicRequests: the hub's logs, exec and top requests),
+	// like OnDesired: on a goroutine paho starts for the message. It must
+	// not block for long. Nil: the topic is not subscribed.
+	OnRequest func(payload []byte)
 	// OnConnect runs after each successful connect, once subscribed and
 	// with "online" sent (its acknowledgement may still be on its way):
 	// what it publishes reaches the broker after "online". It must not
@@ -89,11 +94,12 @@ type Options struct {
 // Session is one device's MQTT session. Run keeps it connected; Publish
 // may be called from any goroutine.
 type Session struct {
-	o            Options
-	broker       *url.URL // o.Broker, parsed once
-	log          *slog.Logger
-	desiredTopic string
-	onlineTopic  string
+	o             Options
+	broker        *url.URL // o.Broker, parsed once
+	log           *slog.Logger
+	desiredTopic  string
+	requestsTopic string
+	onlineTopic   string
 
 	mu     sync.Mutex
 	client mqtt.Client // nil while not connected and subscribed
@@ -153,11 +159,12 @@ func New(o Options) (*Session, error) {
 		o.OnConnect = func() {}
 	}
 	return &Session{
-		o:            o,
-		broker:       broker,
-		log:          o.Logger,
-		desiredTopic: o.Topics.Device(o.Device, schema.TopicDesired),
-		onlineTopic:  o.Topics.Device(o.Device, schema.TopicOnline),
+		o:             o,
+		broker:        broker,
+		log:           o.Logger,
+		desiredTopic:  o.Topics.Device(o.Device, schema.TopicDesired),
+		requestsTopic: o.Topics.Device(o.Device, schema.TopicRequests),
+		onlineTopic:   o.Topics.Device(o.Device, schema.TopicOnline),
 	}, nil
 }
 
@@ -301,11 +308,20 @@ func (s *Session) connectOnce(ctx context.Context) (time.Duration, error) {
 // onConnect subscribes to the desired topic and announces online. It runs
 // on the goroutine paho starts for each connect.
 func (s *Session) onConnect(ctx context.Context, c mqtt.Client, epoch uint64) error {
-	sub := c.Subscribe(s.desiredTopic, 1, func(_ mqtt.Client, m mqtt.Message) {
-		if m.Topic() != s.desiredTopic {
-			return
+	// One SUBSCRIBE for both topics: one round trip per connect.
+	topics := map[string]byte{s.desiredTopic: 1}
+	if s.o.OnRequest != nil {
+		topics[s.requestsTopic] = 1
+	}
+	sub := c.SubscribeMultiple(topics, func(_ mqtt.Client, m mqtt.Message) {
+		switch m.Topic() {
+		case s.desiredTopic:
+			s.o.OnDesired(m.Payload())
+		case s.requestsTopic:
+			if s.o.OnRequest != nil {
+				s.o.OnRequest(m.Payload())
+			}
 		}
-		s.o.OnDesired(m.Payload())
 	})
 	if err := wait(ctx, sub, s.o.OpTimeout); err != nil {
 		return fmt.Errorf("subscribe %s: %w", s.desiredTopic, err)

@@ -379,3 +379,72 @@ func TestStatusDoesNotWaitForOnlineAck(t *testing.T) {
 		time.Sleep(time.Millisecond) // polling, with a deadline
 	}
 }
+
+// TestRequestsTopicDelivered: with OnRequest set, the session subscribes
+// to the device's requests topic on connect, and only that topic's
+// payloads reach OnRequest.
+func TestRequestsTopicDelivered(t *testing.T) {
+	srv := mqtt.New(&mqtt.Options{Logger: slog.New(slog.DiscardHandler), InlineClient: true})
+	if err := srv.AddHook(&allowHook{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := broker.NewListener("t", ln, nil, 10*time.Second)
+	if err := srv.AddListener(l); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+
+	got := make(chan string, 4)
+	s, err := New(Options{
+		Broker: "tcp://" + l.Address(), Device: "pi-1",
+		OnDesired: func(p []byte) { got <- "desired " + string(p) },
+		OnRequest: func(p []byte) { got <- "request " + string(p) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatal("session did not connect")
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+	for _, m := range []struct{ topic, payload string }{
+		{"fleet/v1/devices/pi-2/requests", "other"},
+		{"fleet/v1/devices/pi-1/requests", "mine"},
+	} {
+		if err := srv.Publish(m.topic, []byte(m.payload), false, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case g := <-got:
+		if g != "request mine" {
+			t.Fatalf("delivered %q, want the device's own request", g)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("request not delivered")
+	}
+}
+
+// allowHook lets everyone connect, publish and subscribe.
+type allowHook struct{ mqtt.HookBase }
+
+func (h *allowHook) ID() string { return "allow" }
+func (h *allowHook) Provides(b byte) bool {
+	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck}, []byte{b})
+}
+func (h *allowHook) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
+func (h *allowHook) OnACLCheck(*mqtt.Client, string, bool) bool              { return true }

@@ -2,6 +2,8 @@ package status
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -27,18 +29,37 @@ type EventsOptions struct {
 	// Burst and Interval limit all events together (defaults 20 and 1 s).
 	Burst    int
 	Interval time.Duration
-	// QueueSize bounds events waiting for the connection (default 64;
-	// the oldest are dropped).
-	QueueSize int
+	// QueueSize and QueueBytes bound the events waiting for the
+	// connection, by count and by encoded size (defaults
+	// DefaultEventQueueSize and DefaultEventQueueBytes); past either the
+	// oldest are dropped, and the next event published says how many
+	// (schema.Event.Dropped).
+	QueueSize  int
+	QueueBytes int
 	// PublishTimeout bounds one publish (default 10 s).
 	PublishTimeout time.Duration
 }
+
+// Defaults of EventsOptions.QueueSize and QueueBytes: with crash reports
+// (up to 8 KiB of log each) a few hundred events fit a device's memory
+// easily and cover a long outage at the rate limits.
+const (
+	DefaultEventQueueSize  = 256
+	DefaultEventQueueBytes = 512 << 10
+)
 
 // Events queues and publishes events (non-retained, QoS 1). Record never
 // blocks. A crash loop cannot flood the link: each (reason, pod,
 // container) is limited by a token bucket and all pod events together by
 // another; suppressed events are counted in the next one that passes.
 // Events about the agent itself (no pod) pass the second bucket.
+//
+// Every event gets a random ID when it is recorded. While the device is
+// offline events wait in a queue bounded by count and bytes (the oldest
+// are dropped and counted in the next event's Dropped); they are
+// published in order, one at a time, and an event leaves the queue only
+// once the broker acknowledged it (PUBACK). An event whose publish failed
+// is published again with the same ID, so the hub can keep it once.
 type Events struct {
 	o    EventsOptions
 	kick chan struct{}
@@ -46,9 +67,15 @@ type Events struct {
 	mu         sync.Mutex
 	keys       map[eventKey]*bucket
 	all        bucket
-	queue      []schema.Event
-	dropped    int
+	queue      []queued
+	bytes      int // encoded size of the queue
 	suppressed int
+}
+
+// queued is an event waiting for its PUBACK, encoded once.
+type queued struct {
+	ev      schema.Event
+	payload []byte
 }
 
 type eventKey struct{ reason, pod, container string }
@@ -80,7 +107,10 @@ func NewEvents(o EventsOptions) *Events {
 		o.Interval = time.Second
 	}
 	if o.QueueSize <= 0 {
-		o.QueueSize = 64
+		o.QueueSize = DefaultEventQueueSize
+	}
+	if o.QueueBytes <= 0 {
+		o.QueueBytes = DefaultEventQueueBytes
 	}
 	if o.PublishTimeout <= 0 {
 		o.PublishTimeout = 10 * time.Second
@@ -107,9 +137,17 @@ func (b *bucket) take(now time.Time, burst int, every time.Duration) bool {
 // Record queues an event unless rate-limited. It implements
 // reconcile.Recorder.
 func (e *Events) Record(typ, reason, pod, container, message string) {
+	e.RecordEvent(schema.Event{Type: typ, Reason: reason, Pod: pod, Container: container, Message: message})
+}
+
+// RecordEvent queues ev unless rate-limited, as Record does; it carries
+// what Record cannot (ExitCode, LogTail). Type, Reason, Pod, Container,
+// Message, ExitCode and LogTail are taken from ev; the rest is set here.
+func (e *Events) RecordEvent(ev schema.Event) {
 	now := e.o.Clock.Now()
+	id := newEventID()
 	e.mu.Lock()
-	k := eventKey{reason, pod, container}
+	k := eventKey{ev.Reason, ev.Pod, ev.Container}
 	b := e.keys[k]
 	if b == nil {
 		if len(e.keys) > 1024 { // forget idle buckets rather than grow
@@ -131,11 +169,12 @@ func (e *Events) Record(typ, reason, pod, container, message string) {
 	// cleared topic) are few and are what an operator must see, so a busy
 	// minute of container events never starves them: only their own
 	// bucket limits them.
-	if pod != "" && !e.all.take(now, e.o.Burst, e.o.Interval) {
+	if ev.Pod != "" && !e.all.take(now, e.o.Burst, e.o.Interval) {
 		e.suppressed++
 		e.mu.Unlock()
 		return
 	}
+	message := ev.Message
 	if b.suppressed > 0 {
 		message = fmt.Sprintf("%s (%d similar events suppressed)", message, b.suppressed)
 		b.suppressed = 0
@@ -143,23 +182,69 @@ func (e *Events) Record(typ, reason, pod, container, message string) {
 	if len(message) > 4000 {
 		message = message[:4000] + "…"
 	}
-	ev := schema.Event{
+	logTail := ev.LogTail
+	if len(logTail) > schema.MaxCrashLogBytes {
+		logTail = logTail[len(logTail)-schema.MaxCrashLogBytes:]
+	}
+	q := queued{ev: schema.Event{
 		TypeMeta:  schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindEvent},
+		ID:        id,
 		Device:    e.o.Device,
 		Time:      now.UTC(),
-		Type:      typ,
-		Reason:    reason,
-		Pod:       pod,
-		Container: container,
+		Type:      ev.Type,
+		Reason:    ev.Reason,
+		Pod:       ev.Pod,
+		Container: ev.Container,
 		Message:   message,
+		ExitCode:  ev.ExitCode,
+		LogTail:   logTail,
+	}}
+	payload, err := json.Marshal(q.ev)
+	if err != nil {
+		e.mu.Unlock()
+		e.o.Logger.Error("encode event failed", "reason", ev.Reason, "err", err)
+		return
 	}
-	if len(e.queue) >= e.o.QueueSize {
-		e.queue = e.queue[1:]
-		e.dropped++
-	}
-	e.queue = append(e.queue, ev)
+	q.payload = payload
+	e.queue = append(e.queue, q)
+	e.bytes += len(payload)
+	e.trimLocked()
 	e.mu.Unlock()
 	wake.Signal(e.kick)
+}
+
+// trimLocked drops the oldest events while the queue is over its bounds
+// (keeping the newest one whatever its size). The count of dropped
+// events goes on the event that is then the oldest, re-encoded, so that
+// it travels with the next event published.
+func (e *Events) trimLocked() {
+	n := 0
+	for len(e.queue) > 1 && (len(e.queue) > e.o.QueueSize || e.bytes > e.o.QueueBytes) {
+		d := e.queue[0]
+		e.bytes -= len(d.payload)
+		n += 1 + d.ev.Dropped
+		e.queue[0] = queued{}
+		e.queue = e.queue[1:]
+	}
+	if n == 0 {
+		return
+	}
+	h := &e.queue[0]
+	h.ev.Dropped += n
+	payload, err := json.Marshal(h.ev)
+	if err != nil { // cannot happen: it encoded before
+		e.o.Logger.Error("encode event failed", "reason", h.ev.Reason, "err", err)
+		return
+	}
+	e.bytes += len(payload) - len(h.payload)
+	h.payload = payload
+}
+
+// newEventID returns 12 random bytes in hex.
+func newEventID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }
 
 // Flush asks Run to try the queue again (after a reconnect).
@@ -173,7 +258,7 @@ func (e *Events) Pending() int {
 }
 
 // Run publishes queued events until ctx is done. An event that cannot be
-// published stays queued until the next Flush or Record.
+// published stays queued (with its ID) until the next Flush or Record.
 func (e *Events) Run(ctx context.Context) error {
 	for {
 		select {
@@ -187,32 +272,28 @@ func (e *Events) Run(ctx context.Context) error {
 				e.mu.Unlock()
 				break
 			}
-			ev := e.queue[0]
+			q := e.queue[0]
 			e.mu.Unlock()
-			payload, err := json.Marshal(ev)
-			if err != nil {
-				e.o.Logger.Error("encode event failed", "err", err)
-				e.pop(ev)
-				continue
-			}
 			pctx, cancel := context.WithTimeout(ctx, e.o.PublishTimeout)
-			err = e.o.Publisher.Publish(pctx, e.o.Topic, false, payload)
+			err := e.o.Publisher.Publish(pctx, e.o.Topic, false, q.payload)
 			cancel()
 			if err != nil {
-				e.o.Logger.Debug("publish event failed; keeping it queued", "reason", ev.Reason, "err", err)
+				e.o.Logger.Debug("publish event failed; keeping it queued", "reason", q.ev.Reason, "err", err)
 				break
 			}
-			e.pop(ev)
+			e.pop(q.ev.ID)
 		}
 	}
 }
 
-// pop removes ev from the head of the queue if it is still there (Record
-// may have dropped it meanwhile).
-func (e *Events) pop(ev schema.Event) {
+// pop removes the event with id from the head of the queue if it is
+// still there (Record may have dropped it meanwhile).
+func (e *Events) pop(id string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(e.queue) > 0 && e.queue[0] == ev {
+	if len(e.queue) > 0 && e.queue[0].ev.ID == id {
+		e.bytes -= len(e.queue[0].payload)
+		e.queue[0] = queued{}
 		e.queue = e.queue[1:]
 	}
 }

@@ -262,8 +262,8 @@ func TestEventsRateLimit(t *testing.T) {
 	e.mu.Lock()
 	last := e.queue[len(e.queue)-1]
 	e.mu.Unlock()
-	if !strings.Contains(last.Message, "(7 similar events suppressed)") {
-		t.Fatalf("suppressed count missing: %q", last.Message)
+	if !strings.Contains(last.ev.Message, "(7 similar events suppressed)") {
+		t.Fatalf("suppressed count missing: %q", last.ev.Message)
 	}
 	// All keys together: a burst of 20, then one per second.
 	e2 := NewEvents(EventsOptions{Device: "dev1", Topic: "t", Publisher: &fakePub{}, Clock: clk})
@@ -286,8 +286,8 @@ func TestEventsRateLimit(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		e3.Record(schema.EventNormal, "Started", fmt.Sprintf("p%d", i), "c", "")
 	}
-	if n := e3.Pending(); n != 5 || e3.queue[0].Pod != "p45" {
-		t.Fatalf("queue: %d, head %s", n, e3.queue[0].Pod)
+	if n := e3.Pending(); n != 5 || e3.queue[0].ev.Pod != "p45" {
+		t.Fatalf("queue: %d, head %s", n, e3.queue[0].ev.Pod)
 	}
 }
 
@@ -477,4 +477,76 @@ func TestHeartbeatJitter(t *testing.T) {
 			t.Errorf("two agents that published together beat together %d times", same)
 		}
 	})
+}
+
+// TestEventsQueueWhileOffline: events recorded offline get IDs, are
+// bounded by count and bytes (the oldest dropped and counted on the
+// next one published), and go out in order on reconnect; a failed
+// publish is repeated with the same ID.
+func TestEventsQueueWhileOffline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewFake(t0)
+		pub := &fakePub{err: errors.New("offline")}
+		e := NewEvents(EventsOptions{Device: "dev1", Topic: "t", Publisher: pub, Clock: clk,
+			Burst: 1000, PerKeyBurst: 1000, QueueSize: 5})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = e.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		for i := range 8 {
+			e.Record(schema.EventNormal, "Started", fmt.Sprintf("p%d", i), "c", "")
+		}
+		synctest.Wait()
+		e.mu.Lock()
+		firstID := e.queue[0].ev.ID
+		e.mu.Unlock()
+		pub.setErr(nil)
+		e.Flush()
+		synctest.Wait()
+		msgs := pub.all()
+		if len(msgs) != 5 || e.Pending() != 0 {
+			t.Fatalf("published %d, pending %d", len(msgs), e.Pending())
+		}
+		ids := map[string]bool{}
+		for i, m := range msgs {
+			var ev schema.Event
+			if err := json.Unmarshal(m.payload, &ev); err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("p%d", i+3); ev.Pod != want {
+				t.Errorf("event %d is about %s, want %s (in order)", i, ev.Pod, want)
+			}
+			if len(ev.ID) != 24 || ids[ev.ID] {
+				t.Errorf("event %d ID %q: want 24 hex digits, unique", i, ev.ID)
+			}
+			ids[ev.ID] = true
+			if wantDropped := map[bool]int{true: 3, false: 0}[i == 0]; ev.Dropped != wantDropped {
+				t.Errorf("event %d dropped = %d, want %d", i, ev.Dropped, wantDropped)
+			}
+		}
+		var head schema.Event
+		_ = json.Unmarshal(msgs[0].payload, &head)
+		if head.ID != firstID {
+			t.Errorf("the event retried after the outage has ID %s, was %s", head.ID, firstID)
+		}
+	})
+}
+
+func TestEventsQueueBytesBound(t *testing.T) {
+	clk := clock.NewFake(t0)
+	e := NewEvents(EventsOptions{Device: "dev1", Topic: "t", Publisher: &fakePub{err: errors.New("offline")}, Clock: clk,
+		Burst: 1000, PerKeyBurst: 1000, QueueBytes: 40 << 10})
+	tail := strings.Repeat("x", schema.MaxCrashLogBytes)
+	for i := range 20 {
+		code := int32(1)
+		e.RecordEvent(schema.Event{Type: schema.EventWarning, Reason: "Exited", Pod: fmt.Sprintf("p%d", i), Container: "c", ExitCode: &code, LogTail: tail})
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.bytes > 40<<10 || len(e.queue) != 4 {
+		t.Fatalf("queue of %d events, %d bytes; want 4 within 40 KiB", len(e.queue), e.bytes)
+	}
+	if h := e.queue[0].ev; h.Pod != "p16" || h.Dropped != 16 || h.LogTail != tail || *h.ExitCode != 1 {
+		t.Fatalf("head = %s dropped %d", h.Pod, h.Dropped)
+	}
 }

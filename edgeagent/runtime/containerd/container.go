@@ -263,11 +263,11 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 
 	ioc := cio.NullIO
 	if p := info.Labels[labelLogPath]; p != "" {
-		if r.opts.LogMaxBytes > 0 {
-			// No task writes the file now: a plain rename is safe.
-			if err := rotateIdle(p, r.opts.LogMaxBytes); err != nil {
-				r.log.Warn("rotate log", "container", id, "err", err)
-			}
+		// No task writes the file now: plain renames are safe. The last
+		// run's log becomes PATH.previous (logs --previous), so the file
+		// holds only the run about to start.
+		if err := keepPrevious(p); err != nil {
+			r.log.Warn("keep previous log", "container", id, "err", err)
 		}
 		ioc = cio.LogFile(p)
 	}

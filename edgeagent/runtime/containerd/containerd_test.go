@@ -613,8 +613,9 @@ func TestLogFile(t *testing.T) {
 	if fi, err := os.Stat(spec.LogPath); err != nil || fi.Size() > 100000 {
 		t.Fatalf("log after rotation: %v, %v", fi, err)
 	}
-	// Over the cap at Start: moved aside before the task writes. (A quiet
-	// container, so that live rotation leaves the new file alone.)
+	// An old log at Start: moved to .previous before the task writes (the
+	// last run's log, for logs --previous). (A quiet container, so that
+	// live rotation leaves the new file alone.)
 	quiet := e.spec("quiet", "echo", "first", "sleep", "forever")
 	quiet.LogPath = filepath.Join(dir, "quiet.log")
 	big := strings.Repeat("old line\n", 3000)
@@ -626,8 +627,8 @@ func TestLogFile(t *testing.T) {
 	if strings.Contains(readFile(quiet.LogPath), "old line") {
 		t.Error("old content not rotated away at Start")
 	}
-	if readFile(quiet.LogPath+".1") != big {
-		t.Error(".1 does not hold the previous log")
+	if readFile(quiet.LogPath+".previous") != big {
+		t.Error(".previous does not hold the previous log")
 	}
 	if err := rt.Stop(context.Background(), "quiet", 0); err != nil {
 		t.Fatal(err)

@@ -14,15 +14,52 @@ import (
 // opens it O_APPEND, see cio.LogFile), so the task keeps logging while the
 // agent is down and we cannot make the shim reopen the file. Hence:
 //
-//   - rotateIdle, when a task starts: nothing writes the file, so a file
-//     over the cap is renamed to PATH.1 (replacing the previous one);
+//   - keepPrevious, when a task starts: nothing writes the file, so the
+//     last run's log is renamed to PATH.previous (and PATH.1 to
+//     PATH.previous.1), so the new run starts with an empty file;
 //   - rotateLive, every LogCheckInterval while the agent runs: a file over
 //     the cap is copied to PATH.1 and truncated in place ("copytruncate",
 //     as logrotate does). Thanks to O_APPEND the shim's next write lands at
 //     the new end of file. Lines written between the copy and the truncate
 //     are lost; that window is one file copy long.
 
-// rotateIdle renames path to path.1 if it is larger than max bytes.
+// keepPrevious moves the log of a container's last run aside before its
+// task starts again: PATH to PATH.previous and PATH.1 to
+// PATH.previous.1, replacing the run before. It does nothing when both
+// are empty or missing (a first start, or a run that wrote nothing), so
+// the previous log stays that of the last run that wrote one. With
+// rotation, a container's logs take at most about 4*LogMaxBytes: two
+// files for the current run and two for the previous one.
+func keepPrevious(path string) error {
+	size := func(p string) int64 {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return 0
+		}
+		return fi.Size()
+	}
+	if size(path) == 0 && size(path+".1") == 0 {
+		return nil
+	}
+	if err := os.Rename(path, path+".previous"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("move log %s aside: %w", path, err)
+	}
+	err := os.Rename(path+".1", path+".previous.1")
+	if errors.Is(err, fs.ErrNotExist) {
+		err = os.Remove(path + ".previous.1")
+		if errors.Is(err, fs.ErrNotExist) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("move log %s.1 aside: %w", path, err)
+	}
+	return nil
+}
+
+// rotateIdle renames path to path.1 if it is larger than max bytes. Start
+// no longer needs it (keepPrevious empties the file); kept, with its
+// test, for a log that must be capped while no task writes it.
 func rotateIdle(path string, max int64) error {
 	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
