@@ -249,6 +249,7 @@ func (m *Manager) execSession(conn net.Conn, br *bufio.Reader, o *op, opts schem
 // malformed.
 func (m *Manager) pumpInput(ctx context.Context, br *bufio.Reader, o *op, opts schema.ExecOptions) {
 	var buf []byte
+	var seq int64 // of stdin requests: the device puts them back in order
 	for {
 		typ, payload, err := schema.ReadFrame(br, buf)
 		if err != nil {
@@ -263,7 +264,8 @@ func (m *Manager) pumpInput(ctx context.Context, br *bufio.Reader, o *op, opts s
 			}
 			for len(payload) > 0 {
 				n := min(len(payload), schema.MaxChunkBytes)
-				req.Op, req.Data = schema.OpStdin, payload[:n]
+				seq++
+				req.Op, req.Data, req.Seq = schema.OpStdin, payload[:n], seq
 				if err := m.send(ctx, req); err != nil {
 					m.log.Debug("exec stdin", "device", o.device, "err", err)
 				}
@@ -271,7 +273,8 @@ func (m *Manager) pumpInput(ctx context.Context, br *bufio.Reader, o *op, opts s
 			}
 			continue
 		case schema.FrameStdinEOF:
-			req.Op, req.EOF = schema.OpStdin, true
+			seq++
+			req.Op, req.EOF, req.Seq = schema.OpStdin, true, seq
 		case schema.FrameResize:
 			var size schema.TermSize
 			if err := json.Unmarshal(payload, &size); err != nil {

@@ -99,6 +99,9 @@ func (m *Manager) audit(device, uid, reason, msg string) {
 // statusForCode maps a device's error code to the HTTP answer.
 func statusForCode(device string, r *schema.Response) schema.Status {
 	msg := fmt.Sprintf("device %s: %s", device, r.Error)
+	if strings.HasPrefix(r.Error, "device "+device+" ") {
+		msg = r.Error // the hub's own words already name it
+	}
 	if r.Error == "" {
 		msg = fmt.Sprintf("device %s: %s", device, r.Code)
 	}

@@ -118,6 +118,16 @@ func TestLogsWindowExceededCutsOff(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		resp, body := f.get("/v1/devices/pi-1/pods/web/log?follow=true", adminToken)
+		// The cut-off may come before the answer's header was written
+		// (a 502 saying why) or after (a trailer saying why).
+		if resp.StatusCode == http.StatusBadGateway {
+			if !strings.Contains(body, "device pi-1") || !strings.Contains(body, "window") {
+				errc <- fmt.Errorf("answer 502 %q: want it to name the device and the window", body)
+				return
+			}
+			errc <- nil
+			return
+		}
 		if resp.StatusCode != http.StatusOK || body != "" {
 			errc <- fmt.Errorf("answer %d %q", resp.StatusCode, body)
 			return
