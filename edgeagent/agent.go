@@ -101,6 +101,12 @@ type Options struct {
 	NodeInfo func() *schema.NodeInfo
 	// Seed feeds the jitters (0: random).
 	Seed uint64
+	// LogIndexInterval is how often the agent samples its containers' log
+	// files to date their lines for `fleet logs --since/--timestamps`
+	// (default 5 s; negative disables it: lines are then dated by their
+	// file's modification time). The scale suite's hollow agents, which
+	// write no logs, turn it off.
+	LogIndexInterval time.Duration
 	// DeviceKey is the device's own key pair: its public half is reported
 	// in every status (publicKey), and the hub seals the values of the
 	// Secrets the device's pods use to it. Default: the key in StateDir
@@ -219,6 +225,8 @@ func New(o Options) (*Agent, error) {
 			Pods:      a.podContainers,
 			Logger:    a.log.With("part", "remote"),
 			StateDir:  o.StateDir,
+
+			IndexInterval: o.LogIndexInterval,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("edgeagent: %w", err)

@@ -402,6 +402,7 @@ func (s *Simulator) newAgent(i int, d Device) (*agent, error) {
 		Seed:           seed,
 
 		ReconnectBackoff: s.cfg.ReconnectBackoff(),
+		LogIndexInterval: -1, // the Fake writes no logs
 	})
 	if err != nil {
 		return nil, fmt.Errorf("hollow agent %s: %w", d.Name, err)
