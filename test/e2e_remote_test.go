@@ -122,6 +122,36 @@ func TestE2ERemoteOps(t *testing.T) {
 		if lat[1] > time.Second {
 			t.Errorf("median follow latency %v, want ≤ 1 s", lat[1])
 		}
+
+		// A brief reconnect of the device: the same stream goes on, with
+		// the lines written while it was cut off.
+		c := f.AwaitContainerRunning(t, "dev-1", "chatty")
+		p := f.Agent(t, "dev-1").Proxy
+		p.Partition()
+		f.AwaitDevices(t, time.Minute, "offline", func(d schema.Device) bool { return d.Status != nil && !d.Status.Online }, "dev-1")
+		gap := "GAP-" + randomHex(t, 4)
+		// Written where the container's stdout points (its log), appending
+		// as the container does.
+		out, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/1", c.PID), os.O_WRONLY|os.O_APPEND, 0)
+		if err == nil {
+			_, err = out.WriteString(gap + "\n")
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			t.Fatalf("write into the container's stdout: %v", err)
+		}
+		p.Heal()
+		if !awaitLine(lines, gap, time.Minute) {
+			t.Fatalf("the line written while dev-1 was cut off never came through the same fleet logs -f")
+		}
+		f.AwaitDevices(t, time.Minute, "online", func(d schema.Device) bool { return d.Status != nil && d.Status.Online }, "dev-1")
+		after := "AFTER-" + randomHex(t, 4)
+		f.CLI(t, "exec", "dev-1/chatty", "--", "/bin/sh", "-c", "echo "+after+" >> /proc/1/fd/1")
+		if !awaitLine(lines, after, 20*time.Second) {
+			t.Fatalf("%s not followed after the reconnect", after)
+		}
 		cancel()
 		if err := wait(); err != nil {
 			t.Errorf("fleet logs -f after Ctrl-C: %v", err)
