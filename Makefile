@@ -10,7 +10,7 @@ GOFLAGS_BUILD := -trimpath -tags grpcnotrace -ldflags '$(LDFLAGS)'
 BIN := bin
 TEST_TIMEOUT ?= 18m
 
-.PHONY: help build deps test test-short lint bench bench-quick demo demo-down arm clean
+.PHONY: help build deps test test-short fuzz lint bench bench-quick demo demo-down arm clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -33,8 +33,9 @@ deps: ## install the system packages the tests need (apt-get, as root or with su
 TEST_ENV := $(if $(filter 0,$(shell id -u)),FLEET_REQUIRE_CONTAINERD=1)
 TEST_ENV += $(if $(CI),FLEET_TESTIMAGE_CACHE=$$(mktemp -d))
 
-test: deps lint ## every test with -race; installs what the tests need first (see deps)
+test: deps lint ## every test with -race, then every fuzz target for 2s; installs what the tests need first (see deps)
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) run ./test/fuzz -fuzztime 2s
 
 # -race needs cgo and a C compiler; test-short needs only Go, so it drops
 # -race where there is none.
@@ -43,6 +44,11 @@ RACE := $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) env 
 test-short: ## unit tests only: needs nothing but Go (tests of system tools and qemu skip)
 	@[ -n "$(RACE)" ] || echo "test-short: no C compiler, running without -race (make test installs gcc)"
 	$(GO) test $(RACE) -short -count=1 ./...
+
+FUZZTIME ?= 60s
+
+fuzz: ## every fuzz target for FUZZTIME (default 60s) each; a failing input lands in testdata/fuzz/ as a regression test
+	$(GO) run ./test/fuzz -fuzztime $(FUZZTIME) -minimizetime 10s
 
 SCALE ?= $(GO) run ./test/scale
 

@@ -78,6 +78,11 @@ func ReadFrame(r io.Reader, buf []byte) (typ byte, payload []byte, err error) {
 	}
 	buf = buf[:n]
 	if _, err := io.ReadFull(r, buf); err != nil {
+		if err == io.EOF {
+			// No byte of the payload came: still a truncated frame, not
+			// the clean end of the stream that io.EOF means.
+			err = io.ErrUnexpectedEOF
+		}
 		return 0, nil, fmt.Errorf("exec frame: truncated payload: %w", err)
 	}
 	return hdr[0], buf, nil

@@ -1,0 +1,286 @@
+// Command fuzz runs every Go fuzz target of the module for a while, one
+// after the other, and prints how fast each ran as a Markdown table.
+//
+//	go run ./test/fuzz -fuzztime 2s       # every target, 2s each (make test)
+//	go run ./test/fuzz -fuzztime 60s      # longer (make fuzz, FUZZTIME)
+//	go run ./test/fuzz -run 'Selector|Quantity'
+//
+// It finds the targets itself (func FuzzX(f *testing.F) in the module's
+// _test.go files), so a new target is fuzzed in CI without being listed
+// anywhere. `go test -fuzz` takes one target per run and instruments and
+// links the test binary each time; this builds each package's fuzzing
+// binary once (`go test -c -fuzz`) and runs it once per target, in the
+// package's directory and with go test's fuzz cache, exactly as
+// `go test -fuzz` would. A failing input is written by the fuzzer to the
+// package's testdata/fuzz/FuzzX/, where every later `go test` runs it as
+// a regression test; the run then fails.
+//
+// -fuzztime includes the fuzzer's first pass over the corpus it keeps in
+// the Go cache, which grows from run to run: a short run of a slow target
+// may spend all of it there (0 execs in the table) and still has run
+// every input found before.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "fuzz:", err)
+		os.Exit(1)
+	}
+}
+
+// target is one fuzz target: its package's directory (relative to the
+// module root, slash-separated) and its name.
+type target struct {
+	dir, name string
+}
+
+// result is what one fuzzing run measured.
+type result struct {
+	target
+	execs    int64
+	elapsed  time.Duration
+	failed   bool
+	interest int64
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fl := flag.NewFlagSet("fuzz", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	fuzztime := fl.Duration("fuzztime", 3*time.Second, "how long to fuzz each target")
+	match := fl.String("run", "", "fuzz only the targets whose name or package directory matches this regular expression")
+	minimize := fl.Duration("minimizetime", time.Second, "how long to minimize each new input (the fuzzer's default, 60s, would take the whole run of a short one)")
+	list := fl.Bool("list", false, "list the targets and exit")
+	verbose := fl.Bool("v", false, "print the fuzzer's output")
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	re, err := regexp.Compile(*match)
+	if err != nil {
+		return fmt.Errorf("-run: %w", err)
+	}
+	root, err := goOutput(ctx, "", "env", "GOMOD")
+	if err != nil {
+		return err
+	}
+	if root == "" || root == os.DevNull {
+		return errors.New("not inside a Go module")
+	}
+	root = filepath.Dir(root)
+	gocache, err := goOutput(ctx, root, "env", "GOCACHE")
+	if err != nil {
+		return err
+	}
+	all, err := findTargets(root)
+	if err != nil {
+		return err
+	}
+	var targets []target
+	for _, t := range all {
+		if re.MatchString(t.name) || re.MatchString(t.dir) {
+			targets = append(targets, t)
+		}
+	}
+	if *list {
+		for _, t := range targets {
+			fmt.Fprintf(stdout, "./%s %s\n", t.dir, t.name)
+		}
+		return nil
+	}
+	if len(targets) == 0 {
+		return fmt.Errorf("no fuzz target matches %q", *match)
+	}
+	bin, err := os.MkdirTemp("", "fleet-fuzz-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(bin)
+
+	start := time.Now()
+	var results []result
+	var failures []string
+	built := map[string]string{} // dir → test binary, "" when it did not build
+	for _, t := range targets {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		exe, ok := built[t.dir]
+		if !ok {
+			fmt.Fprintf(stderr, "fuzz: building ./%s\n", t.dir)
+			exe = filepath.Join(bin, strings.ReplaceAll(t.dir, "/", "_")+".test")
+			cmd := exec.CommandContext(ctx, "go", "test", "-c", "-fuzz=.", "-o", exe, "./"+t.dir)
+			cmd.Dir, cmd.Stdout, cmd.Stderr = root, stderr, stderr
+			if err := cmd.Run(); err != nil {
+				failures = append(failures, fmt.Sprintf("./%s: build: %v", t.dir, err))
+				exe = ""
+			}
+			built[t.dir] = exe
+		}
+		if exe == "" {
+			continue
+		}
+		importPath, err := goOutput(ctx, root, "list", "./"+t.dir)
+		if err != nil {
+			return err
+		}
+		r, out, err := fuzz(ctx, exe, filepath.Join(root, filepath.FromSlash(t.dir)), filepath.Join(gocache, "fuzz", importPath), t, *fuzztime, *minimize)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+		status := "ok"
+		if r.failed {
+			status = "FAIL"
+			failures = append(failures, fmt.Sprintf("./%s %s", t.dir, t.name))
+		}
+		fmt.Fprintf(stderr, "fuzz: %-4s ./%s %s: %d execs in %s (%s/s)\n", status, t.dir, t.name, r.execs, r.elapsed.Round(time.Millisecond), rate(r))
+		if r.failed || *verbose {
+			stderr.Write(out)
+		}
+	}
+	printTable(stdout, results, *fuzztime)
+	fmt.Fprintf(stderr, "fuzz: %d targets in %s\n", len(results), time.Since(start).Round(time.Second))
+	if len(failures) > 0 {
+		return fmt.Errorf("failed (failing inputs are in each package's testdata/fuzz/):\n  %s", strings.Join(failures, "\n  "))
+	}
+	return nil
+}
+
+// fuzz runs one target with the package's test binary, as go test -fuzz
+// would, and reads the fuzzer's figures from its output.
+func fuzz(ctx context.Context, exe, dir, cacheDir string, t target, d, minimize time.Duration) (result, []byte, error) {
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, exe,
+		"-test.run=^$", "-test.fuzz=^"+t.name+"$", "-test.fuzztime="+d.String(), "-test.fuzzminimizetime="+minimize.String(),
+		"-test.fuzzcachedir="+cacheDir, "-test.paniconexit0", "-test.timeout=0")
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &out, &out
+	begin := time.Now()
+	err := cmd.Run()
+	r := result{target: t, elapsed: time.Since(begin)}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit) && ctx.Err() == nil:
+		r.failed = true
+	default:
+		return r, out.Bytes(), fmt.Errorf("./%s %s: %w", t.dir, t.name, err)
+	}
+	r.execs, r.interest = progress(out.Bytes())
+	// The fuzzer's own clock: the last progress line's elapsed time
+	// would round to whole seconds.
+	r.elapsed = min(r.elapsed, d)
+	return r, out.Bytes(), nil
+}
+
+// progressLine is the fuzzer's progress report:
+// "fuzz: elapsed: 3s, execs: 32382 (10792/sec), new interesting: 56 (total: 62)".
+var progressLine = regexp.MustCompile(`^fuzz: elapsed: \S+, execs: (\d+) \(\d+/sec\)(?:, new interesting: (\d+))?`)
+
+// progress returns the execs and new interesting inputs of the last
+// progress line in out.
+func progress(out []byte) (execs, interesting int64) {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if m := progressLine.FindStringSubmatch(sc.Text()); m != nil {
+			execs, _ = strconv.ParseInt(m[1], 10, 64)
+			interesting, _ = strconv.ParseInt(m[2], 10, 64)
+		}
+	}
+	return execs, interesting
+}
+
+func rate(r result) string {
+	if r.elapsed <= 0 {
+		return "0"
+	}
+	return strconv.FormatInt(int64(float64(r.execs)/r.elapsed.Seconds()), 10)
+}
+
+func printTable(w io.Writer, results []result, d time.Duration) {
+	fmt.Fprintf(w, "| Package | Target | Execs in %s | Execs/s | New interesting | Result |\n", d)
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|---|")
+	for _, r := range results {
+		status := "ok"
+		if r.failed {
+			status = "**FAIL**"
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %d | %s |\n", r.dir, r.name, r.execs, rate(r), r.interest, status)
+	}
+}
+
+// fuzzFunc finds fuzz targets in a test file.
+var fuzzFunc = regexp.MustCompile(`(?m)^func (Fuzz\w*)\(\w+ \*testing\.F\)`)
+
+// findTargets lists the fuzz targets of the module under root, by
+// package directory and name.
+func findTargets(root string) ([]target, error) {
+	var targets []target
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			name := d.Name()
+			if path != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
+				return filepath.SkipDir
+			}
+			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && path != root {
+				return filepath.SkipDir // another module
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		for _, m := range fuzzFunc.FindAllSubmatch(src, -1) {
+			targets = append(targets, target{dir: filepath.ToSlash(rel), name: string(m[1])})
+		}
+		return nil
+	})
+	slices.SortFunc(targets, func(a, b target) int {
+		return strings.Compare(a.dir+" "+a.name, b.dir+" "+b.name)
+	})
+	return targets, err
+}
+
+// goOutput runs the go command in dir and returns its trimmed output.
+func goOutput(ctx context.Context, dir string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = dir
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
