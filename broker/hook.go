@@ -24,8 +24,10 @@ func (h *hook) ID() string { return "fleet-auth" }
 
 func (h *hook) Provides(b byte) bool {
 	return bytes.Contains([]byte{
+		mqtt.OnConnect,
 		mqtt.OnConnectAuthenticate,
 		mqtt.OnACLCheck,
+		mqtt.OnPacketRead,
 		mqtt.OnDisconnect,
 		mqtt.OnClientExpired,
 		mqtt.OnPublish,
@@ -57,12 +59,14 @@ func (h *hook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
 }
 
 // OnConnectAuthenticate authenticates a network client through the
-// Authenticator and records its identity for OnACLCheck.
+// Authenticator and records its identity for OnACLCheck. Whether the
+// credentials were good is recorded in the attempt OnConnect admitted.
 func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	b := h.b
 	if cl.Net.Inline {
 		return true
 	}
+	attempt := h.attempt(cl)
 	username := string(pk.Connect.Username)
 	log := b.log.With("client", cl.ID, "remote", cl.Net.Remote, "username", username)
 	switch {
@@ -70,12 +74,15 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		// The in-process client has this ID; a network client with it
 		// would take over the hub's session.
 		log.Warn("mqtt connection refused: reserved client ID")
+		attempt.Failed()
 		return false
 	case username == "":
 		log.Info("mqtt connection refused: anonymous")
+		attempt.Failed()
 		return false
 	case len(pk.Connect.Password) == 0:
 		log.Info("mqtt connection refused: no password")
+		attempt.Failed()
 		return false
 	}
 
@@ -84,8 +91,10 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	cancel()
 	if !ok {
 		log.Info("mqtt connection refused: bad credentials")
+		attempt.Failed()
 		return false
 	}
+	attempt.Succeeded()
 	switch id.Role {
 	case RoleDevice:
 		if err := schema.ValidateName(id.Name); err != nil {
@@ -212,6 +221,7 @@ func sharedFilter(s string) (string, bool) {
 // connection.
 func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 	h.b.log.Debug("mqtt client disconnected", "client", cl.ID, "username", string(cl.Properties.Username), "error", err, "session_ends", expire)
+	h.noteDisconnect(cl, err)
 	if expire {
 		h.forget(cl)
 	}

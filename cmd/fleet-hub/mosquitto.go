@@ -51,6 +51,9 @@ admin token of <data-dir>/admin.conf (GET /v1/mosquitto/passwd and /acl).
 Run it again after adding or removing devices or credentials, or rotating a
 token, and send Mosquitto SIGHUP to reload the files: Mosquitto then
 disconnects the clients whose password changed or whose account is gone.
+Or let the hub do that: start it with --mosquitto-config-dir (the --out
+directory) and --mosquitto-pid-file (Mosquitto's pid_file, for example
+/run/mosquitto/mosquitto.pid).
 
 Without --out, the three files are printed to standard output.`,
 		Example: `  fleet-hub mosquitto-config --out /etc/mosquitto/fleet
