@@ -12,9 +12,11 @@ func credentialPath(name string) string {
 	return "/v1/credentials/" + url.PathEscape(name)
 }
 
-// CreateCredential creates an MQTT credential that is not a device's (a
-// read-only monitor: schema.RoleMonitor). The answer carries the token,
-// which the hub does not keep: it cannot be read again.
+// CreateCredential creates an operator credential of role
+// schema.RoleMonitor (status, events and metrics; MQTT subscriptions to
+// every device's status), schema.RoleViewer (a read-only admin) or
+// schema.RoleAdmin. The answer carries the token, which the hub does not
+// keep: it cannot be read again.
 func (c *Client) CreateCredential(ctx context.Context, name, role string) (*schema.Credential, error) {
 	if err := checkName("credentials", name); err != nil {
 		return nil, err

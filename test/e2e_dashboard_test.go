@@ -402,8 +402,13 @@ spec:
 		c.mustPublish(topics.Device("odd-0--x", schema.TopicEvents), false, ev)
 		b.goTo("#/devices/odd-0--x")
 		b.awaitText("main", "odd-0--x", `<img src=x onerror="window.__xss=1">`, `<script>window.__xss=2</script>`)
+		// A monitor sees no pod template (env values) and no revisions
+		// (change causes): the markup there is checked as the admin.
 		b.goTo("#/deployments/dash-web")
-		b.awaitText("main", "<script>window.__xss=2</script>", "GREETING=<b>hello</b>")
+		b.awaitText("main", "dash-web", "Hidden: the pod template")
+		if got := eval[string](b, `document.querySelector('main').textContent`); strings.Contains(got, "GREETING") {
+			t.Errorf("a monitor sees env values on the deployment page: %q", got)
+		}
 		b.goTo("#/devices/%3Cimg%20src%3Dx%3E")
 		b.awaitText("main", "Not found", "<img src=x>")
 		if got := eval[string](b, `String(window.__xss) + ' ' + document.querySelectorAll('main img, main script, main b').length`); got != "undefined 0" {
@@ -445,6 +450,10 @@ spec:
 		b.do("type the admin token", chromedp.SendKeys(chromedp.CSS("#token"), h.Token+"\r"))
 		b.awaitText("#who", "admin")
 		b.goTo("#/deployments/dash-web")
+		b.awaitText("main", "<script>window.__xss=2</script>", "GREETING=<b>hello</b>")
+		if got := eval[string](b, `String(window.__xss) + ' ' + document.querySelectorAll('main img, main script, main b').length`); got != "undefined 0" {
+			t.Errorf("markup from the hub became HTML: window.__xss and elements: %s", got)
+		}
 		b.awaitText(`[data-admin="pause"]`, "Pause")
 		b.click(`[data-admin="pause"]`)
 		b.awaitText("#action-note", "paused")

@@ -23,8 +23,11 @@ func newMonitorCmd(cli *cliContext) *cobra.Command {
 		Long: `Manage monitor credentials: MQTT logins that may subscribe to every device's
 status, online and events topics (fleet/v1/devices/+/status, .../online,
 .../events) and do nothing else, for dashboards and alerting (Grafana,
-Node-RED, Telegraf, mosquitto_sub). A monitor token may also read the hub's
-HTTP API (GET only) and /metrics.
+Node-RED, Telegraf, mosquitto_sub). On the hub's HTTP API a monitor token
+reads status, online, events, /metrics and the dashboard only: Devices, and
+Deployments without their pod template; never ConfigMaps, Secrets,
+revisions or credentials. For other roles (viewer, admin) see
+"fleet credential".
 
 "fleet monitor add" shows the token once; the hub keeps only a hash.`,
 		Example: `  fleet monitor add grafana

@@ -30,8 +30,8 @@ func (s *Server) listCredentials(w http.ResponseWriter, r *http.Request) {
 	WriteJSON(w, http.StatusOK, out)
 }
 
-// createCredential handles POST /v1/credentials: a monitor credential
-// whose token is in the answer, once.
+// createCredential handles POST /v1/credentials: a credential of role
+// monitor, viewer or admin whose token is in the answer, once.
 func (s *Server) createCredential(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(w, r)
 	if err != nil {
@@ -55,8 +55,8 @@ func (s *Server) createCredential(w http.ResponseWriter, r *http.Request) {
 	} else if s.opts.Reserved != nil && s.opts.Reserved(in.Name) {
 		details = append(details, schema.FieldError{Field: "name", Message: fmt.Sprintf("%q is reserved for the hub's own MQTT account", in.Name)})
 	}
-	if in.Role != schema.RoleMonitor {
-		details = append(details, schema.FieldError{Field: "role", Message: fmt.Sprintf("must be %q (the admin credential is managed with `fleet-hub admin-token`)", schema.RoleMonitor)})
+	if !store.ValidRole(in.Role) {
+		details = append(details, schema.FieldError{Field: "role", Message: fmt.Sprintf("must be %q, %q or %q", schema.RoleMonitor, schema.RoleViewer, schema.RoleAdmin)})
 	}
 	if in.Token != "" {
 		details = append(details, schema.FieldError{Field: "token", Message: "is issued by the hub: leave it out"})
@@ -70,18 +70,20 @@ func (s *Server) createCredential(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, s.log, fmt.Errorf("credential %q: a device of that name exists, and MQTT usernames must be unique: %w", in.Name, store.ErrAlreadyExists))
 		return
 	}
-	token, err := s.store.CreateCredential(r.Context(), in.Name, store.RoleMonitor)
+	token, err := s.store.CreateCredential(r.Context(), in.Name, in.Role)
 	if err != nil {
 		WriteError(w, r, s.log, err)
 		return
 	}
+	noteAudit(r, "credentials/"+in.Name, "role "+in.Role)
 	s.log.Info("created credential", "name", in.Name, "role", in.Role)
 	w.Header().Set("Cache-Control", "no-store")
 	WriteJSON(w, http.StatusCreated, schema.Credential{Name: in.Name, Role: in.Role, Token: token})
 }
 
 // deleteCredential handles DELETE /v1/credentials/{name}; the store's
-// auth hooks disconnect its MQTT sessions before the answer.
+// auth hooks disconnect its MQTT sessions before the answer. The hub's
+// own admin credential (store.AdminCredential) is refused.
 func (s *Server) deleteCredential(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	creds, err := s.store.Credentials(r.Context())
@@ -99,9 +101,9 @@ func (s *Server) deleteCredential(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, s.log, fmt.Errorf("credential %q: %w", name, store.ErrNotFound))
 		return
 	}
-	if found.Role == store.RoleAdmin {
+	if found.Name == store.AdminCredential {
 		WriteStatus(w, NewStatus(http.StatusForbidden, ReasonForbidden,
-			fmt.Sprintf("credential %q is an admin credential: replace it with `fleet-hub admin-token --rotate` while the hub is stopped", name), nil))
+			fmt.Sprintf("credential %q is the hub's own admin credential: replace it with `fleet-hub admin-token --rotate` while the hub is stopped", name), nil))
 		return
 	}
 	if err := s.store.DeleteCredential(r.Context(), name); err != nil {

@@ -7,7 +7,14 @@
 // only), so no answer can carry one; a monitor credential may not read
 // them at all (403).
 //
+// Roles (roles.go): admin does everything, viewer reads all but password
+// hashes, the audit trail, logs and crash reports, monitor reads status,
+// events, metrics and the dashboard only (Deployments without their pod
+// template). Every write, credential change, exec and log request, token
+// use and refused authentication goes to the audit trail (audit.go),
+// stored and logged.
+//
 // Server is an http.Handler. More routes (metrics, device status) are added
-// with Server.Handle, which applies the same authentication, logging and
-// panic recovery.
+// with Server.Handle, which applies the same authentication, roles, audit,
+// logging and panic recovery.
 package api

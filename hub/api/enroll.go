@@ -15,8 +15,9 @@ import (
 // a ttl.
 const DefaultBootstrapTTL = 24 * time.Hour
 
-// bootstrapRoutes adds the bootstrap token routes (admin only, reads
-// included: a token's labels say what an enrolling device gets). The
+// bootstrapRoutes adds the bootstrap token routes (admins and viewers
+// read, admins write; never monitors: a token's labels say what an
+// enrolling device gets). The
 // enrollment itself goes over MQTT (hub/enroll.go).
 func (s *Server) bootstrapRoutes() {
 	s.Handle("/v1/bootstrap-tokens", methods{
@@ -26,11 +27,12 @@ func (s *Server) bootstrapRoutes() {
 	s.Handle("/v1/bootstrap-tokens/{id}", methods{http.MethodDelete: s.deleteBootstrapToken})
 }
 
-// adminOnly refuses a non-admin credential (Handle already limits them to
-// GET and HEAD).
+// adminOnly refuses a credential that is neither an admin nor a viewer
+// (Handle already limits them to GET and HEAD, and monitors to their
+// routes).
 func (s *Server) adminOnly(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if c, _ := CredentialFrom(r.Context()); c.Role != store.RoleAdmin {
+		if c, _ := CredentialFrom(r.Context()); c.Role != store.RoleAdmin && c.Role != store.RoleViewer {
 			WriteStatus(w, NewStatus(http.StatusForbidden, ReasonForbidden,
 				fmt.Sprintf("credential %q (role %s) may not read bootstrap tokens", c.Name, c.Role), nil))
 			return
@@ -103,6 +105,7 @@ func (s *Server) createBootstrapToken(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, s.log, err)
 		return
 	}
+	noteAudit(r, "bootstrap-tokens/"+bt.ID, fmt.Sprintf("uses %d, expires %s", bt.Uses, bt.Expires.Format(time.RFC3339)))
 	s.log.Info("created bootstrap token", "id", bt.ID, "labels", bt.Labels, "uses", bt.Uses, "expires", bt.Expires)
 	out := bootstrapTokenJSON(bt, time.Now())
 	out.Token = token

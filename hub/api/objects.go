@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
@@ -35,6 +36,7 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := schema.ApplyResponse{DryRun: dry, Results: make([]schema.ApplyResult, 0, len(results))}
+	var changed []string
 	for _, res := range results {
 		raw, err := json.Marshal(res.Object)
 		if err != nil {
@@ -45,11 +47,19 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 			Kind: res.Object.GetTypeMeta().Kind, Name: res.Object.GetMetadata().Name,
 			Action: res.Action, Object: raw,
 		})
+		if res.Action != schema.ActionUnchanged {
+			resource, _ := store.ResourceForKind(res.Object.GetTypeMeta().Kind)
+			changed = append(changed, resource+"/"+res.Object.GetMetadata().Name+" "+res.Action)
+		}
 		if !dry && res.Action != schema.ActionUnchanged {
 			s.log.Info("applied", "kind", res.Object.GetTypeMeta().Kind, "name", res.Object.GetMetadata().Name,
 				"action", res.Action, "resourceVersion", res.Object.GetMetadata().ResourceVersion)
 		}
 	}
+	if len(changed) == 0 {
+		changed = append(changed, "nothing changed")
+	}
+	noteAudit(r, "", strings.Join(changed, ", "))
 	WriteJSON(w, http.StatusOK, resp)
 }
 
@@ -86,6 +96,7 @@ func (s *Server) listOrWatch(w http.ResponseWriter, r *http.Request) {
 func (s *Server) list(w http.ResponseWriter, r *http.Request, kind string, sel schema.LabelSelector) {
 	var items bytes.Buffer
 	n := 0
+	redact := monitorView(r, kind)
 	rev, err := s.store.ListRawNamed(r.Context(), kind, func(name string, raw []byte) error {
 		if !sel.Empty() && !matches(raw, sel) {
 			return nil
@@ -93,7 +104,11 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, kind string, sel s
 		if n > 0 {
 			items.WriteByte(',')
 		}
-		writeWithStatus(&items, raw, s.statusJSON(kind, name))
+		if redact {
+			items.Write(redactDeployment(s.withStatus(kind, name, raw)))
+		} else {
+			writeWithStatus(&items, raw, s.statusJSON(kind, name))
+		}
 		n++
 		return nil
 	})
@@ -155,6 +170,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, s.log, err)
 		return
 	}
+	if resource, ok := store.ResourceForKind(kind); ok {
+		noteAudit(r, resource+"/"+out.GetMetadata().Name, "")
+	}
 	if !dry {
 		s.log.Info("created", "kind", kind, "name", out.GetMetadata().Name, "resourceVersion", out.GetMetadata().ResourceVersion)
 	}
@@ -183,7 +201,11 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var b bytes.Buffer
-	writeWithStatus(&b, raw, s.statusJSON(kind, name))
+	if monitorView(r, kind) {
+		b.Write(redactDeployment(s.withStatus(kind, name, raw)))
+	} else {
+		writeWithStatus(&b, raw, s.statusJSON(kind, name))
+	}
 	b.WriteByte('\n')
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -318,4 +340,23 @@ func withoutStatus(raw []byte) []byte {
 		return raw
 	}
 	return out
+}
+
+// deploymentStatus handles GET /v1/deployments/{name}/status: the
+// status the hub derives for the deployment (schema.DeploymentStatus),
+// which every role may read.
+func (s *Server) deploymentStatus(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if _, err := s.store.Get(r.Context(), schema.KindDeployment, name); err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
+	status := s.statusJSON(schema.KindDeployment, name)
+	if status == nil {
+		status = []byte("{}")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(status, '\n'))
 }

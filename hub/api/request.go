@@ -86,20 +86,6 @@ func kindOf(r *http.Request) (string, error) {
 	return kind, nil
 }
 
-// mayRead refuses to show Secrets to any credential but an admin: a
-// monitor may read every other kind, but not even the keys of a Secret.
-func mayRead(r *http.Request, kind string) error {
-	if kind != schema.KindSecret {
-		return nil
-	}
-	cred, ok := CredentialFrom(r.Context())
-	if ok && cred.Role == store.RoleAdmin {
-		return nil
-	}
-	res, _ := store.ResourceForKind(kind)
-	return fmt.Errorf("%w: credential %q (role %s) may not read %s", errForbidden, cred.Name, cred.Role, res)
-}
-
 func notFound(format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), store.ErrNotFound)
 }

@@ -18,7 +18,13 @@ func TestRevisionRoutes(t *testing.T) {
 		}
 	}
 
-	r := h.do(t, "GET", "/v1/deployments/web/revisions", h.Monitor, nil)
+	// Revisions hold pod templates: not for a monitor.
+	for _, path := range []string{"/v1/deployments/web/revisions", "/v1/deployments/web/revisions/1"} {
+		if r := h.do(t, "GET", path, h.Monitor, nil); r.Code != http.StatusForbidden {
+			t.Errorf("monitor GET %s: %d %s", path, r.Code, r.Body)
+		}
+	}
+	r := h.do(t, "GET", "/v1/deployments/web/revisions", h.Admin, nil)
 	var list schema.DeploymentRevisionList
 	if err := json.Unmarshal(r.Body, &list); r.Code != http.StatusOK || err != nil {
 		t.Fatalf("list: %d %s (%v)", r.Code, r.Body, err)
@@ -27,7 +33,7 @@ func TestRevisionRoutes(t *testing.T) {
 		list.Items[1].Template.Spec.Containers[0].Image != "nginx:1" || list.Items[0].ChangeCause != "by admin (admin)" {
 		t.Fatalf("list = %+v, want revisions 2 then 1, caused by the admin credential", list.Items)
 	}
-	r = h.do(t, "GET", "/v1/deployments/web/revisions/1", h.Monitor, nil)
+	r = h.do(t, "GET", "/v1/deployments/web/revisions/1", h.Admin, nil)
 	var rev schema.DeploymentRevision
 	if err := json.Unmarshal(r.Body, &rev); r.Code != http.StatusOK || err != nil || rev.Revision != 1 || rev.Kind != schema.KindDeploymentRevision {
 		t.Fatalf("get revision 1: %d %s", r.Code, r.Body)

@@ -159,7 +159,7 @@ func equalKeys(a, b map[string]int) bool {
 }
 
 // TestMonitorCannotReadSecrets: a monitor gets 403 naming the resource on
-// every read of Secrets, and may read ConfigMaps.
+// every read of Secrets, and of ConfigMaps.
 func TestMonitorCannotReadSecrets(t *testing.T) {
 	h := newTestHub(t, Options{})
 	if r := h.admin(t, http.MethodPost, "/v1/apply", secretYAML("creds", apiSecretValue)+"---\n"+configMapYAML); r.Code != http.StatusOK {
@@ -181,9 +181,10 @@ func TestMonitorCannotReadSecrets(t *testing.T) {
 			}
 		}
 	}
+	// Nor ConfigMaps (least privilege: they are spec, not status).
 	for _, path := range []string{"/v1/configmaps", "/v1/configmaps/gw"} {
 		r := h.do(t, http.MethodGet, path, h.Monitor, nil)
-		if r.Code != http.StatusOK || !strings.Contains(string(r.Body), "interval=5") {
+		if r.Code != http.StatusForbidden || strings.Contains(string(r.Body), "interval=5") {
 			t.Errorf("monitor GET %s: %d %s", path, r.Code, r.Body)
 		}
 	}

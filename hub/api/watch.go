@@ -56,7 +56,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, kind string, sel 
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
-	st := &stream{w: w, rc: rc, timeout: s.opts.WatchWriteTimeout}
+	st := &stream{w: w, rc: rc, timeout: s.opts.WatchWriteTimeout, redact: monitorView(r, kind)}
 
 	if err != nil { // expired
 		st.status(StatusFor(err))
@@ -67,7 +67,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, kind string, sel 
 	}
 	for _, o := range initial {
 		raw, err := json.Marshal(o)
-		if err != nil || st.send(schema.WatchAdded, s.withStatus(kind, o.GetMetadata().Name, raw)) != nil {
+		if err != nil || st.send(schema.WatchAdded, st.shown(s.withStatus(kind, o.GetMetadata().Name, raw))) != nil {
 			return
 		}
 	}
@@ -127,7 +127,7 @@ func (s *Server) forward(st *stream, kind string, sel schema.LabelSelector, ev s
 	if typ != schema.WatchDeleted {
 		obj = s.withStatus(ev.Kind, ev.Name, obj)
 	}
-	return st.send(typ, obj)
+	return st.send(typ, st.shown(obj))
 }
 
 // withStatus returns the object's JSON with its current status.
@@ -171,6 +171,17 @@ type stream struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration
+	// redact: the stream goes to a monitor, who sees Deployments
+	// without their pod template (redactDeployment).
+	redact bool
+}
+
+// shown is an object's JSON as the stream's reader may see it.
+func (st *stream) shown(obj []byte) []byte {
+	if st.redact {
+		return redactDeployment(obj)
+	}
+	return obj
 }
 
 func (st *stream) send(typ string, obj json.RawMessage) error {

@@ -108,13 +108,13 @@ func (m *Manager) serveExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	what := fmt.Sprintf("%q in %s", opts.Command, podContainer(opts.Pod, opts.Container))
-	m.audit(device, uid, EventExec, fmt.Sprintf("%s ran %s (tty=%t)", who(r), what, opts.TTY))
+	m.audit(r, device, uid, EventExec, fmt.Sprintf("%s ran %s (tty=%t)", who(r), what, opts.TTY))
 
 	o, err := m.open(r.Context(), device, schema.Request{Op: schema.OpExec, Exec: &opts}, true, m.opts.FirstResponseTimeout)
 	if err != nil {
 		st, _ := statusForErr(device, "exec", err, m.opts.FirstResponseTimeout)
 		api.WriteStatus(w, st)
-		m.audit(device, uid, EventExecExited, fmt.Sprintf("%s did not start: %s", what, st.Message))
+		m.audit(r, device, uid, EventExecExited, fmt.Sprintf("%s did not start: %s", what, st.Message))
 		return
 	}
 	result := "canceled"
@@ -124,14 +124,14 @@ func (m *Manager) serveExec(w http.ResponseWriter, r *http.Request) {
 		var st schema.Status
 		st, result = statusForErr(device, "exec", err, m.opts.FirstResponseTimeout)
 		api.WriteStatus(w, st)
-		m.audit(device, uid, EventExecExited, fmt.Sprintf("%s did not start: %s", what, st.Message))
+		m.audit(r, device, uid, EventExecExited, fmt.Sprintf("%s did not start: %s", what, st.Message))
 		return
 	}
 	if first.Done && first.Code != "" {
 		result = resultOf(first)
 		st := statusForCode(device, first)
 		api.WriteStatus(w, st)
-		m.audit(device, uid, EventExecExited, fmt.Sprintf("%s did not start: %s", what, st.Message))
+		m.audit(r, device, uid, EventExecExited, fmt.Sprintf("%s did not start: %s", what, st.Message))
 		return
 	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
@@ -141,7 +141,7 @@ func (m *Manager) serveExec(w http.ResponseWriter, r *http.Request) {
 	}
 	exit := m.execSession(conn, brw.Reader, o, opts)
 	result = exit.result
-	m.audit(device, uid, EventExecExited, fmt.Sprintf("%s ended: %s", what, exit.describe()))
+	m.audit(r, device, uid, EventExecExited, fmt.Sprintf("%s ended: %s", what, exit.describe()))
 }
 
 // execEnd is how an exec session ended.

@@ -88,11 +88,16 @@ func ago(d time.Duration) string {
 	}
 }
 
-// audit records a hub event on the device.
-func (m *Manager) audit(device, uid, reason, msg string) {
+// audit records a hub event on the device, and the request in the
+// hub's audit trail.
+func (m *Manager) audit(r *http.Request, device, uid, reason, msg string) {
 	m.model.AddHubEvent(device, uid, schema.Event{
 		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindEvent},
 		Device:   device, Time: time.Now().UTC(), Type: schema.EventNormal, Reason: reason, Message: msg,
+	})
+	action := map[string]string{EventLogsRequested: "logs", EventExec: "exec", EventExecExited: "exec-ended"}[reason]
+	api.AuditRequest(r.Context(), schema.AuditEntry{
+		Action: action, Object: "devices/" + device + "/pods/" + r.PathValue("pod"), Result: schema.AuditOK, Detail: msg,
 	})
 }
 

@@ -54,7 +54,7 @@ func (m *Manager) serveLogs(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	m.audit(device, uid, EventLogsRequested, fmt.Sprintf("%s read logs of %s (follow=%t, previous=%t)",
+	m.audit(r, device, uid, EventLogsRequested, fmt.Sprintf("%s read logs of %s (follow=%t, previous=%t)",
 		who(r), podContainer(opts.Pod, opts.Container), opts.Follow, opts.Previous))
 
 	online, lastSeen := m.model.Presence(device, uid)

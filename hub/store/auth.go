@@ -20,10 +20,21 @@ import (
 const (
 	// RoleAdmin may do everything through the HTTP API.
 	RoleAdmin = "admin"
-	// RoleMonitor may read (and, on the broker, subscribe to every device's
-	// status, online and events topics).
+	// RoleViewer may read everything an admin may through the HTTP API
+	// but password hashes and the audit trail, and write nothing: a
+	// read-only admin. It has no MQTT access.
+	RoleViewer = "viewer"
+	// RoleMonitor may read status, online, events and metrics (and, on
+	// the broker, subscribe to every device's status, online and events
+	// topics); never specs, ConfigMaps, Secrets or credentials.
 	RoleMonitor = "monitor"
 )
+
+// ValidRole reports whether role is one of RoleAdmin, RoleViewer and
+// RoleMonitor.
+func ValidRole(role string) bool {
+	return role == RoleAdmin || role == RoleViewer || role == RoleMonitor
+}
 
 // AdminCredential is the name of the credential fleet-hub creates on first
 // start and writes to admin.conf.
@@ -125,7 +136,7 @@ func (s *Store) PutCredential(ctx context.Context, name, role, token string) err
 	if err := schema.ValidateName(name); err != nil {
 		return fmt.Errorf("put credential: %w: name: %w", schema.ErrInvalid, err)
 	}
-	if role != RoleAdmin && role != RoleMonitor {
+	if !ValidRole(role) {
 		return fmt.Errorf("put credential %s: %w: unknown role %q", name, schema.ErrInvalid, role)
 	}
 	if len(token) < 32 {
@@ -227,7 +238,7 @@ func (s *Store) CreateCredential(ctx context.Context, name, role string) (string
 	if err := schema.ValidateName(name); err != nil {
 		return "", fmt.Errorf("create credential: %w: name: %w", schema.ErrInvalid, err)
 	}
-	if role != RoleAdmin && role != RoleMonitor {
+	if !ValidRole(role) {
 		return "", fmt.Errorf("create credential %s: %w: unknown role %q", name, schema.ErrInvalid, role)
 	}
 	token, err := NewToken()

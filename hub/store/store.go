@@ -44,6 +44,10 @@ type Options struct {
 	// ("secrets.key") in the parent directory of Dir, which for the hub is
 	// its data directory.
 	SecretKeyFile string
+	// AuditLimit is how many audit entries the store keeps (audit.go):
+	// appending one more deletes the oldest in the same transaction;
+	// default DefaultAuditLimit.
+	AuditLimit int
 }
 
 func (o *Options) setDefaults() {
@@ -61,6 +65,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.AuditLimit <= 0 {
+		o.AuditLimit = DefaultAuditLimit
 	}
 	if o.SecretKeyFile == "" && o.Dir != "" {
 		o.SecretKeyFile = filepath.Join(filepath.Dir(filepath.Clean(o.Dir)), SecretKeyFileName)
@@ -93,6 +100,8 @@ type Store struct {
 	passwordHash func(string) (string, error)
 	// secretKey seals the values of Secrets (secrets.go).
 	secretKey *secretKey
+	// audit is the audit trail's position (audit.go).
+	audit auditLog
 
 	gcStop chan struct{}
 	gcDone chan struct{}
@@ -143,6 +152,7 @@ func Open(opts Options) (*Store, error) {
 
 		passwordHash: opts.PasswordHash,
 		gcDone:       make(chan struct{}),
+		audit:        auditLog{limit: uint64(opts.AuditLimit)},
 	}
 	rev, err := s.bootstrap()
 	if err != nil {

@@ -819,9 +819,12 @@
     const paused = !!spec.paused;
     const adminButton = (action, text, onclick, label) => h('button', {
       type: 'button', 'data-admin': action, disabled: readOnly, onclick, 'aria-label': label || text,
-      title: readOnly ? 'Read-only: your token has the monitor role' : null, text,
+      title: readOnly ? 'Read-only: your token has the ' + app.session.role + ' role' : null, text,
     });
-    const containers = (spec.template.spec.containers || []).map((c) => h('tr', {},
+    // A monitor gets no pod template (the API leaves it out): no images,
+    // commands or env values.
+    const tmpl = spec.template && spec.template.spec;
+    const containers = ((tmpl && tmpl.containers) || []).map((c) => h('tr', {},
       h('td', { text: c.name }),
       h('td', {}, h('code', { text: c.image })),
       h('td', { class: 'msg' }, [...(c.command || []), ...(c.args || [])].length ? h('code', { text: [...(c.command || []), ...(c.args || [])].join(' ') }) : '—'),
@@ -884,10 +887,11 @@
             ['Strategy', (strategy.type || 'AllAtOnce') + (strategy.rollingUpdate && strategy.rollingUpdate.maxUnavailable ? ', maxUnavailable ' + strategy.rollingUpdate.maxUnavailable : '')],
             ['Paused', paused ? 'yes: no device moves to a new template until resumed' : 'no'],
             ['Generation', String(dep.metadata.generation || 0)],
-            ['Restart policy', spec.template.spec.restartPolicy || 'Always'],
+            ['Restart policy', tmpl ? tmpl.restartPolicy || 'Always' : '—'],
           ]))),
       h('h2', { text: 'Containers' }),
-      table('Containers of ' + name, ['Name', 'Image', 'Command', 'Environment'], containers),
+      table('Containers of ' + name, ['Name', 'Image', 'Command', 'Environment'], containers,
+        tmpl ? 'No containers.' : 'Hidden: the pod template is shown to viewers and admins only.'),
       ro && ro.events && ro.events.length ? [h('h2', { text: 'Rollout events' }), eventsTable(ro.events.slice().reverse().map((e) => ({ ...e, pod: name })), false)] : null,
       h('h2', { text: 'Revision history' }),
       table('Revisions of ' + name + ', newest first', ['Revision', 'Created', 'Change cause', 'Outcome', 'Reason', 'Hash'], revRows, 'No revision recorded yet.'),

@@ -1,0 +1,231 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleet/hub/store"
+	"github.com/fleetmq/fleet/schema"
+)
+
+func (h *testHub) audit(t *testing.T, query string) []schema.AuditEntry {
+	t.Helper()
+	r := h.admin(t, "GET", "/v1/audit"+query, "")
+	var l schema.AuditList
+	if err := json.Unmarshal(r.Body, &l); r.Code != http.StatusOK || err != nil || l.Kind != "AuditList" {
+		t.Fatalf("GET /v1/audit%s: %d %s (%v)", query, r.Code, r.Body, err)
+	}
+	return l.Items
+}
+
+// line is an entry in a few words, for comparisons.
+func line(e schema.AuditEntry) string {
+	return strings.Join([]string{e.Actor, e.Role, e.Action, e.Object, e.Result}, " ")
+}
+
+// fakeClock is the throttle's clock, moved by the test.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// TestAuditTrail: writes, credential and token changes, token uses and
+// failed authentications are recorded once each (uses and failures once a
+// minute per address), with actor, role, source and result, never a
+// token; each is also a log line.
+func TestAuditTrail(t *testing.T) {
+	h := newTestHub(t, Options{})
+	clock := &fakeClock{t: time.Now()}
+	h.API.throttle.now = clock.now
+
+	steps := []struct {
+		method, path, token, body string
+		code                      int
+	}{
+		{"POST", "/v1/apply", h.Admin, deviceYAML("pi") + "---\n" + configMapYAML, 200},
+		{"POST", "/v1/apply", h.Admin, deviceYAML("pi"), 200},
+		{"POST", "/v1/devices", h.Admin, deviceYAML("pi2"), 201},
+		{"POST", "/v1/devices/pi/token", h.Admin, "", 200},
+		{"POST", "/v1/credentials", h.Admin, `{"name":"ci","role":"viewer"}`, 201},
+		{"POST", "/v1/bootstrap-tokens", h.Admin, `{"labels":{"site":"a"}}`, 201},
+		{"DELETE", "/v1/devices/pi2", h.Admin, "", 200},
+		{"DELETE", "/v1/credentials/ci", h.Admin, "", 200},
+		{"PUT", "/v1/devices/nope", h.Admin, deviceYAML("nope"), 404},
+		{"POST", "/v1/apply", h.Monitor, deviceYAML("x"), 403},
+		{"GET", "/v1/devices", h.Monitor, "", 200},
+		{"GET", "/v1/devices/pi", h.Monitor, "", 200}, // the same minute: no second use
+		{"GET", "/v1/secrets", h.Monitor, "", 403},
+		{"GET", "/v1/devices", "", "", 401},
+		{"GET", "/v1/devices", strings.Repeat("x", 43), "", 401}, // the same minute and address
+		{"GET", "/v1/devices", strings.Repeat("y", 43), "", 401},
+	}
+	var secrets []string
+	for _, s := range steps {
+		var body []byte
+		if s.body != "" {
+			body = []byte(s.body)
+		}
+		r := h.do(t, s.method, s.path, s.token, body)
+		if r.Code != s.code {
+			t.Fatalf("%s %s: %d %s, want %d", s.method, s.path, r.Code, r.Body, s.code)
+		}
+		if tok := struct {
+			Token string `json:"token"`
+		}{}; json.Unmarshal(r.Body, &tok) == nil && tok.Token != "" {
+			secrets = append(secrets, tok.Token)
+		}
+	}
+	if len(secrets) != 3 {
+		t.Fatalf("want 3 tokens issued, got %d", len(secrets))
+	}
+	got := h.audit(t, "")
+	var lines []string
+	for _, e := range got {
+		lines = append(lines, line(e))
+		if e.Source != "127.0.0.1" || e.Time.IsZero() || e.Seq == 0 {
+			t.Errorf("entry without source, time or seq: %+v", e)
+		}
+	}
+	want := []string{
+		"admin admin apply  ok",
+		"admin admin apply  ok",
+		"admin admin create devices/pi2 ok",
+		"admin admin issue-token devices/pi ok",
+		"admin admin create credentials/ci ok",
+		"admin admin create bootstrap-tokens/", // its id follows
+		"admin admin delete devices/pi2 ok",
+		"admin admin delete credentials/ci ok",
+		"admin admin update devices/nope 404",
+		"grafana monitor apply  403",
+		"grafana monitor use-token  ok",
+		"grafana monitor list secrets 403",
+		"anonymous  list devices 401",
+		// The admin's own GET /v1/audit, recorded before it was served.
+		"admin admin use-token  ok",
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("audit trail:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(lines[i], want[i]) {
+			t.Errorf("entry %d: %q, want %q", i, lines[i], want[i])
+		}
+	}
+	if d := got[0].Detail; d != "devices/pi created, configmaps/gw created" {
+		t.Errorf("first apply's detail: %q", d)
+	}
+	if d := got[1].Detail; d != "nothing changed" {
+		t.Errorf("second apply's detail: %q", d)
+	}
+	if got[12].Detail != "missing bearer token" {
+		t.Errorf("401 detail: %q", got[12].Detail)
+	}
+
+	// A minute later the next failure is recorded, counting the two left
+	// out; so is the next use of the monitor's token.
+	clock.add(AuditThrottle)
+	h.do(t, "GET", "/v1/devices", "", nil)
+	h.do(t, "GET", "/v1/devices", h.Monitor, nil)
+	got = h.audit(t, "?limit=3") // the last: this read's use of the admin token
+	if len(got) != 3 || line(got[0]) != "anonymous  list devices 401" ||
+		!strings.Contains(got[0].Detail, "and 2 more like it") || line(got[1]) != "grafana monitor use-token  ok" {
+		t.Fatalf("after a minute: %+v", got)
+	}
+
+	// Filters.
+	if got := h.audit(t, "?actor=grafana"); len(got) != 4 {
+		t.Errorf("actor=grafana: %d entries, want 4: %+v", len(got), got)
+	}
+	if got := h.audit(t, "?since=1h&actor=anonymous&limit=0"); len(got) != 2 {
+		t.Errorf("since=1h actor=anonymous: %+v", got)
+	}
+	if got := h.audit(t, "?since="+time.Now().Add(time.Hour).UTC().Format(time.RFC3339)); len(got) != 0 {
+		t.Errorf("since the future: %+v", got)
+	}
+	for _, q := range []string{"?since=yesterday", "?limit=-1", "?limit=x"} {
+		if r := h.admin(t, "GET", "/v1/audit"+q, ""); r.Code != http.StatusBadRequest {
+			t.Errorf("GET /v1/audit%s: %d %s", q, r.Code, r.Body)
+		}
+	}
+
+	// Never a token, in the store or the log; every entry is a log line.
+	all, err := json.Marshal(h.audit(t, "?limit=0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := h.Logs.String()
+	for _, tok := range append(secrets, h.Admin, h.Monitor) {
+		if strings.Contains(string(all), tok) || strings.Contains(logs, tok) {
+			t.Errorf("a token is in the audit trail or the log")
+		}
+	}
+	if n := strings.Count(logs, "msg=audit "); n < len(want) {
+		t.Errorf("%d audit log lines, want at least %d", n, len(want))
+	}
+	if !strings.Contains(logs, `msg=audit seq=4 actor=admin role=admin source=127.0.0.1 action=issue-token object=devices/pi result=ok`) {
+		t.Errorf("no structured audit line for the token issue in\n%s", logs)
+	}
+}
+
+// TestAuditRequestHook: a handler that records its request itself
+// (hub/remote: exec, logs) gets no second entry.
+func TestAuditRequestHook(t *testing.T) {
+	h := newTestHub(t, Options{})
+	h.API.Handle("/v1/devices/{device}/pods/{pod}/exec", methods{http.MethodPost: func(w http.ResponseWriter, r *http.Request) {
+		AuditRequest(r.Context(), schema.AuditEntry{Action: "exec", Object: "devices/pi/pods/web", Detail: `"ls" started`})
+		AuditRequest(r.Context(), schema.AuditEntry{Action: "exec-ended", Object: "devices/pi/pods/web", Detail: "exit 0"})
+		w.WriteHeader(http.StatusOK)
+	}})
+	if r := h.admin(t, "POST", "/v1/devices/pi/pods/web/exec", ""); r.Code != http.StatusOK {
+		t.Fatalf("exec: %d", r.Code)
+	}
+	got := h.audit(t, "?actor=admin")
+	if len(got) != 3 || line(got[0]) != "admin admin exec devices/pi/pods/web ok" || line(got[1]) != "admin admin exec-ended devices/pi/pods/web ok" {
+		t.Fatalf("exec entries: %+v", got)
+	}
+	if AuditRequest(t.Context(), schema.AuditEntry{Action: "x"}) {
+		t.Error("AuditRequest recorded outside a request")
+	}
+}
+
+// TestAuditSurvivesReopen: the trail is in the store.
+func TestAuditSurvivesReopen(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(store.Options{Dir: dir, GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHubOn(t, st, Options{})
+	if r := h.admin(t, "POST", "/v1/apply", deviceYAML("pi")); r.Code != http.StatusOK {
+		t.Fatal(r.Code)
+	}
+	h.API.StopStreams()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err = store.Open(store.Options{Dir: dir, GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	got, err := st.Audit(t.Context(), store.AuditQuery{})
+	if err != nil || len(got) != 1 || line(got[0]) != "admin admin apply  ok" || got[0].Detail != "devices/pi created" {
+		t.Fatalf("after reopen: %+v %v", got, err)
+	}
+}
