@@ -1,7 +1,9 @@
 package edgeagent
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -22,6 +24,7 @@ import (
 	"github.com/fleetmq/fleet/edgeagent/session"
 	"github.com/fleetmq/fleet/edgeagent/state"
 	"github.com/fleetmq/fleet/edgeagent/status"
+	"github.com/fleetmq/fleet/edgeagent/trust"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -114,11 +117,29 @@ type Options struct {
 	// cannot be read leaves the agent running without a key: pods that
 	// need a Secret wait, and status says why.
 	DeviceKey *devicekey.Key
+	// HubSigningKey, if set, is pinned as the hub's signing key at start
+	// (flag --hub-signing-key), replacing any key pinned in StateDir.
+	// Otherwise the key pinned in StateDir (trust.PinFile: from the
+	// enrollment answer, or from the first signed desired state, trust
+	// on first use) is used. With a key pinned, unsigned, badly signed,
+	// other devices' and replayed desired states are refused.
+	HubSigningKey ed25519.PublicKey
 }
+
+// ReplayGrace is how long after accepting a desired state an older one
+// from the same store counts as overtaken on the way (paho hands each
+// message to its own goroutine, so two states published back to back can
+// be judged in either order) rather than replayed. A state older than one
+// the agent already superseded is a replay whenever it comes.
+const ReplayGrace = time.Second
 
 // Stats counts what the agent did with desired-state payloads.
 type Stats struct {
 	Accepted, Duplicate, Stale, OtherDevice, Invalid, Cleared int64
+	// Unsigned and BadSignature count states refused for their
+	// signature; Replayed the stale states refused as replays (they are
+	// counted in Stale too).
+	Unsigned, BadSignature, Replayed int64
 }
 
 // Agent is one device's agent.
@@ -135,7 +156,10 @@ type Agent struct {
 
 	counts struct {
 		accepted, duplicate, stale, other, invalid, cleared atomic.Int64
+		unsigned, badSignature, replayed                    atomic.Int64
 	}
+
+	pin *trust.Pin // the hub's pinned signing key
 
 	key    *devicekey.Key // nil when unusable (keyErr)
 	keyErr error
@@ -143,6 +167,13 @@ type Agent struct {
 	mu      sync.Mutex
 	last    reconcile.Status
 	refused refusal
+	// lastAccept is the newest state accepted from the network: its
+	// store and generation, the generation it superseded, and when.
+	lastAccept struct {
+		store     string
+		gen, prev int64
+		at        time.Time
+	}
 }
 
 // DefaultStatusSettleGrace is Options.StatusSettleGrace's default: a
@@ -181,6 +212,19 @@ func New(o Options) (*Agent, error) {
 		if a.keyErr != nil {
 			a.log.Error("device key unusable: Secrets sent to this device cannot be unsealed", "err", a.keyErr)
 		}
+	}
+	if o.HubSigningKey != nil {
+		if err := trust.Save(o.StateDir, o.HubSigningKey); err != nil {
+			return nil, fmt.Errorf("edgeagent: %w", err)
+		}
+	}
+	pin, err := trust.Load(o.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("edgeagent: %w (pass --hub-signing-key, or remove the file to pin the hub's key again on first use)", err)
+	}
+	a.pin = pin
+	if k := pin.Key(); k != nil {
+		a.log.Info("hub signing key pinned", "key", schema.SigningKeyID(k))
 	}
 	a.topics.status = o.Topics.Device(o.Device, schema.TopicStatus)
 	a.topics.events = o.Topics.Device(o.Device, schema.TopicEvents)
@@ -259,6 +303,10 @@ func (a *Agent) Stats() Stats {
 		OtherDevice: a.counts.other.Load(),
 		Invalid:     a.counts.invalid.Load(),
 		Cleared:     a.counts.cleared.Load(),
+
+		Unsigned:     a.counts.unsigned.Load(),
+		BadSignature: a.counts.badSignature.Load(),
+		Replayed:     a.counts.replayed.Load(),
 	}
 }
 
@@ -295,6 +343,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Info("loaded persisted desired state", "generation", ds.Generation, "store", ds.Store, "pods", len(ds.Pods))
 	}
 	a.inbox = desired.New(a.o.Device, ds)
+	if ds != nil {
+		a.mu.Lock()
+		a.lastAccept.store, a.lastAccept.gen = ds.Store, ds.Generation
+		a.mu.Unlock()
+	}
 
 	rec, err := reconcile.New(reconcile.Options{
 		Runtime:        a.o.Runtime,
@@ -411,20 +464,44 @@ func (a *Agent) onConnect() {
 // generation, and a refusal is shown in status only while no newer state
 // has been accepted (see refuse).
 func (a *Agent) onDesired(payload []byte) {
+	var verdict trust.Verdict
+	if len(bytes.TrimSpace(payload)) > 0 && len(payload) <= schema.MaxManifestBytes {
+		// The signature first: nothing of a forged state is looked at.
+		v, err := a.pin.Check(payload)
+		if err != nil {
+			a.refuseSignature(err)
+			return
+		}
+		verdict = v
+	}
 	out, ds, err := a.inbox.Offer(payload)
 	switch out {
 	case desired.Accepted:
-		a.log.Info("received desired state", "generation", ds.Generation, "store", ds.Store, "pods", len(ds.Pods))
+		a.log.Info("received desired state", "generation", ds.Generation, "store", ds.Store, "pods", len(ds.Pods), "key", verdict.KeyID())
 		a.accepted(ds)
+		a.pinKey(verdict)
 		a.counts.accepted.Add(1)
 	case desired.Duplicate:
 		a.log.Debug("desired state unchanged", "generation", ds.Generation)
+		a.pinKey(verdict) // the same state, re-signed after a rotation
 		a.counts.duplicate.Add(1)
 	case desired.Stale:
-		a.log.Info("ignoring stale desired state", "generation", ds.Generation, "store", ds.Store)
 		a.counts.stale.Add(1)
+		if !a.replayed(ds) {
+			a.log.Info("ignoring stale desired state", "generation", ds.Generation, "store", ds.Store)
+			break
+		}
+		_, gen, _ := a.inbox.Latest()
+		msg := fmt.Sprintf("refused a replayed desired state: generation %d is older than generation %d already applied", ds.Generation, gen)
+		a.log.Warn(msg+"; last good state keeps running", "store", ds.Store)
+		a.events.Record(schema.EventWarning, "DesiredStateReplayed", "", "", msg)
+		a.refuse(msg, nil)
+		a.counts.replayed.Add(1)
 	case desired.OtherDevice:
-		a.log.Warn("ignoring desired state addressed to another device", "for", ds.Device)
+		msg := fmt.Sprintf("refused a desired state addressed to device %q", ds.Device)
+		a.log.Warn(msg + "; last good state keeps running")
+		a.events.Record(schema.EventWarning, "DesiredStateOtherDevice", "", "", msg)
+		a.refuse(msg, nil)
 		a.counts.other.Add(1)
 	case desired.Invalid:
 		a.log.Warn("invalid desired state ignored; last good state keeps running", "err", err)
@@ -443,6 +520,55 @@ func (a *Agent) onDesired(payload []byte) {
 		a.refuse("desired state topic cleared by the hub; running the last desired state", nil)
 		a.counts.cleared.Add(1)
 	}
+}
+
+// refuseSignature reports a state refused for its signature: an event,
+// the status message, a count. The last good state keeps running.
+func (a *Agent) refuseSignature(err error) {
+	reason, msg := "DesiredStateBadSignature", "refused a desired state with a bad signature: "+err.Error()
+	if errors.Is(err, trust.ErrUnsigned) {
+		reason, msg = "DesiredStateUnsigned", "refused an unsigned desired state: "+err.Error()
+		a.counts.unsigned.Add(1)
+	} else {
+		a.counts.badSignature.Add(1)
+	}
+	a.log.Warn(msg + "; last good state keeps running")
+	a.events.Record(schema.EventWarning, reason, "", "", msg)
+	a.refuse(msg, nil)
+}
+
+// pinKey pins the key of an accepted state's verdict when it is new: on
+// first use, or a rotation the pinned key endorsed.
+func (a *Agent) pinKey(v trust.Verdict) {
+	changed, err := a.pin.Commit(v)
+	if err != nil {
+		a.log.Error("could not pin the hub's signing key", "key", v.KeyID(), "err", err)
+		return
+	}
+	if !changed {
+		return
+	}
+	if v.FirstUse {
+		msg := "pinned the hub's signing key " + v.KeyID() + " on first use"
+		a.log.Info(msg)
+		a.events.Record(schema.EventNormal, "HubSigningKeyPinned", "", "", msg)
+		return
+	}
+	msg := fmt.Sprintf("the hub rotated its signing key: pinned key %s, endorsed by key %s", v.KeyID(), schema.SigningKeyID(v.Pinned))
+	a.log.Info(msg)
+	a.events.Record(schema.EventNormal, "HubSigningKeyRotated", "", "", msg)
+}
+
+// replayed reports whether a stale state is a replay rather than one
+// overtaken on the way (ReplayGrace).
+func (a *Agent) replayed(ds *schema.DesiredState) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l := a.lastAccept
+	if l.at.IsZero() || l.store != ds.Store {
+		return true // older than the state the agent started from
+	}
+	return ds.Generation <= l.prev || a.o.Clock.Now().Sub(l.at) > ReplayGrace
 }
 
 // refusal is the message shown in status about a payload the agent did
@@ -480,6 +606,13 @@ func (a *Agent) refuse(msg string, ds *schema.DesiredState) {
 // accepted clears a refusal that the newly accepted state ds supersedes.
 func (a *Agent) accepted(ds *schema.DesiredState) {
 	a.mu.Lock()
+	if l := &a.lastAccept; ds.Store != l.store || ds.Generation > l.gen {
+		prev := l.gen
+		if ds.Store != l.store {
+			prev = 0
+		}
+		l.store, l.gen, l.prev, l.at = ds.Store, ds.Generation, prev, a.o.Clock.Now()
+	}
 	r := a.refused
 	clear := r.msg != "" && (!r.knownGen || r.store != ds.Store || r.gen <= ds.Generation)
 	if clear {

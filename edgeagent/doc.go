@@ -8,7 +8,8 @@
 // status (status and events), probe (the containers' liveness, readiness
 // and startup probes), devicekey (the device's own key pair), podconfig
 // (env and files from the desired state's ConfigMaps and Secrets),
-// volumes (the pods' volumes on the device), clock, backoff and wake,
+// volumes (the pods' volumes on the device), trust (the hub's pinned
+// signing key), clock, backoff and wake,
 // and runtime (the
 // container runtime interface, its Fake and, in runtime/containerd, the
 // real one). Agent wires them; many agents can run in one process (tests,
@@ -33,7 +34,17 @@
 //   - A malformed payload, a payload for another device and an older
 //     generation from the same hub store change nothing; the first is
 //     logged, raised as an InvalidDesiredState event and named in the
-//     status message. A different store is a new hub database: accepted.
+//     status message, and so are the other two (DesiredStateOtherDevice,
+//     and DesiredStateReplayed unless the older state was merely
+//     overtaken on the way: ReplayGrace). A different store is a new hub
+//     database: accepted.
+//   - The hub's signing key is pinned (package trust: from enrollment,
+//     --hub-signing-key, or the first signed state). With a key pinned,
+//     an unsigned state, a bad signature or another key's signature
+//     changes nothing, and is logged, raised as DesiredStateUnsigned or
+//     DesiredStateBadSignature and named in the status message; a new key
+//     the pinned one endorses (a rotation on the hub) is pinned in its
+//     place.
 //   - An empty retained payload (the hub clearing the topic when the
 //     device is removed) does not remove workloads: the agent keeps its
 //     last state, logs, raises DesiredStateCleared and says so in status.

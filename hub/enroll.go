@@ -39,6 +39,9 @@ type enroller struct {
 	topics   schema.Topics
 	log      *slog.Logger
 	reserved func(name string) bool
+	// signer, if set, gives the hub's signing key to every enrolled
+	// device, which pins it.
+	signer *Signer
 	// ctx is set by Subscribe, before any request is handled.
 	ctx context.Context
 }
@@ -106,7 +109,12 @@ func (e *enroller) answer(ctx context.Context, requestID string, payload []byte)
 	switch {
 	case err == nil:
 		log.Info("device enrolled", "device", req.Device, "labels", res.Device.Metadata.Labels, "retry", res.Retry)
-		return schema.EnrollResponse{Device: req.Device, Token: res.Token}
+		resp := schema.EnrollResponse{Device: req.Device, Token: res.Token}
+		if e.signer != nil {
+			pub := e.signer.PublicKey()
+			resp.SigningKey, resp.SigningKeyID = schema.EncodeSigningKey(pub), schema.SigningKeyID(pub)
+		}
+		return resp
 	case errors.Is(err, store.ErrBootstrapUnauthorized):
 		return refuse(schema.EnrollUnauthorized, "the bootstrap token is unknown or was deleted", req.Device)
 	case errors.Is(err, store.ErrBootstrapExpired):

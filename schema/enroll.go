@@ -171,6 +171,11 @@ type EnrollResponse struct {
 	Reason string `json:"reason,omitempty"`
 	// Message explains a refusal to a person.
 	Message string `json:"message,omitempty"`
+	// SigningKey is the hub's public key for signed desired states
+	// (base64 std; schema/signature.go), on success: the agent pins it.
+	SigningKey string `json:"signingKey,omitempty"`
+	// SigningKeyID is SigningKeyID of SigningKey.
+	SigningKeyID string `json:"signingKeyId,omitempty"`
 }
 
 // ---- HTTP API: /v1/bootstrap-tokens ------------------------------------------

@@ -275,7 +275,11 @@ func e2eBadPayloads(t *testing.T, f *Fleet) {
 // desired states to device's topic (not retained, so the hub's retained
 // state stays): garbage, a stale generation with no pods, one addressed
 // to another device, a duplicate and a cleared topic. The agent logs each
-// and keeps its containers.
+// and keeps its containers. The agent has pinned the hub's signing key
+// (hub/API.md, "Signed desired state"), so what the injector makes is
+// refused for its signature before anything else: garbage is unsigned,
+// and the edited states carry the genuine state's signature, which no
+// longer verifies.
 func e2eBadDesired(t *testing.T, f *Fleet, device string) {
 	t.Helper()
 	a := f.Agent(t, device)
@@ -301,11 +305,11 @@ func e2eBadDesired(t *testing.T, f *Fleet, device string) {
 		payload []byte
 		log     string
 	}{
-		{[]byte("\x00garbage"), "invalid desired state ignored"},
-		{mustJSON(t, stale), "ignoring stale desired state"},
-		{mustJSON(t, other), "ignoring desired state addressed to another device"},
+		{[]byte("\x00garbage"), "refused an unsigned desired state"},
+		{mustJSON(t, stale), "refused a desired state with a bad signature"},
+		{mustJSON(t, other), "refused a desired state with a bad signature"},
 		{current.Payload, `msg="desired state unchanged"`},
-		{[]byte(`{"apiVersion":"fleet/v1","kind":"DesiredState","device":"` + device + `","generation":"many"}`), "invalid desired state ignored"},
+		{[]byte(`{"apiVersion":"fleet/v1","kind":"DesiredState","device":"` + device + `","generation":"many"}`), "refused an unsigned desired state"},
 	} {
 		h.mustPublish(topic, false, step.payload)
 		a.AwaitLog(t, mark, step.log, 30*time.Second)
@@ -315,12 +319,12 @@ func e2eBadDesired(t *testing.T, f *Fleet, device string) {
 	awaitf(t, 30*time.Second, func() bool {
 		f.Get(t, "/v1/devices/"+device+"/events", &evs)
 		for _, e := range evs.Items {
-			if e.Reason == "InvalidDesiredState" {
+			if e.Reason == "DesiredStateUnsigned" {
 				return true
 			}
 		}
 		return false
-	}, "%s: no InvalidDesiredState event at the hub", device)
+	}, "%s: no DesiredStateUnsigned event at the hub", device)
 	if logs := a.Logs()[mark:]; strings.Contains(logs, "removing container") {
 		t.Errorf("%s removed containers after bad desired states:\n%s", device, logs)
 	}

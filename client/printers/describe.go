@@ -465,6 +465,9 @@ func describeDevice(w io.Writer, dev *schema.Device, deployments []schema.Deploy
 			conv += " (stale: no status heard recently)"
 		}
 		d.line(1, "Converged:\t%s", conv)
+		if st.Message != "" {
+			d.line(1, "Message:\t%s", oneLine(st.Message))
+		}
 		if a := st.Agent; a != nil {
 			d.line(1, "Agent:\t%s (%s/%s)", orNone(a.Version), orNone(a.OS), orNone(a.Arch))
 		}

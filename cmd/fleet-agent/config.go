@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/fleetmq/fleet/edgeagent/enroll"
 	"github.com/fleetmq/fleet/edgeagent/reconcile"
 	"github.com/fleetmq/fleet/edgeagent/runtime/containerd"
+	"github.com/fleetmq/fleet/edgeagent/trust"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -39,6 +41,9 @@ type config struct {
 	ReleasePages     string `json:"release-startup-pages,omitempty"`
 	LogLevel         string `json:"log-level,omitempty"`
 	TopicPrefix      string `json:"topic-prefix,omitempty"`
+	// HubSigningKey pins the hub's desired-state signing key: base64,
+	// or @FILE (edgeagent/trust).
+	HubSigningKey string `json:"hub-signing-key,omitempty"`
 
 	// BootstrapToken(File) and NameFrom: self-enrollment (edgeagent/enroll).
 	BootstrapToken     string `json:"bootstrap-token,omitempty"`
@@ -69,6 +74,7 @@ func (c *config) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ReleasePages, "release-startup-pages", "5s", "this long after connecting to containerd (start-up is then about over), hand the kernel back the pages of the agent's own binary that start-up read, so that its RSS is what it goes on using (Linux 5.4+; 0: never)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.TopicPrefix, "topic-prefix", schema.DefaultTopicPrefix, "MQTT topic prefix (must match the hub's)")
+	fs.StringVar(&c.HubSigningKey, "hub-signing-key", "", "pin the hub's desired-state signing key (base64, as `fleet-hub` shows in /v1/info, or @FILE): otherwise the key comes with enrollment, or is pinned from the first signed desired state")
 	fs.StringVar(&c.configFile, "config", "", "YAML config file (same keys as the flags, plus registry)")
 }
 
@@ -133,6 +139,9 @@ func (c *config) resolve(fs *pflag.FlagSet) error {
 		}
 	}
 	if _, err := c.resync(); err != nil {
+		return err
+	}
+	if _, err := c.hubSigningKey(); err != nil {
 		return err
 	}
 	if _, err := c.imageGCMinFree(); err != nil {
@@ -239,4 +248,16 @@ func newLogger(level string, w io.Writer) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// hubSigningKey is --hub-signing-key, nil when not set.
+func (c *config) hubSigningKey() (ed25519.PublicKey, error) {
+	if c.HubSigningKey == "" {
+		return nil, nil
+	}
+	k, err := trust.ReadKeyArg(c.HubSigningKey)
+	if err != nil {
+		return nil, fmt.Errorf("--hub-signing-key: %w", err)
+	}
+	return k, nil
 }

@@ -117,6 +117,10 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	hubKey, err := cfg.hubSigningKey()
+	if err != nil {
+		return err
+	}
 	device, token, err := identity(ctx, cfg, log, tlsCfg)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -157,6 +161,7 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 		Version:        schema.BuildVersion(),
 		ResyncInterval: resync,
 		ImageGCMinFree: gcFloor,
+		HubSigningKey:  hubKey,
 	})
 	if err != nil {
 		return err

@@ -35,6 +35,13 @@ type Publisher interface {
 	Publish(ctx context.Context, topic string, payload []byte, retained bool) error
 }
 
+// DesiredSigner signs a desired state's canonical JSON and returns the
+// payload to publish (schema.SignDesiredState); hub.Signer is one. It must
+// be safe for concurrent use.
+type DesiredSigner interface {
+	SignDesiredState(canonical []byte) ([]byte, error)
+}
+
 // StatusSource tells the controller what agents report; the fleet model is
 // one.
 type StatusSource interface {
@@ -55,6 +62,10 @@ type Options struct {
 	// Status supplies agent reports, for rolling updates and deployment
 	// status; default: Model's.
 	Status StatusSource
+	// Signer, if set, signs every desired state published; the store
+	// keeps the canonical (unsigned) JSON. Default: none, states are
+	// published unsigned.
+	Signer DesiredSigner
 	// Metrics, if set, receives the publish counters and pass durations.
 	Metrics *metrics.Metrics
 	// ResyncInterval is how often everything is re-read from the store

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"iter"
 	"log/slog"
 	"sync"
@@ -24,6 +25,7 @@ type publisher struct {
 	timeout time.Duration
 	log     *slog.Logger
 	metrics *metrics.Metrics
+	signer  DesiredSigner // nil: publish unsigned
 
 	raw       map[string][]byte // JSON of desired, as stored and published
 	published map[string]int64  // generation last published per device
@@ -36,7 +38,7 @@ type publisher struct {
 func newPublisher(opts Options) *publisher {
 	return &publisher{
 		conn: opts.Conn, topics: opts.Topics, workers: opts.PublishWorkers, timeout: opts.PublishTimeout,
-		log: opts.Logger, metrics: opts.Metrics,
+		log: opts.Logger, metrics: opts.Metrics, signer: opts.Signer,
 		raw:       map[string][]byte{},
 		published: map[string]int64{},
 		clears:    map[string]string{},
@@ -93,6 +95,7 @@ func (p *publisher) deviceTopics(name string) []string {
 type message struct {
 	topic   string
 	payload []byte
+	sign    bool   // payload is a desired state's canonical JSON: sign it
 	done    func() // called, on the loop goroutine, once published
 }
 
@@ -118,10 +121,14 @@ func (p *publisher) countDesired(n int) {
 	}
 }
 
-// desiredMessage is the retained publish of a device's desired state.
+// desiredMessage is the retained publish of a device's desired state,
+// signed by the signer when there is one: the stored JSON is the
+// canonical form, and the publishing workers sign it afresh for each
+// publish (in parallel; a rotated key signs the next one).
 func (p *publisher) desiredMessage(name string, gen int64) message {
 	return message{
 		topic: p.topics.Device(name, schema.TopicDesired), payload: p.raw[name],
+		sign: p.signer != nil,
 		done: func() { p.published[name] = gen },
 	}
 }
@@ -226,7 +233,17 @@ func (p *publisher) send(ctx context.Context, msgs []message) *sending {
 				if i >= len(msgs) || ctx.Err() != nil {
 					return
 				}
-				if err := p.conn.Publish(ctx, msgs[i].topic, msgs[i].payload, true); err != nil {
+				payload := msgs[i].payload
+				if msgs[i].sign {
+					signed, err := p.signer.SignDesiredState(payload)
+					if err != nil {
+						err = fmt.Errorf("sign the desired state for %s: %w", msgs[i].topic, err)
+						s.firstErr.CompareAndSwap(nil, &err)
+						continue
+					}
+					payload = signed
+				}
+				if err := p.conn.Publish(ctx, msgs[i].topic, payload, true); err != nil {
 					s.firstErr.CompareAndSwap(nil, &err)
 					continue
 				}

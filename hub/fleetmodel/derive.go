@@ -54,6 +54,7 @@ func ObservedInfo(desired *schema.DesiredState, st *schema.DeviceStatus, online 
 		info.Agent = &agent
 		info.Node = st.Node
 		info.Pods = st.Pods
+		info.Message = st.Message
 	}
 	info.Converged = Converged(desired, st)
 	return info
