@@ -14,6 +14,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/fleetmq/fleet/broker/ratelimit"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -62,6 +63,9 @@ type Options struct {
 	// is set; default ":8883".
 	TLSAddr   string
 	TLSConfig *tls.Config
+	// NoPlain turns the plain listener off (then Addr is nil); the TLS
+	// listener, or the hub's InlineConn alone, remain.
+	NoPlain bool
 	// Auth checks every network client's username and password. Required.
 	Auth Authenticator
 	// Topics is the topic layout access is checked against.
@@ -92,6 +96,25 @@ type Options struct {
 	// ConnectTimeout bounds the time between accepting a connection and
 	// reading its CONNECT packet. Default 10 s.
 	ConnectTimeout time.Duration
+
+	// AuthLimiter throttles failed logins per source address (see
+	// ratelimit.AuthLimiter); default one with ratelimit's defaults. The
+	// hub passes its own, to count them in its metrics.
+	AuthLimiter *ratelimit.AuthLimiter
+	// PublishRate bounds how fast one client (one device or monitor
+	// across its connections, one bootstrap client) may publish; a
+	// client over it is disconnected (cut off). Default
+	// DefaultPublishRate; a negative PerSecond turns the limit off.
+	// Clients with the hub's role are exempt.
+	PublishRate ratelimit.Rate
+	// ResponseRate replaces PublishRate for a device's publishes on its
+	// responses topic (answers to logs, exec and top requests, which
+	// the hub flow-controls). Default DefaultResponseRate; a negative
+	// PerSecond turns the limit off.
+	ResponseRate ratelimit.Rate
+	// OnClientCutOff, if set, is called with the reason (CutOff…) each
+	// time a client is disconnected for abuse.
+	OnClientCutOff func(reason string)
 }
 
 func (o *Options) setDefaults() {
@@ -125,6 +148,15 @@ func (o *Options) setDefaults() {
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = DefaultConnectTimeout
 	}
+	if o.AuthLimiter == nil {
+		o.AuthLimiter = ratelimit.NewAuthLimiter(ratelimit.AuthOptions{})
+	}
+	if o.PublishRate.PerSecond == 0 && o.PublishRate.Burst == 0 {
+		o.PublishRate = DefaultPublishRate
+	}
+	if o.ResponseRate.PerSecond == 0 && o.ResponseRate.Burst == 0 {
+		o.ResponseRate = DefaultResponseRate
+	}
 }
 
 // Broker is the embedded MQTT broker: mochi-mqtt with Fleet's authentication
@@ -140,6 +172,10 @@ type Broker struct {
 
 	// idents maps a client ID to the identEntry of the client that holds it.
 	idents sync.Map
+	// attempts maps a connecting *mqtt.Client to the ratelimit.Attempt
+	// OnConnect admitted, until OnConnectAuthenticate takes it.
+	attempts sync.Map
+	limits   publishLimits
 
 	ctx    context.Context // parent of Authenticate calls; cancelled by Close
 	cancel context.CancelFunc
@@ -182,7 +218,7 @@ func New(opts Options) (*Broker, error) {
 	// none of Fleet's clients need them, so turn them off.
 	caps.TopicAliasMaximum = 0
 
-	b := &Broker{opts: opts, log: opts.Logger, done: make(chan struct{})}
+	b := &Broker{opts: opts, log: opts.Logger, done: make(chan struct{}), limits: newPublishLimits(opts)}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.server = mqtt.New(&mqtt.Options{
 		Capabilities:             caps,
@@ -206,16 +242,18 @@ func New(opts Options) (*Broker, error) {
 		return nil, fmt.Errorf("mqtt broker: add retained pacer: %w", err)
 	}
 
-	ln, err := net.Listen("tcp", opts.Addr)
-	if err != nil {
-		b.cancel()
-		return nil, fmt.Errorf("mqtt broker: listen on %s: %w", opts.Addr, err)
+	if !opts.NoPlain {
+		ln, err := net.Listen("tcp", opts.Addr)
+		if err != nil {
+			b.cancel()
+			return nil, fmt.Errorf("mqtt broker: listen on %s: %w", opts.Addr, err)
+		}
+		b.plain = newListener("tcp", ln, nil, opts.ConnectTimeout)
 	}
-	b.plain = newListener("tcp", ln, nil, opts.ConnectTimeout)
 	if opts.TLSConfig != nil {
 		tln, err := net.Listen("tcp", opts.TLSAddr)
 		if err != nil {
-			_ = ln.Close()
+			b.closeListeners()
 			b.cancel()
 			return nil, fmt.Errorf("mqtt broker: listen on %s: %w", opts.TLSAddr, err)
 		}
@@ -242,8 +280,14 @@ func (b *Broker) closeListeners() {
 	}
 }
 
-// Addr returns the address the plain MQTT listener is bound to.
-func (b *Broker) Addr() net.Addr { return b.plain.ln.Addr() }
+// Addr returns the address the plain MQTT listener is bound to, or nil
+// with Options.NoPlain.
+func (b *Broker) Addr() net.Addr {
+	if b.plain == nil {
+		return nil
+	}
+	return b.plain.ln.Addr()
+}
 
 // TLSAddr returns the address of the TLS listener, or nil without TLS.
 func (b *Broker) TLSAddr() net.Addr {
@@ -266,7 +310,10 @@ func (b *Broker) Run(ctx context.Context) error {
 		_ = b.Close()
 		return fmt.Errorf("mqtt broker: serve: %w", err)
 	}
-	attrs := []any{"addr", b.Addr().String()}
+	var attrs []any
+	if b.plain != nil {
+		attrs = append(attrs, "addr", b.Addr().String())
+	}
 	if b.tls != nil {
 		attrs = append(attrs, "tls_addr", b.TLSAddr().String())
 	}

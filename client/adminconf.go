@@ -1,6 +1,7 @@
 package client
 
 import (
+	"encoding/base64"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,6 +20,11 @@ const AdminConfigName = "admin.conf"
 type AdminConfig struct {
 	Hub   string `json:"hub"`
 	Token string `json:"token"`
+	// CA is the PEM of the hub's CA (certificate-authority-data), which
+	// the CLI pins for an https:// hub; nil when the hub presents a
+	// certificate it was given.
+	// (A string, so that AdminConfig stays comparable.)
+	CA string `json:"-"`
 }
 
 // AdminConfigPath returns where a hub with data directory dataDir keeps
@@ -43,13 +49,18 @@ func ReadAdminConfig(path string) (AdminConfig, error) {
 	if f.Token == "" {
 		return AdminConfig{}, fmt.Errorf("read admin config %s: no token", path)
 	}
-	return AdminConfig{Hub: f.Hub, Token: f.Token}, nil
+	return AdminConfig{Hub: f.Hub, Token: f.Token, CA: string(f.CA)}, nil
 }
 
 // Marshal returns the text of admin.conf: a comment that says what the
 // file is, then the keys hub and token. The writer (fleet-hub) replaces
 // the file atomically with mode 0600.
 func (c AdminConfig) Marshal() []byte {
-	return fmt.Appendf(nil, "# Fleet hub admin client config, written by fleet-hub. Keep it secret:\n"+
+	b := fmt.Appendf(nil, "# Fleet hub admin client config, written by fleet-hub. Keep it secret:\n"+
 		"# the token grants full control of the fleet.\nhub: %s\ntoken: %s\n", c.Hub, c.Token)
+	if len(c.CA) > 0 {
+		b = fmt.Appendf(b, "# The hub's CA (PEM, base64), which fleet verifies an https:// hub against.\n%s: %s\n",
+			KeyCertificateAuthorityData, base64.StdEncoding.EncodeToString([]byte(c.CA)))
+	}
+	return b
 }

@@ -32,6 +32,10 @@ var ErrNoHub = errors.New("no hub configured: pass --hub and --token, set FLEET_
 type Config struct {
 	Hub   string `json:"hub"`
 	Token string `json:"token"`
+	// CA is the PEM of the CA an https:// hub's certificate must chain
+	// to (certificate-authority-data of the file or context the hub came
+	// from); nil: the system's roots.
+	CA []byte `json:"-"`
 
 	// Context is the name of the context the values came from, if any.
 	Context string `json:"-"`
@@ -39,6 +43,7 @@ type Config struct {
 	// "FLEET_TOKEN", a file name, a context), for messages.
 	HubSource   string `json:"-"`
 	TokenSource string `json:"-"`
+	CASource    string `json:"-"`
 }
 
 // String describes the config without its token.
@@ -53,8 +58,17 @@ func (c Config) String() string {
 // GoString keeps the token out of %#v.
 func (c Config) GoString() string { return c.String() }
 
-// Client returns a client of the configured hub.
+// Client returns a client of the configured hub. With a CA and an
+// https:// hub, the hub's certificate must chain to that CA (never to
+// another root); a plain http:// hub (on loopback) has no certificate.
 func (c Config) Client(opts ...Option) (*Client, error) {
+	if u, err := ParseHubURL(c.Hub); err == nil && u.Scheme == "https" && len(c.CA) > 0 {
+		hc, err := PinnedHTTPClient(c.CA, c.CASource)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, WithHTTPClient(hc))
+	}
 	return New(c.Hub, c.Token, opts...)
 }
 
@@ -109,9 +123,13 @@ func ResolveConfig(s ConfigSources) (Config, error) {
 	pick(&c.Hub, &c.HubSource, getenv(EnvHub), EnvHub)
 	pick(&c.Token, &c.TokenSource, getenv(EnvToken), EnvToken)
 	// fill takes what a file or context holds for the values still unset.
-	fill := func(hub, token, src string) error {
+	// The CA goes with the hub it was written for.
+	fill := func(hub, token string, ca []byte, src string) error {
 		if c.Hub != "" && c.Token == "" && token != "" && !sameHub(c.Hub, hub) {
 			return fmt.Errorf("no token for hub %s (from %s): pass --token or set %s; the token in %s is for hub %q", c.Hub, c.HubSource, EnvToken, src, hub)
+		}
+		if c.CA == nil && len(ca) > 0 && (c.Hub == "" || sameHub(c.Hub, hub)) {
+			c.CA, c.CASource = ca, src
 		}
 		pick(&c.Hub, &c.HubSource, hub, src)
 		pick(&c.Token, &c.TokenSource, token, src)
@@ -154,13 +172,13 @@ func ResolveConfig(s ConfigSources) (Config, error) {
 		}
 		if need {
 			c.Context = ctxName
-			if err := fill(cx.Hub, cx.Token, fmt.Sprintf("context %q in %s", ctxName, path)); err != nil {
+			if err := fill(cx.Hub, cx.Token, cx.CA, fmt.Sprintf("context %q in %s", ctxName, path)); err != nil {
 				return Config{}, err
 			}
 		}
 	case !need:
 	case explicit:
-		if err := fill(f.Hub, f.Token, path); err != nil {
+		if err := fill(f.Hub, f.Token, f.CA, path); err != nil {
 			return Config{}, err
 		}
 	default:
@@ -174,11 +192,11 @@ func ResolveConfig(s ConfigSources) (Config, error) {
 		lc, err := LoadConfigFile(local)
 		switch {
 		case err == nil:
-			err = fill(lc.Hub, lc.Token, local)
+			err = fill(lc.Hub, lc.Token, lc.CA, local)
 		case errors.Is(err, fs.ErrNotExist):
 			err = nil
 			if f != nil {
-				err = fill(f.Hub, f.Token, path)
+				err = fill(f.Hub, f.Token, f.CA, path)
 			}
 		}
 		if err != nil {
@@ -240,14 +258,14 @@ func LoadConfigFile(path string) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	c := Config{Hub: f.Hub, Token: f.Token, HubSource: path, TokenSource: path}
+	c := Config{Hub: f.Hub, Token: f.Token, CA: f.CA, HubSource: path, TokenSource: path, CASource: path}
 	if c.Hub == "" && c.Token == "" && f.CurrentContext != "" {
 		cx, ok := f.Context(f.CurrentContext)
 		if !ok {
 			return Config{}, f.NotFound(f.CurrentContext, "current-context")
 		}
 		src := fmt.Sprintf("context %q in %s", cx.Name, path)
-		c = Config{Hub: cx.Hub, Token: cx.Token, Context: cx.Name, HubSource: src, TokenSource: src}
+		c = Config{Hub: cx.Hub, Token: cx.Token, CA: cx.CA, Context: cx.Name, HubSource: src, TokenSource: src, CASource: src}
 	}
 	if c.Hub == "" && c.Token == "" {
 		return Config{}, fmt.Errorf("config %s: has neither hub nor token", path)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,6 +46,8 @@ type ConfigFile struct {
 	Contexts       []Context
 	// Hub and Token are the flat form.
 	Hub, Token string
+	// CA is the flat form's certificate-authority-data (PEM).
+	CA []byte
 
 	extra map[string]json.RawMessage
 }
@@ -54,6 +57,9 @@ type Context struct {
 	Name  string
 	Hub   string
 	Token string
+	// CA is the PEM of the CA the hub's certificate must chain to
+	// (certificate-authority-data); nil: the system's roots.
+	CA []byte
 
 	extra map[string]json.RawMessage
 }
@@ -189,13 +195,17 @@ func (f *ConfigFile) NotFound(name, source string) *ContextNotFoundError {
 }
 
 // SetContext adds c, or replaces the context of the same name in place
-// (keeping the keys of the old one that this version does not know). It
+// (keeping the keys of the old one that this version does not know, and
+// its CA when c has none). It
 // reports whether c was added.
 func (f *ConfigFile) SetContext(c Context) (created bool) {
 	for i, old := range f.Contexts {
 		if old.Name == c.Name {
 			if c.extra == nil {
 				c.extra = old.extra
+			}
+			if c.CA == nil {
+				c.CA = old.CA
 			}
 			f.Contexts[i] = c
 			return false
@@ -337,6 +347,9 @@ const (
 	keyHub            = "hub"
 	keyToken          = "token"
 	keyName           = "name"
+	// KeyCertificateAuthorityData holds a hub's CA, PEM in base64, as in
+	// a kubeconfig.
+	KeyCertificateAuthorityData = "certificate-authority-data"
 )
 
 // MarshalJSON writes the known keys and the kept unknown ones.
@@ -352,6 +365,9 @@ func (f *ConfigFile) MarshalJSON() ([]byte, error) {
 		return nil, err
 	}
 	if err := setString(m, keyToken, f.Token); err != nil {
+		return nil, err
+	}
+	if err := setString(m, KeyCertificateAuthorityData, encodeCA(f.CA)); err != nil {
 		return nil, err
 	}
 	contexts := f.Contexts
@@ -382,6 +398,8 @@ func (f *ConfigFile) UnmarshalJSON(data []byte) error {
 			err = getString(v, &out.Hub)
 		case keyToken:
 			err = getString(v, &out.Token)
+		case KeyCertificateAuthorityData:
+			out.CA, err = decodeCA(v)
 		case keyContexts:
 			out.Contexts, err = unmarshalContexts(v)
 		default:
@@ -421,7 +439,7 @@ func (c Context) MarshalJSON() ([]byte, error) {
 	if m == nil {
 		m = map[string]json.RawMessage{}
 	}
-	for k, v := range map[string]string{keyName: c.Name, keyHub: c.Hub, keyToken: c.Token} {
+	for k, v := range map[string]string{keyName: c.Name, keyHub: c.Hub, keyToken: c.Token, KeyCertificateAuthorityData: encodeCA(c.CA)} {
 		if err := setString(m, k, v); err != nil {
 			return nil, err
 		}
@@ -445,6 +463,8 @@ func (c *Context) UnmarshalJSON(data []byte) error {
 			err = getString(v, &out.Hub)
 		case keyToken:
 			err = getString(v, &out.Token)
+		case KeyCertificateAuthorityData:
+			out.CA, err = decodeCA(v)
 		default:
 			if out.extra == nil {
 				out.extra = map[string]json.RawMessage{}
@@ -482,4 +502,26 @@ func getString(raw json.RawMessage, dst *string) error {
 	}
 	*dst = strings.TrimSpace(*dst)
 	return nil
+}
+
+// encodeCA is the file form of a CA: its PEM in base64.
+func encodeCA(pem []byte) string {
+	if len(pem) == 0 {
+		return ""
+	}
+	return base64.StdEncoding.EncodeToString(pem)
+}
+
+// decodeCA reads certificate-authority-data: base64 of PEM certificates
+// (checked when a client is made with them).
+func decodeCA(raw json.RawMessage) ([]byte, error) {
+	var s string
+	if err := getString(raw, &s); err != nil || s == "" {
+		return nil, err
+	}
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("want the base64 of PEM certificates: %w", err)
+	}
+	return b, nil
 }

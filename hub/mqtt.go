@@ -2,7 +2,6 @@ package hub
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -91,21 +90,6 @@ func (a storeAuth) Authenticate(ctx context.Context, username string, password [
 		return broker.Identity{Name: username, Role: broker.RoleMonitor}, true
 	}
 	return broker.Identity{}, false
-}
-
-// loadTLS reads a certificate and key for the MQTT TLS listener.
-func loadTLS(certFile, keyFile string) (*tls.Config, error) {
-	switch {
-	case certFile == "" && keyFile == "":
-		return nil, nil
-	case certFile == "" || keyFile == "":
-		return nil, errors.New("mqtt tls: give both a certificate and a key")
-	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("mqtt tls: %w", err)
-	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, nil
 }
 
 // mqttURLFor turns a bound listener address into the URL devices are told.

@@ -45,7 +45,9 @@ func startHub(t testing.TB, opts Options) *testHub {
 	if opts.DataDir == "" {
 		opts.DataDir = t.TempDir()
 	}
-	opts.HTTPAddr = "127.0.0.1:0"
+	if opts.HTTPAddr == "" {
+		opts.HTTPAddr = "127.0.0.1:0"
+	}
 	if opts.MQTTAddr == "" {
 		opts.MQTTAddr = "127.0.0.1:0"
 	}
@@ -123,7 +125,7 @@ func TestHubAccessRoutes(t *testing.T) {
 		{"info without token", "GET", "/v1/info", "", false, 401, "Unauthorized"},
 		{"credential", "POST", "/v1/credentials", `{"name":"grafana","role":"monitor"}`, true, 201, `"token":`},
 		{"again", "POST", "/v1/credentials", `{"name":"grafana","role":"monitor"}`, true, 409, "AlreadyExists"},
-		{"admin role", "POST", "/v1/credentials", `{"name":"boss","role":"admin"}`, true, 400, `"field":"role"`},
+		{"unknown role", "POST", "/v1/credentials", `{"name":"boss","role":"root"}`, true, 400, `"field":"role"`},
 		{"bad name", "POST", "/v1/credentials", `{"name":"Not Valid","role":"monitor"}`, true, 400, `"field":"name"`},
 		{"token given", "POST", "/v1/credentials", `{"name":"x","role":"monitor","token":"mine"}`, true, 400, `"field":"token"`},
 		{"unknown field", "POST", "/v1/credentials", `{"name":"x","role":"monitor","colour":"red"}`, true, 400, "colour"},
@@ -150,8 +152,9 @@ func TestHubAccessRoutes(t *testing.T) {
 		})
 	}
 
-	// A monitor reads (metrics, the ACL) but not password hashes, and
-	// writes nothing.
+	// A monitor reads metrics, but neither the mosquitto files nor the
+	// credentials (least privilege, hub/API.md "Roles"), and writes
+	// nothing.
 	_, body := h.do(t, admin, "POST", "/v1/credentials", `{"name":"mon","role":"monitor"}`)
 	var cred schema.Credential
 	if err := json.Unmarshal(body, &cred); err != nil {
@@ -162,9 +165,9 @@ func TestHubAccessRoutes(t *testing.T) {
 		want               int
 	}{
 		{"GET", "/metrics", "", 200},
-		{"GET", "/v1/mosquitto/acl", "", 200},
+		{"GET", "/v1/mosquitto/acl", "", 403},
 		{"GET", "/v1/mosquitto/passwd", "", 403},
-		{"GET", "/v1/credentials", "", 200},
+		{"GET", "/v1/credentials", "", 403},
 		{"POST", "/v1/credentials", `{"name":"x","role":"monitor"}`, 403},
 		{"DELETE", "/v1/credentials/grafana", "", 403},
 	} {

@@ -120,10 +120,17 @@ type Hub struct {
 	URL     string
 	Token   string
 	DataDir string
-	// MQTTURL is the broker URL the hub tells devices (GET /v1/info), and
-	// MQTTAddr its host:port.
+	// MQTTURL is the plain, loopback broker URL (GET /v1/info
+	// mqttPlainURL, else mqttURL), and MQTTAddr its host:port.
 	MQTTURL  string
 	MQTTAddr string
+	// MQTTTLSURL is the URL the hub tells devices (mqttURL: MQTT over
+	// TLS), HTTPSURL its HTTPS API and CAHash the pin of its CA, whose PEM
+	// is in CAFile ("" when the hub has none).
+	MQTTTLSURL string
+	HTTPSURL   string
+	CAHash     string
+	CAFile     string
 
 	t    testing.TB
 	bin  string
@@ -193,7 +200,9 @@ func (h *Hub) start() {
 	if strings.HasSuffix(mqttAddr, ":0") && strings.HasPrefix(h.MQTTAddr, "127.0.0.1:") {
 		mqttAddr = h.MQTTAddr // the port the previous process had
 	}
-	args := append([]string{"--data-dir", h.DataDir, "--http-addr", "127.0.0.1:0", "--mqtt-addr", mqttAddr, "--log-level", "debug"}, h.opts.Args...)
+	// The TLS listeners on free loopback ports: hubs run side by side.
+	args := append([]string{"--data-dir", h.DataDir, "--http-addr", "127.0.0.1:0", "--mqtt-addr", mqttAddr,
+		"--https-addr", "127.0.0.1:0", "--mqtts-addr", "127.0.0.1:0", "--log-level", "debug"}, h.opts.Args...)
 	cmd := exec.Command(h.bin, args...)
 	cmd.Stdout, cmd.Stderr = h.logs, h.logs
 	cmd.Env = append(cleanEnv(h.DataDir+".home"), h.opts.Env...)
@@ -248,8 +257,15 @@ func (h *Hub) readInfo() {
 	if err := json.Unmarshal(body, &info); err != nil {
 		h.t.Fatalf("GET /v1/info: %v", err)
 	}
-	h.MQTTURL = info.MQTTURL
-	if u, err := url.Parse(info.MQTTURL); err == nil {
+	h.MQTTURL, h.MQTTTLSURL, h.HTTPSURL, h.CAHash = info.MQTTURL, info.MQTTURL, info.HTTPSURL, info.CAHash
+	if info.MQTTPlainURL != "" {
+		h.MQTTURL = info.MQTTPlainURL
+	}
+	h.CAFile = ""
+	if info.CAHash != "" {
+		h.CAFile = filepath.Join(h.DataDir, "ca.crt")
+	}
+	if u, err := url.Parse(h.MQTTURL); err == nil {
 		h.MQTTAddr = u.Host
 	}
 }

@@ -248,7 +248,7 @@ FLEET_HUB/FLEET_TOKEN say otherwise.`,
 // ---- set-context ---------------------------------------------------------------
 
 type configSetContextOptions struct {
-	hub, token, tokenFile string
+	hub, token, tokenFile, caFile string
 }
 
 func newConfigSetContextCmd(cli *cliContext) *cobra.Command {
@@ -264,6 +264,11 @@ it shows neither in the process list nor in the shell's history; --token is
 there for scripts that have it in a variable. The config file is written
 with mode 0600.
 
+--certificate-authority pins the hub's CA (its <data-dir>/ca.crt): fleet then
+accepts an https:// hub only if its certificate chains to that CA, and
+refuses any other. It is stored in the context as
+certificate-authority-data.
+
 set-context does not switch to the context: use "fleet config use-context".`,
 		Example: `  # A hub, and its token in a file (copied from the token line of its admin.conf)
   fleet config set-context site-b --hub https://hub.site-b.example:8080 --token-file ./site-b.token
@@ -272,7 +277,10 @@ set-context does not switch to the context: use "fleet config use-context".`,
   pass show fleet/site-b | fleet config set-context site-b --token-file -
 
   # The hub moved
-  fleet config set-context site-b --hub https://hub2.site-b.example:8080`,
+  fleet config set-context site-b --hub https://hub2.site-b.example:8080
+
+  # Pin the hub's CA (copied from the hub's data directory)
+  fleet config set-context site-b --certificate-authority ./site-b-ca.crt`,
 		Args:              exactArgs(1, "the name of a context"),
 		ValidArgsFunction: cli.completeOneContext,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -285,8 +293,10 @@ set-context does not switch to the context: use "fleet config use-context".`,
 	f.StringVar(&o.hub, "hub", "", "the hub's API address, e.g. https://hub.example:8080")
 	f.StringVar(&o.token, "token", "", "the token (visible to other users in the process list: prefer --token-file)")
 	f.StringVar(&o.tokenFile, "token-file", "", `read the token from this file ("-": standard input)`)
+	f.StringVar(&o.caFile, "certificate-authority", "", "PEM file of the hub's CA (its ca.crt): the hub's certificate must chain to it")
 	cmd.MarkFlagsMutuallyExclusive("token", "token-file")
 	must(cmd.MarkFlagFilename("token-file"))
+	must(cmd.MarkFlagFilename("certificate-authority"))
 	return cmd
 }
 
@@ -307,6 +317,16 @@ func runConfigSetContext(cli *cliContext, name string, o configSetContextOptions
 			return err
 		}
 	}
+	var ca []byte
+	if o.caFile != "" {
+		var err error
+		if ca, err = os.ReadFile(o.caFile); err != nil {
+			return fmt.Errorf("--certificate-authority: %w", err)
+		}
+		if _, err := client.CertPool(ca); err != nil {
+			return fmt.Errorf("--certificate-authority %s: %w", o.caFile, err)
+		}
+	}
 	f, err := cli.readConfig()
 	if err != nil {
 		return err
@@ -315,8 +335,8 @@ func runConfigSetContext(cli *cliContext, name string, o configSetContextOptions
 	switch {
 	case !exists && hub == "":
 		return fmt.Errorf("context %q is new: give its hub with --hub (and its token with --token-file)", name)
-	case exists && hub == "" && token == "":
-		return fmt.Errorf("context %q: nothing to change: give --hub, --token-file or --token", name)
+	case exists && hub == "" && token == "" && ca == nil:
+		return fmt.Errorf("context %q: nothing to change: give --hub, --token-file, --token or --certificate-authority", name)
 	}
 	c.Name = name
 	if hub != "" {
@@ -324,6 +344,9 @@ func runConfigSetContext(cli *cliContext, name string, o configSetContextOptions
 	}
 	if token != "" {
 		c.Token = token
+	}
+	if ca != nil {
+		c.CA = ca
 	}
 	return writeContext(cli, f, c, "")
 }
@@ -440,6 +463,9 @@ func runConfigImport(cli *cliContext, name string, o configImportOptions) error 
 	}
 	c, _ := f.Context(name)
 	c.Name, c.Hub, c.Token = name, hub, src.Token
+	if src.CA != nil {
+		c.CA = src.CA // the hub's CA, which admin.conf carries
+	}
 	return writeContext(cli, f, c, from)
 }
 
