@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,12 +29,22 @@ import (
 const (
 	DefaultDataDir  = "./fleet-data"
 	DefaultHTTPAddr = "127.0.0.1:8080"
-	DefaultMQTTAddr = broker.DefaultAddr
-	// DefaultMQTTTLSAddr is used when a TLS certificate is given.
+	// DefaultMQTTAddr is the plain MQTT listener: loopback only, for
+	// local scripts and agents; devices use MQTT over TLS.
+	DefaultMQTTAddr = "127.0.0.1:1883"
+	// DefaultMQTTTLSAddr is the MQTT-over-TLS listener fleet-hub opens
+	// by default (and Options does when a TLS certificate is given).
 	DefaultMQTTTLSAddr = broker.DefaultTLSAddr
+	// DefaultHTTPSAddr is the HTTPS API listener fleet-hub opens by
+	// default.
+	DefaultHTTPSAddr = ":8443"
 )
 
-// Options configure a hub. The zero value works (MQTT on :1883).
+// Off, as a listen address of Options, turns that listener off.
+const Off = "off"
+
+// Options configure a hub. The zero value works (the API on
+// 127.0.0.1:8080, MQTT on 127.0.0.1:1883, no TLS listener).
 type Options struct {
 	// DataDir holds the store, admin.conf and secrets.key (the key that
 	// encrypts Secrets in the store: back it up with the store); default
@@ -53,13 +64,32 @@ type Options struct {
 	// Version is what GET /v1/info reports; default "dev".
 	Version string
 
-	// MQTTAddr is the embedded broker's plain listener; default ":1883".
+	// MQTTAddr is the embedded broker's plain listener; default
+	// "127.0.0.1:1883"; Off: none.
 	MQTTAddr string
-	// TLSCertFile and TLSKeyFile turn on the embedded broker's TLS
-	// listener on MQTTTLSAddr (default ":8883").
+	// HTTPSAddr is the HTTPS API listener; "" or Off: none (fleet-hub
+	// passes ":8443").
+	HTTPSAddr string
+	// MQTTTLSAddr is the embedded broker's MQTT-over-TLS listener; ""
+	// (or Off): none, unless TLSCertFile is given (then ":8883").
+	MQTTTLSAddr string
+	// TLSCertFile and TLSKeyFile are the certificate (chain) and key
+	// the TLS listeners present, read again on SIGHUP. Without them the
+	// hub makes its own CA (ca.crt, ca.key in DataDir) and a server
+	// certificate (hub.crt, hub.key) for its names, renewed on start
+	// within 30 days of its end.
 	TLSCertFile string
 	TLSKeyFile  string
-	MQTTTLSAddr string
+	// TLSSANs are extra names (DNS names or IP addresses) of the hub's
+	// own server certificate.
+	TLSSANs []string
+	// InsecurePlaintext allows plain HTTP and MQTT listeners on
+	// non-loopback addresses; without it New refuses them.
+	InsecurePlaintext bool
+	// AdvertiseHTTPURL is the API URL clients on other machines use
+	// (https://hub.example:8443): a name of the server certificate, and
+	// admin.conf's hub when there is no plain listener.
+	AdvertiseHTTPURL string
 	// AdvertiseMQTTURL is the broker URL GET /v1/info gives devices;
 	// default: the TLS listener if any, else the plain one (a wildcard
 	// host stays 0.0.0.0), or the external broker's URL.
@@ -79,6 +109,16 @@ type Options struct {
 	// BrokerClientID is the hub's stable MQTT client ID on the external
 	// broker (its persistent session); default BrokerUsername.
 	BrokerClientID string
+	// MosquittoConfigDir, with an external Mosquitto (Broker), is the
+	// directory of its password and ACL files (passwd, acl; see
+	// `fleet-hub mosquitto-config --out`): the hub writes them on start
+	// and rewrites them (atomically) after every change of accounts.
+	// Default: none (run mosquitto-config and reload by hand).
+	MosquittoConfigDir string
+	// MosquittoPIDFile is Mosquitto's pid_file: after rewriting the files
+	// the hub sends that process SIGHUP, so it reloads them (and drops
+	// the clients whose token is gone). Default: none (no signal).
+	MosquittoPIDFile string
 
 	// ResyncInterval is the controller's full recompute period; default
 	// 30 s.
@@ -117,8 +157,14 @@ func (o *Options) setDefaults() {
 	if o.MQTTAddr == "" {
 		o.MQTTAddr = DefaultMQTTAddr
 	}
-	if o.MQTTTLSAddr == "" {
+	if o.MQTTTLSAddr == "" && o.TLSCertFile != "" {
 		o.MQTTTLSAddr = DefaultMQTTTLSAddr
+	}
+	if o.HTTPSAddr == "" {
+		o.HTTPSAddr = Off
+	}
+	if o.MQTTTLSAddr == "" {
+		o.MQTTTLSAddr = Off
 	}
 	if o.BrokerUsername == "" {
 		o.BrokerUsername = DefaultBrokerUsername
@@ -130,8 +176,18 @@ func (o *Options) setDefaults() {
 
 // Info describes a running hub.
 type Info struct {
-	// URL of the HTTP API, as written into admin.conf.
+	// URL of the HTTP API, as written into admin.conf: the plain
+	// listener's, else the HTTPS one.
 	URL string
+	// HTTPSURL is the HTTPS API's URL (AdvertiseHTTPURL if set); "" without
+	// HTTPS.
+	HTTPSURL string
+	// CA is the PEM of the hub's own CA, CAHash its pin
+	// (schema.CAHash); nil and "" with a given certificate or no TLS.
+	CA     []byte
+	CAHash string
+	// MQTTPlainURL is the plain MQTT listener's URL ("" when off).
+	MQTTPlainURL string
 	// AdminConfig is the path of admin.conf.
 	AdminConfig string
 	// StoreID identifies the store (DesiredState.Store).
@@ -139,7 +195,7 @@ type Info struct {
 	// MQTTURL is what devices are told to connect to.
 	MQTTURL string
 	// MQTTAddr and MQTTTLSAddr are the embedded broker's bound listeners
-	// ("" with an external broker, or without TLS).
+	// ("" with an external broker, or when off).
 	MQTTAddr    string
 	MQTTTLSAddr string
 }
@@ -151,7 +207,9 @@ type Hub struct {
 	log   *slog.Logger
 	store *store.Store
 	api   *api.Server
-	ln    net.Listener
+	ln    net.Listener // plain HTTP; nil when off
+	tlsLn net.Listener // HTTPS, before TLS; nil when off
+	tls   *hubTLS      // nil without any TLS listener
 	info  Info
 
 	metrics     *metrics.Metrics
@@ -163,6 +221,8 @@ type Hub struct {
 	remote      *remote.Manager
 	enroll      *enroller
 	mqttAccount broker.MosquittoAccount
+	mosq        *mosquittoSync // nil unless MosquittoConfigDir is set (mosquitto_sync.go)
+	signer      *Signer        // signs every published desired state (signing.go)
 }
 
 // Run runs a hub until ctx is done, then shuts it down cleanly.
@@ -183,12 +243,21 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
-	tlsConfig, err := loadTLS(opts.TLSCertFile, opts.TLSKeyFile)
-	if err != nil {
-		return nil, err
-	}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	var hubTLS *hubTLS
+	var tlsConfig *tls.Config
+	if opts.HTTPSAddr != Off || opts.mqttTLS() {
+		sans := serverSANs([]string{opts.AdvertiseMQTTURL, opts.AdvertiseHTTPURL}, opts.TLSSANs)
+		if hubTLS, err = setupTLS(opts.TLSCertFile, opts.TLSKeyFile, opts.DataDir, sans, time.Now(), log); err != nil {
+			return nil, err
+		}
+		tlsConfig = hubTLS.config()
+	}
+	signer, err := LoadOrCreateSigner(opts.DataDir)
+	if err != nil {
+		return nil, err
 	}
 	mqttPassword := opts.BrokerPassword
 	if mqttPassword == "" {
@@ -212,15 +281,30 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 			err = errors.Join(err, st.Close())
 		}
 	}()
-	ln, err := net.Listen("tcp", opts.HTTPAddr)
-	if err != nil {
-		return nil, fmt.Errorf("listen for http on %s: %w", opts.HTTPAddr, err)
+	info := Info{AdminConfig: AdminConfigPath(opts.DataDir), StoreID: st.ID()}
+	var ln, tlsLn net.Listener
+	if opts.HTTPAddr != Off {
+		if ln, err = net.Listen("tcp", opts.HTTPAddr); err != nil {
+			return nil, fmt.Errorf("listen for http on %s: %w", opts.HTTPAddr, err)
+		}
+		closers = append(closers, ln.Close)
+		info.URL = URLFor(ln.Addr().String())
 	}
-	closers = append(closers, ln.Close)
-	info := Info{
-		URL:         URLFor(ln.Addr().String()),
-		AdminConfig: AdminConfigPath(opts.DataDir),
-		StoreID:     st.ID(),
+	if opts.HTTPSAddr != Off {
+		if tlsLn, err = net.Listen("tcp", opts.HTTPSAddr); err != nil {
+			return nil, fmt.Errorf("listen for https on %s: %w", opts.HTTPSAddr, err)
+		}
+		closers = append(closers, tlsLn.Close)
+		info.HTTPSURL = "https" + strings.TrimPrefix(URLFor(tlsLn.Addr().String()), "http")
+		if opts.AdvertiseHTTPURL != "" {
+			info.HTTPSURL = opts.AdvertiseHTTPURL
+		}
+		if info.URL == "" {
+			info.URL = info.HTTPSURL
+		}
+	}
+	if hubTLS != nil && hubTLS.ca != nil {
+		info.CA, info.CAHash = hubTLS.caPEM, hubTLS.caHash()
 	}
 	if err := ensureAdmin(ctx, st, info, log); err != nil {
 		return nil, err
@@ -229,15 +313,16 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	// controller and the ingest write it; the API and the metrics read it).
 	model := fleetmodel.New(fleetmodel.Options{StaleAfter: opts.StaleAfter})
 	h := &Hub{
-		opts: opts, log: log, store: st, ln: ln,
+		opts: opts, log: log, store: st, ln: ln, tlsLn: tlsLn, tls: hubTLS,
 		conn:        newDeferredConn(),
 		model:       model,
 		mqttAccount: broker.MosquittoAccount{Identity: broker.Identity{Name: opts.BrokerUsername, Role: broker.RoleHub}, Password: mqttPassword},
 		metrics:     newMetrics(model),
+		signer:      signer,
 	}
 
 	if opts.Broker == "" {
-		if h.broker, err = newBroker(opts, st, tlsConfig, &info); err != nil {
+		if h.broker, err = newBroker(opts, st, tlsConfig, &info, h.metrics); err != nil {
 			return nil, err
 		}
 		closers = append(closers, h.broker.Close)
@@ -248,6 +333,9 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 		info.MQTTURL = opts.AdvertiseMQTTURL
 	}
 	h.info = info
+	if err := h.setupMosquittoSync(); err != nil {
+		return nil, err
+	}
 
 	if err := h.newParts(); err != nil {
 		return nil, err
@@ -264,7 +352,7 @@ func (h *Hub) newParts() (err error) {
 	reserved := func(name string) bool { return name == hubUser }
 	h.ctrl, err = controller.New(controller.Options{
 		Store: h.store, Conn: h.conn, Topics: h.opts.Topics, Logger: h.log.With("component", "controller"),
-		Model: h.model.Writer(), Metrics: h.metrics,
+		Model: h.model.Writer(), Metrics: h.metrics, Signer: h.signer,
 		ResyncInterval: h.opts.ResyncInterval, StatusDebounce: h.opts.StatusDebounce,
 	})
 	if err != nil {
@@ -288,13 +376,14 @@ func (h *Hub) newParts() (err error) {
 	}
 	h.enroll = &enroller{
 		st: h.store, conn: h.conn, topics: h.opts.Topics, log: h.log.With("component", "enroll"),
-		reserved: reserved,
+		reserved: reserved, signer: h.signer,
 	}
 
 	h.api, err = api.New(api.Options{
 		Store: h.store, Logger: h.log.With("component", "api"), BookmarkInterval: h.opts.BookmarkInterval,
-		Status: statusView{h.model}, ObserveRequest: h.metrics.ObserveRequest,
-		Reserved: reserved,
+		Status: statusView{h.model}, ObserveRequest: h.observeRequest,
+		AuthLimiter: authLimiter(h.metrics, metrics.ListenerHTTP),
+		Reserved:    reserved,
 		BootstrapTokenDeleted: func(id string) {
 			if b != nil {
 				b.Kick(schema.BootstrapUsername(id))
@@ -320,16 +409,23 @@ func newMetrics(model *fleetmodel.Model) *metrics.Metrics {
 
 // newBroker creates the embedded broker, binding its listeners, and
 // records its addresses in info.
-func newBroker(opts Options, st *store.Store, tlsConfig *tls.Config, info *Info) (*broker.Broker, error) {
+func newBroker(opts Options, st *store.Store, tlsConfig *tls.Config, info *Info, m *metrics.Metrics) (*broker.Broker, error) {
+	if !opts.mqttTLS() {
+		tlsConfig = nil
+	}
 	b, err := broker.New(broker.Options{
-		Addr: opts.MQTTAddr, TLSAddr: opts.MQTTTLSAddr, TLSConfig: tlsConfig,
+		Addr: opts.MQTTAddr, NoPlain: opts.MQTTAddr == Off, TLSAddr: opts.MQTTTLSAddr, TLSConfig: tlsConfig,
 		Auth: storeAuth{st: st}, Topics: opts.Topics, Logger: opts.Logger,
+		AuthLimiter: authLimiter(m, metrics.ListenerMQTT), OnClientCutOff: m.Abuse.ClientCutOff,
 	})
 	if err != nil {
 		return nil, err
 	}
-	info.MQTTAddr = b.Addr().String()
-	info.MQTTURL = mqttURLFor(b.Addr(), false)
+	if a := b.Addr(); a != nil {
+		info.MQTTAddr = a.String()
+		info.MQTTURL = mqttURLFor(a, false)
+		info.MQTTPlainURL = info.MQTTURL
+	}
 	if a := b.TLSAddr(); a != nil {
 		info.MQTTTLSAddr = a.String()
 		info.MQTTURL = mqttURLFor(a, true)
@@ -347,8 +443,26 @@ func (o *Options) check() error {
 			return fmt.Errorf("--broker: %w", err)
 		}
 	}
-	if o.Broker != "" && (o.TLSCertFile != "" || o.TLSKeyFile != "") {
-		o.Logger.Warn("--tls-cert and --tls-key are for the embedded broker; with --broker they are ignored")
+	if o.HTTPAddr == Off && o.HTTPSAddr == Off {
+		return errors.New("no API listener: give --http-addr or --https-addr")
+	}
+	if o.Broker == "" && o.MQTTAddr == Off && !o.mqttTLS() {
+		return errors.New("no MQTT listener: give --mqtts-addr or --mqtt-addr (or an external --broker)")
+	}
+	if !o.InsecurePlaintext {
+		if o.HTTPAddr != Off && !isLoopbackAddr(o.HTTPAddr) {
+			return fmt.Errorf("--http-addr %s: plain HTTP off loopback would send tokens in clear: serve the API over HTTPS (--https-addr, default %s) and keep --http-addr on 127.0.0.1 (or empty to turn it off), or pass --insecure-plaintext",
+				o.HTTPAddr, DefaultHTTPSAddr)
+		}
+		if o.Broker == "" && o.MQTTAddr != Off && !isLoopbackAddr(o.MQTTAddr) {
+			return fmt.Errorf("--mqtt-addr %s: plain MQTT off loopback would send device tokens in clear: devices use MQTT over TLS (--mqtts-addr, default %s, ssl://HOST:8883); keep --mqtt-addr on 127.0.0.1 (or empty to turn it off), or pass --insecure-plaintext",
+				o.MQTTAddr, DefaultMQTTTLSAddr)
+		}
+	}
+	if o.AdvertiseHTTPURL != "" {
+		if u, err := url.Parse(o.AdvertiseHTTPURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return fmt.Errorf("--advertise-http-url %q: want https://HOST:PORT", o.AdvertiseHTTPURL)
+		}
 	}
 	if o.AdvertiseMQTTURL != "" {
 		if err := checkMQTTURL(o.AdvertiseMQTTURL); err != nil {
@@ -359,6 +473,11 @@ func (o *Options) check() error {
 		return fmt.Errorf("topic prefix %q: must not contain wildcards or start with '/' or '$'", p)
 	}
 	return nil
+}
+
+// mqttTLS reports whether the embedded broker has a TLS listener.
+func (o *Options) mqttTLS() bool {
+	return o.Broker == "" && o.MQTTTLSAddr != "" && o.MQTTTLSAddr != Off
 }
 
 // Store is the hub's store, for the parts that run beside the API.
@@ -403,7 +522,7 @@ func ensureAdmin(ctx context.Context, st *store.Store, info Info, log *slog.Logg
 		}
 		// The file first: a crash before the hash is stored only means a
 		// new token next start.
-		if err := WriteAdminConfig(path, AdminConfig{Hub: info.URL, Token: token}); err != nil {
+		if err := WriteAdminConfig(path, AdminConfig{Hub: info.URL, Token: token, CA: string(info.CA)}); err != nil {
 			return err
 		}
 		if err := st.PutCredential(ctx, store.AdminCredential, store.RoleAdmin, token); err != nil {
@@ -421,7 +540,7 @@ func ensureAdmin(ctx context.Context, st *store.Store, info Info, log *slog.Logg
 	if c, ok := st.Authenticate(conf.Token); !ok || c.Role != store.RoleAdmin {
 		log.Warn("the token in the admin config is not the hub's admin token; issue a new one with `fleet-hub admin-token --rotate` while the hub is stopped", "path", path)
 	}
-	conf.Hub = info.URL
+	conf.Hub, conf.CA = info.URL, string(info.CA)
 	return WriteAdminConfig(path, conf)
 }
 

@@ -3,6 +3,7 @@ package hub
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 
@@ -39,6 +40,7 @@ func (v statusView) DeploymentStatusJSON(name string) []byte {
 // routes adds the hub's own routes to the API, and the dashboard's.
 func (h *Hub) routes() error {
 	h.api.Handle("/v1/info", api.Methods{http.MethodGet: h.serveInfo})
+	h.api.Handle("/v1/signing-key/rotate", api.Methods{http.MethodPost: h.serveRotateSigningKey})
 	h.api.Handle("/v1/devices/{name}/events", api.Methods{http.MethodGet: h.serveEvents})
 	h.api.Handle("/v1/events", api.Methods{http.MethodGet: h.serveAllEvents})
 	h.api.Handle("/v1/mosquitto/passwd", api.Methods{http.MethodGet: h.serveMosquitto(true)})
@@ -48,7 +50,7 @@ func (h *Hub) routes() error {
 	// (and hijacked exec connections, which Shutdown does not wait for)
 	// end when the listener closes.
 	h.remote.Register(h.api)
-	h.ln = h.remote.StopOnClose(h.ln)
+	h.wrapListeners(h.remote.StopOnClose)
 
 	// The dashboard at /, on the API's listener and tokens. Its live
 	// streams end when the HTTP server closes the listener, first thing
@@ -60,14 +62,26 @@ func (h *Hub) routes() error {
 		return err
 	}
 	dash.Register(h.api)
-	h.ln = dash.StopOnClose(h.ln)
+	h.wrapListeners(dash.StopOnClose)
 	return nil
+}
+
+// wrapListeners wraps each API listener that is on.
+func (h *Hub) wrapListeners(wrap func(net.Listener) net.Listener) {
+	if h.ln != nil {
+		h.ln = wrap(h.ln)
+	}
+	if h.tlsLn != nil {
+		h.tlsLn = wrap(h.tlsLn)
+	}
 }
 
 func (h *Hub) hubInfo() schema.HubInfo {
 	return schema.HubInfo{
 		Version: h.opts.Version, Store: h.info.StoreID,
 		MQTTURL: h.info.MQTTURL, ExternalBroker: h.broker == nil,
+		MQTTPlainURL: h.info.MQTTPlainURL, HTTPSURL: h.info.HTTPSURL, CAHash: h.info.CAHash,
+		SigningKey: schema.EncodeSigningKey(h.signer.PublicKey()), SigningKeyID: h.signer.KeyID(),
 	}
 }
 

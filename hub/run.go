@@ -2,11 +2,16 @@ package hub
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fleetmq/fleet/broker"
@@ -40,7 +45,10 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		}
 	}()
 	// Closed by srv.Shutdown once served; this covers an early return.
-	defer h.ln.Close()
+	defer h.closeListeners()
+	if h.tls != nil && h.tls.certFile != "" {
+		h.reloadOnSIGHUP(partsCtx, r)
+	}
 	defer func() {
 		stopParts()
 		r.parts.Wait()
@@ -56,6 +64,12 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	}()
 	if h.opts.MemoryTrimInterval > 0 {
 		r.parts.Go(func() { trimMemory(partsCtx, h.opts.MemoryTrimInterval, h.log) })
+	}
+	if h.mosq != nil {
+		// Before connecting: the files must hold the hub's own account.
+		if err := h.mosq.start(partsCtx, &r.parts); err != nil {
+			return err
+		}
 	}
 	if h.broker != nil {
 		if stop, err := h.startEmbedded(ctx, r); stop {
@@ -184,16 +198,29 @@ func (h *Hub) serve(ctx context.Context, r *runState) error {
 		ErrorLog:          slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
 	}
 	srv.RegisterOnShutdown(h.api.StopStreams)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(h.ln) }()
-	h.log.Info("hub started", "api", h.info.URL, "admin_config", h.info.AdminConfig, "store_id", h.info.StoreID,
-		"mqtt_url", h.info.MQTTURL, "external_broker", h.broker == nil)
+	// HTTP/1.1 only over TLS too: exec hijacks its connection.
+	srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	serveErr := make(chan error, 2)
+	served := 0
+	if h.ln != nil {
+		served++
+		go func() { serveErr <- srv.Serve(h.ln) }()
+	}
+	if h.tlsLn != nil {
+		served++
+		cfg := h.tls.config()
+		cfg.NextProtos = []string{"http/1.1"}
+		go func() { serveErr <- srv.Serve(tls.NewListener(h.tlsLn, cfg)) }()
+	}
+	h.log.Info("hub started", "api", h.info.URL, "https", h.info.HTTPSURL, "admin_config", h.info.AdminConfig, "store_id", h.info.StoreID,
+		"mqtt_url", h.info.MQTTURL, "mqtt_plain_url", h.info.MQTTPlainURL, "ca_hash", h.info.CAHash, "external_broker", h.broker == nil)
 	if h.opts.Ready != nil {
 		h.opts.Ready(h.info)
 	}
 	var runErr error
 	select {
 	case err := <-serveErr:
+		served--
 		runErr = fmt.Errorf("serve http: %w", err)
 	case err := <-r.errs:
 		runErr = err
@@ -212,9 +239,45 @@ func (h *Hub) serve(ctx context.Context, r *runState) error {
 		return errors.Join(runErr, fmt.Errorf("shut down http: %w", err))
 	}
 	if runErr == nil {
-		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve http: %w", err)
+		for range served {
+			if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serve http: %w", err)
+			}
 		}
 	}
 	return runErr
+}
+
+// closeListeners closes the API's listeners (srv.Shutdown does it once
+// they are served; this covers an early return).
+func (h *Hub) closeListeners() {
+	for _, ln := range []net.Listener{h.ln, h.tlsLn} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+}
+
+// reloadOnSIGHUP reads --tls-cert and --tls-key again on every SIGHUP
+// until ctx ends; a pair that fails to load is logged and the current one
+// kept. The signal is caught from here on, so SIGHUP no longer ends the
+// process.
+func (h *Hub) reloadOnSIGHUP(ctx context.Context, r *runState) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	r.parts.Go(func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if err := h.tls.reload(); err != nil {
+					h.log.Error("tls certificate not reloaded; keeping the current one", "err", err)
+					continue
+				}
+				h.log.Info("tls certificate reloaded", "cert", h.tls.certFile)
+			}
+		}
+	})
 }

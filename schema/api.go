@@ -119,6 +119,20 @@ type HubInfo struct {
 	MQTTURL string `json:"mqttURL,omitempty"`
 	// ExternalBroker is true when the hub runs against an external broker.
 	ExternalBroker bool `json:"externalBroker,omitempty"`
+	// SigningKey is the public key the hub signs desired states with
+	// (ed25519, base64 std; schema/signature.go).
+	SigningKey string `json:"signingKey,omitempty"`
+	// SigningKeyID is SigningKeyID of SigningKey.
+	SigningKeyID string `json:"signingKeyId,omitempty"`
+	// MQTTPlainURL is the embedded broker's plain listener (tcp://, on
+	// loopback unless the hub runs with --insecure-plaintext), for local
+	// agents and scripts; absent when it is off.
+	MQTTPlainURL string `json:"mqttPlainURL,omitempty"`
+	// HTTPSURL is the hub's HTTPS API, for clients on other machines.
+	HTTPSURL string `json:"httpsURL,omitempty"`
+	// CAHash pins the hub's own CA (CAHash): bootstrap tokens carry it.
+	// Absent when the hub presents a certificate it was given.
+	CAHash string `json:"caHash,omitempty"`
 }
 
 // Credential roles.

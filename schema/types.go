@@ -136,6 +136,9 @@ type DeviceObservedInfo struct {
 	// Pods are the device's pods as its agent last reported them; "fleet get
 	// pods" lists them.
 	Pods []PodStatus `json:"pods,omitempty"`
+	// Message is the agent's last word on a state it cannot act on (a
+	// desired state it refused, and why), as last reported.
+	Message string `json:"message,omitempty"`
 }
 
 func (d *Device) GetTypeMeta() *TypeMeta   { return &d.TypeMeta }
@@ -620,6 +623,10 @@ type DesiredState struct {
 	// imagePullSecrets), each once, sorted by name, their values sealed to
 	// the device's own public key.
 	Secrets []SealedSecret `json:"secrets,omitempty"`
+	// Signature is the hub's ed25519 signature over the rest of the
+	// payload, always its last member (schema/signature.go); absent from
+	// the canonical bytes the hub stores and signs.
+	Signature *DesiredStateSignature `json:"signature,omitempty"`
 }
 
 // ConfigMapData is a ConfigMap as a device receives it.

@@ -191,6 +191,18 @@ func typeDocTable() map[string]typeDoc {
 				"pods":       {doc: "Pods are every pod the device should run; the agent removes the pods it runs that are not listed."},
 				"configMaps": {doc: "ConfigMaps are the ConfigMaps the pods use (env valueFrom, envFrom, configMap volumes), each once, sorted by name; absent ones the pods reference are not listed."},
 				"secrets":    {doc: "Secrets are the Secrets the pods use (env, volumes, imagePullSecrets), each once, sorted by name, their values sealed to the device's own public key."},
+				"signature":  {doc: "Signature is the hub's ed25519 signature over the rest of the payload, always its last member (schema/signature.go); absent from the canonical bytes the hub stores and signs."},
+			},
+		},
+		"DesiredStateSignature": {
+			doc: "DesiredStateSignature is the signature member of a signed DesiredState.",
+			fields: map[string]fieldDoc{
+				"alg":           {doc: "Alg is the algorithm: ed25519."},
+				"keyId":         {doc: "KeyID names the signing key: SigningKeyID of its public key."},
+				"publicKey":     {doc: "PublicKey is the signing key's public half (base64 std), so that an agent can pin it on first use and check an endorsement; it must match KeyID."},
+				"sig":           {doc: "Sig is the ed25519 signature over the canonical bytes (base64 std)."},
+				"endorsement":   {doc: "Endorsement, set after a key rotation, is the previous key's signature (base64 std) over SigningKeyEndorsementMessage of this key: an agent that pinned the previous key verifies it and pins this one."},
+				"previousKeyId": {doc: "PreviousKeyID names the key that made Endorsement."},
 			},
 		},
 		"Device": {
@@ -221,6 +233,7 @@ func typeDocTable() map[string]typeDoc {
 				"agent":              {doc: "Agent describes the agent binary, as last reported."},
 				"node":               {doc: "Node holds facts about the device (memory, disk, uptime), as last reported."},
 				"pods":               {doc: "Pods are the device's pods as its agent last reported them; \"fleet get pods\" lists them."},
+				"message":            {doc: "Message is the agent's last word on a state it cannot act on (a desired state it refused, and why), as last reported."},
 			},
 		},
 		"DeviceSpec": {
@@ -270,10 +283,12 @@ func typeDocTable() map[string]typeDoc {
 		"EnrollResponse": {
 			doc: "EnrollResponse is the hub's answer on the response topic: the device's name and its own token, or a refusal (Reason and Message).",
 			fields: map[string]fieldDoc{
-				"device":  {doc: "Device is the name the device asked to enroll under."},
-				"token":   {doc: "Token is the device's MQTT password; present only on success."},
-				"reason":  {doc: "Reason says why the hub refused: Unauthorized, Expired, UsedUp, NameTaken, Invalid, RequestReused or InternalError; empty on success."},
-				"message": {doc: "Message explains a refusal to a person."},
+				"device":       {doc: "Device is the name the device asked to enroll under."},
+				"token":        {doc: "Token is the device's MQTT password; present only on success."},
+				"reason":       {doc: "Reason says why the hub refused: Unauthorized, Expired, UsedUp, NameTaken, Invalid, RequestReused or InternalError; empty on success."},
+				"message":      {doc: "Message explains a refusal to a person."},
+				"signingKey":   {doc: "SigningKey is the hub's public key for signed desired states (base64 std; schema/signature.go), on success: the agent pins it."},
+				"signingKeyId": {doc: "SigningKeyID is SigningKeyID of SigningKey."},
 			},
 		},
 		"EnvFromSource": {

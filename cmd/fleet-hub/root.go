@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,9 +23,15 @@ import (
 type settings struct {
 	DataDir  string
 	HTTPAddr string
-	LogLevel string
-	Config   string
-	MQTT     mqttSettings
+	// HTTPSAddr, TLSSANs, AdvertiseHTTPURL and InsecurePlaintext: see
+	// hub.Options.
+	HTTPSAddr         string
+	TLSSANs           []string
+	AdvertiseHTTPURL  string
+	InsecurePlaintext bool
+	LogLevel          string
+	Config            string
+	MQTT              mqttSettings
 }
 
 // mqttSettings are the MQTT flags. The broker-* flags and topic-prefix are
@@ -42,6 +50,10 @@ type mqttSettings struct {
 	BrokerPasswordFile string
 	BrokerCA           string
 	BrokerClientID     string
+	// MosquittoConfigDir and MosquittoPIDFile: the hub keeps an external
+	// Mosquitto's passwd and acl files up to date and reloads it.
+	MosquittoConfigDir string
+	MosquittoPIDFile   string
 
 	ResyncInterval time.Duration
 	StaleAfter     time.Duration
@@ -95,9 +107,18 @@ by default when run from the same directory. The token is stored only as a
 hash: admin.conf is the only copy. If it is lost, stop the hub and run
 "fleet-hub admin-token --rotate".
 
-MQTT: by default the hub runs an embedded MQTT broker on --mqtt-addr (:1883),
-and with --tls-cert and --tls-key also MQTT over TLS on --mqtts-addr (:8883).
-Devices log in with their name and token (fleet device add), monitors with
+TLS: on first start the hub makes its own CA (<data-dir>/ca.crt, ca.key) and
+a server certificate for its names (hub.crt, hub.key: localhost, its host
+name and addresses, the hosts of --advertise-*-url and every --tls-san),
+renewed on start within 30 days of its end; or it presents --tls-cert and
+--tls-key, read again on SIGHUP. The API is served over HTTPS on
+--https-addr (:8443) and MQTT over TLS on --mqtts-addr (:8883). admin.conf
+carries the CA, which the fleet CLI pins; bootstrap tokens carry its hash.
+Plain HTTP (--http-addr, 127.0.0.1:8080) and plain MQTT (--mqtt-addr,
+127.0.0.1:1883) listen on loopback only: a non-loopback plain listener
+needs --insecure-plaintext. An empty address turns a listener off.
+
+MQTT: the hub runs an embedded MQTT broker. Devices log in with their name and token (fleet device add), monitors with
 a monitor credential (fleet monitor add). Set --advertise-mqtt-url to the URL
 devices reach the broker at; the fleet CLI shows it.
 
@@ -105,7 +126,11 @@ With --broker tcp://HOST:PORT the hub uses an external broker (Mosquitto 2)
 instead: it logs in as --broker-username (fleet-hub) with
 --broker-password[-file] (default: <data-dir>/mqtt-password, created on
 first start). "fleet-hub mosquitto-config" writes Mosquitto's password file,
-ACL and a mosquitto.conf for the fleet's accounts.
+ACL and a mosquitto.conf for the fleet's accounts. With
+--mosquitto-config-dir DIR (the directory of those files) and
+--mosquitto-pid-file FILE (Mosquitto's pid_file) the hub keeps passwd and
+acl up to date itself: it rewrites them atomically after every device,
+token or credential change and sends Mosquitto SIGHUP.
 
 Every flag can also be set in the environment as FLEET_HUB_<FLAG> (for
 example FLEET_HUB_DATA_DIR) or in a YAML file given with --config, whose keys
@@ -114,14 +139,15 @@ environment, which wins over the config file.`,
 		Example: `  # Start a hub with data in ./fleet-data and the API on 127.0.0.1:8080
   fleet-hub
 
-  # Listen on every interface, keep data in /var/lib/fleet-hub
-  fleet-hub --http-addr :8080 --data-dir /var/lib/fleet-hub
+  # Keep data in /var/lib/fleet-hub; tell clients and devices the public name
+  fleet-hub --data-dir /var/lib/fleet-hub --advertise-http-url https://hub.example.com:8443 \
+    --advertise-mqtt-url ssl://hub.example.com:8883
 
   # The same through the environment
-  FLEET_HUB_HTTP_ADDR=:8080 FLEET_HUB_DATA_DIR=/var/lib/fleet-hub fleet-hub
+  FLEET_HUB_DATA_DIR=/var/lib/fleet-hub FLEET_HUB_TLS_SAN=hub.example.com fleet-hub
 
-  # MQTT over TLS too, and tell devices the public name
-  fleet-hub --tls-cert hub.crt --tls-key hub.key --advertise-mqtt-url ssl://hub.example.com:8883
+  # Your own certificate (reloaded on SIGHUP), and no plain listener at all
+  fleet-hub --tls-cert hub.crt --tls-key hub.key --http-addr "" --mqtt-addr ""
 
   # Use an external Mosquitto instead of the embedded broker
   fleet-hub mosquitto-config --out /etc/mosquitto/fleet
@@ -144,7 +170,11 @@ environment, which wins over the config file.`,
 	})
 	f := root.PersistentFlags()
 	f.StringVar(&s.DataDir, "data-dir", hub.DefaultDataDir, "directory of the store and admin.conf")
-	f.StringVar(&s.HTTPAddr, "http-addr", hub.DefaultHTTPAddr, "listen address of the HTTP API (port 0: any free port)")
+	f.StringVar(&s.HTTPAddr, "http-addr", hub.DefaultHTTPAddr, "listen address of the plain HTTP API, loopback only without --insecure-plaintext (port 0: any free port; empty: off)")
+	f.StringVar(&s.HTTPSAddr, "https-addr", hub.DefaultHTTPSAddr, "listen address of the HTTPS API (empty: off)")
+	f.BoolVar(&s.InsecurePlaintext, "insecure-plaintext", false, "allow plain HTTP and MQTT listeners on non-loopback addresses (tokens cross the network in clear)")
+	f.StringArrayVar(&s.TLSSANs, "tls-san", nil, "extra DNS name or IP address of the hub's own server certificate (repeatable)")
+	f.StringVar(&s.AdvertiseHTTPURL, "advertise-http-url", "", "HTTPS URL other machines reach the API at (a name of the server certificate)")
 	f.StringVar(&s.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&s.Config, "config", "", "YAML file of settings, keyed by flag name")
 	m := &s.MQTT
@@ -155,17 +185,19 @@ environment, which wins over the config file.`,
 	f.StringVar(&m.BrokerPassword, "broker-password", "", "the hub's MQTT password on the external broker (default: <data-dir>/mqtt-password)")
 	f.StringVar(&m.BrokerPasswordFile, "broker-password-file", "", "file holding the hub's MQTT password on the external broker")
 	lf := root.Flags()
-	lf.StringVar(&m.Addr, "mqtt-addr", d.Addr, "listen address of the embedded MQTT broker (port 0: any free port)")
-	lf.StringVar(&m.TLSAddr, "mqtts-addr", d.TLSAddr, "listen address of the embedded broker's MQTT-over-TLS listener (with --tls-cert and --tls-key)")
-	lf.StringVar(&m.TLSCert, "tls-cert", "", "PEM certificate (chain) of the MQTT TLS listener")
-	lf.StringVar(&m.TLSKey, "tls-key", "", "PEM private key of the MQTT TLS listener")
+	lf.StringVar(&m.Addr, "mqtt-addr", d.Addr, "listen address of the embedded broker's plain MQTT listener, loopback only without --insecure-plaintext (port 0: any free port; empty: off)")
+	lf.StringVar(&m.TLSAddr, "mqtts-addr", d.TLSAddr, "listen address of the embedded broker's MQTT-over-TLS listener (empty: off)")
+	lf.StringVar(&m.TLSCert, "tls-cert", "", "PEM certificate (chain) of the HTTPS and MQTT TLS listeners, reloaded on SIGHUP (default: one the hub's own CA signs)")
+	lf.StringVar(&m.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	lf.StringVar(&m.AdvertiseURL, "advertise-mqtt-url", "", "MQTT URL devices are told to use (GET /v1/info); default derived from the listener or --broker")
 	lf.StringVar(&m.BrokerCA, "broker-ca", "", "PEM CA bundle to verify an ssl:// external broker")
 	lf.StringVar(&m.BrokerClientID, "broker-client-id", "", "the hub's stable MQTT client ID on the external broker (default: the username)")
+	lf.StringVar(&m.MosquittoConfigDir, "mosquitto-config-dir", "", "with --broker: directory of Mosquitto's passwd and acl files, which the hub rewrites after every device, token or credential change")
+	lf.StringVar(&m.MosquittoPIDFile, "mosquitto-pid-file", "", "with --mosquitto-config-dir: Mosquitto's pid_file; the hub sends that process SIGHUP after rewriting the files")
 	lf.DurationVar(&m.ResyncInterval, "resync-interval", d.ResyncInterval, "how often the controller recomputes every device's desired state from the store")
 	lf.DurationVar(&m.StaleAfter, "stale-after", d.StaleAfter, "a device not heard from for this long is stale (counts as offline)")
 
-	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s), newMosquittoConfigCmd(&s))
+	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s), newMosquittoConfigCmd(&s), newRotateSigningKeyCmd(&s))
 	return root
 }
 
@@ -182,28 +214,56 @@ func serveHub(cmd *cobra.Command, s settings) error {
 		return err
 	}
 	return hub.Run(cmd.Context(), hub.Options{
-		DataDir:  s.DataDir,
-		HTTPAddr: s.HTTPAddr,
-		Logger:   log,
-		Version:  version(),
+		DataDir:           s.DataDir,
+		HTTPAddr:          orOff(s.HTTPAddr),
+		HTTPSAddr:         orOff(s.HTTPSAddr),
+		TLSSANs:           s.TLSSANs,
+		AdvertiseHTTPURL:  s.AdvertiseHTTPURL,
+		InsecurePlaintext: s.InsecurePlaintext,
+		Logger:            log,
+		Version:           version(),
 		Ready: func(i hub.Info) {
 			fmt.Fprintf(out, "fleet-hub %s: API on %s; MQTT for devices at %s; admin config (hub URL and token for the fleet CLI) in %s\n",
-				version(), i.URL, i.MQTTURL, i.AdminConfig)
+				version(), strings.Join(nonEmpty(i.URL, i.HTTPSURL), " and "), i.MQTTURL, i.AdminConfig)
+			if i.CAHash != "" {
+				fmt.Fprintf(out, "hub CA %s (in %s)\n", i.CAHash, filepath.Join(s.DataDir, hub.CACertName))
+			}
 		},
-		MQTTAddr:         m.Addr,
-		MQTTTLSAddr:      m.TLSAddr,
-		TLSCertFile:      m.TLSCert,
-		TLSKeyFile:       m.TLSKey,
-		AdvertiseMQTTURL: m.AdvertiseURL,
-		Topics:           schema.Topics{Prefix: m.TopicPrefix},
-		Broker:           m.Broker,
-		BrokerUsername:   m.BrokerUsername,
-		BrokerPassword:   pw,
-		BrokerCAFile:     m.BrokerCA,
-		BrokerClientID:   m.BrokerClientID,
-		ResyncInterval:   m.ResyncInterval,
-		StaleAfter:       m.StaleAfter,
+		MQTTAddr:           orOff(m.Addr),
+		MQTTTLSAddr:        orOff(m.TLSAddr),
+		TLSCertFile:        m.TLSCert,
+		TLSKeyFile:         m.TLSKey,
+		AdvertiseMQTTURL:   m.AdvertiseURL,
+		Topics:             schema.Topics{Prefix: m.TopicPrefix},
+		Broker:             m.Broker,
+		BrokerUsername:     m.BrokerUsername,
+		BrokerPassword:     pw,
+		BrokerCAFile:       m.BrokerCA,
+		BrokerClientID:     m.BrokerClientID,
+		MosquittoConfigDir: m.MosquittoConfigDir,
+		MosquittoPIDFile:   m.MosquittoPIDFile,
+		ResyncInterval:     m.ResyncInterval,
+		StaleAfter:         m.StaleAfter,
 	})
+}
+
+// orOff maps an empty listen address (the flag set to "") to hub.Off.
+func orOff(addr string) string {
+	if strings.TrimSpace(addr) == "" {
+		return hub.Off
+	}
+	return addr
+}
+
+// nonEmpty returns the strings that are not empty, in order.
+func nonEmpty(ss ...string) []string {
+	var out []string
+	for _, s := range ss {
+		if s != "" && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // newLogger logs text to stderr at the level.

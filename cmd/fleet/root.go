@@ -84,6 +84,8 @@ It holds contexts, one per hub, and which is current (see fleet config
 		newEventsCmd(cli),
 		newDeviceCmd(cli),
 		newMonitorCmd(cli),
+		newCredentialCmd(cli),
+		newAuditCmd(cli),
 		newTokenCmd(cli),
 		newWaitCmd(cli),
 	} {

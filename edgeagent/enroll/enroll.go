@@ -31,6 +31,7 @@ import (
 	"github.com/fleetmq/fleet/broker/mqttio"
 	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/edgeagent/state"
+	"github.com/fleetmq/fleet/edgeagent/trust"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -236,6 +237,19 @@ func Enroll(ctx context.Context, o Options) (Identity, error) {
 		return Identity{}, fmt.Errorf("enroll %s: the hub answered for device %q", o.Device, resp.Device)
 	}
 	id := Identity{Device: o.Device, Token: resp.Token}
+	// The hub's signing key comes with the answer, over the connection
+	// the bootstrap token authenticated: pin it, so that the agent never
+	// has to trust a first desired state.
+	if resp.SigningKey != "" {
+		key, err := schema.ParseSigningKey(resp.SigningKey)
+		if err != nil {
+			return Identity{}, fmt.Errorf("enroll %s: the hub's signing key: %w", o.Device, err)
+		}
+		if err := trust.Save(o.StateDir, key); err != nil {
+			return Identity{}, fmt.Errorf("enroll %s: %w", o.Device, err)
+		}
+		log.Info("pinned the hub's signing key", "key", schema.SigningKeyID(key))
+	}
 	if err := save(o.StateDir, id); err != nil {
 		return Identity{}, err
 	}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetmq/fleet/broker/ratelimit"
 	"github.com/fleetmq/fleet/hub/store"
 )
 
@@ -36,6 +37,9 @@ type Options struct {
 	// BootstrapTokenDeleted, if set, is called after a bootstrap token is
 	// deleted, before the answer: the hub ends its MQTT sessions.
 	BootstrapTokenDeleted func(id string)
+	// AuthLimiter throttles failed bearer tokens per source address
+	// (authlimit.go); default one with ratelimit's defaults.
+	AuthLimiter *ratelimit.AuthLimiter
 }
 
 // StatusSource supplies the status the hub derives from agent reports.
@@ -57,6 +61,11 @@ type Server struct {
 
 	stopOnce sync.Once
 	stop     chan struct{}
+	// throttle limits the audit entries of token uses and failures
+	// (audit.go).
+	throttle throttle
+	// limiter throttles failed logins (authlimit.go).
+	limiter *ratelimit.AuthLimiter
 }
 
 // New builds the API on the store.
@@ -74,12 +83,17 @@ func New(opts Options) (*Server, error) {
 		opts.WatchWriteTimeout = 30 * time.Second
 	}
 	s := &Server{
-		store: opts.Store,
-		log:   opts.Logger,
-		opts:  opts,
-		mux:   http.NewServeMux(),
-		stop:  make(chan struct{}),
+		store:   opts.Store,
+		log:     opts.Logger,
+		opts:    opts,
+		mux:     http.NewServeMux(),
+		stop:    make(chan struct{}),
+		limiter: opts.AuthLimiter,
 	}
+	if s.limiter == nil {
+		s.limiter = ratelimit.NewAuthLimiter(ratelimit.AuthOptions{})
+	}
+	s.throttle.now = time.Now
 	s.routes()
 	return s, nil
 }
@@ -122,14 +136,18 @@ func (s *Server) routes() {
 	s.Handle("/v1/credentials/{name}", methods{http.MethodDelete: s.deleteCredential})
 	s.bootstrapRoutes()
 	s.revisionRoutes()
+	s.auditRoutes()
 	s.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		WriteStatus(w, NewStatus(http.StatusNotFound, ReasonNotFound, "no such path "+r.URL.Path, nil))
 	}))
 }
 
-// Handle registers a route behind bearer authentication: any credential
-// may GET (and HEAD), only an admin may do anything else. pattern is a
-// net/http ServeMux pattern ("GET /metrics", "/v1/devices/{name}/status").
+// Handle registers a route behind bearer authentication and the roles
+// of roles.go: only an admin may do anything but GET (and HEAD), a viewer
+// may GET all but a few admin-only routes, a monitor only the routes
+// listed in monitorReads. pattern is a net/http ServeMux pattern
+// ("/metrics", "/v1/devices/{name}/status"); roles.go names routes by it.
+// Every request is recorded in the audit trail as audit.go says.
 func (s *Server) Handle(pattern string, h http.Handler) {
 	s.mux.Handle(pattern, s.authenticate(h))
 }
@@ -189,20 +207,21 @@ func (s *Server) authenticate(h http.Handler) http.Handler {
 		token, ok := bearer(r.Header.Get("Authorization"))
 		if !ok {
 			WriteStatus(w, NewStatus(http.StatusUnauthorized, ReasonUnauthorized, "missing bearer token: send Authorization: Bearer <token> (see admin.conf in the hub's data directory)", nil))
+			s.authFailed(r, http.StatusUnauthorized, "missing bearer token")
 			return
 		}
-		cred, ok := s.store.Authenticate(token)
+		cred, ok := s.checkToken(w, r, token) // authlimit.go
 		if !ok {
-			WriteStatus(w, NewStatus(http.StatusUnauthorized, ReasonUnauthorized, "wrong bearer token", nil))
 			return
 		}
-		if cred.Role != store.RoleAdmin && r.Method != http.MethodGet && r.Method != http.MethodHead {
-			WriteStatus(w, NewStatus(http.StatusForbidden, ReasonForbidden, fmt.Sprintf("credential %q (role %s) may only read", cred.Name, cred.Role), nil))
+		if why := authorize(cred, r); why != "" {
+			WriteStatus(w, NewStatus(http.StatusForbidden, ReasonForbidden, why, nil))
+			s.refused(r, cred, why)
 			return
 		}
 		ctx := context.WithValue(r.Context(), credKey{}, cred)
 		ctx = store.WithActor(ctx, fmt.Sprintf("%s (%s)", cred.Name, cred.Role))
-		h.ServeHTTP(w, r.WithContext(ctx))
+		s.audited(h, w, r.WithContext(ctx), cred)
 	})
 }
 

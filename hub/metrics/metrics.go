@@ -74,6 +74,9 @@ type Metrics struct {
 	// RemoteBytes counts the bytes of output relayed from devices to
 	// clients, by op.
 	RemoteBytes *prometheus.CounterVec
+
+	// Abuse counts refused logins and cut-off MQTT clients.
+	Abuse Abuse
 }
 
 // Gauges are read at scrape time from the hub's state (the fleet model,
@@ -148,6 +151,7 @@ func New(g Gauges) *Metrics {
 			Help: "Bytes of output relayed from devices to clients, by op.",
 		}, []string{"op"}),
 	}
+	m.Abuse = newAbuse(reg)
 	for _, k := range []string{KindStatus, KindOnline, KindEvents, KindUnknown} {
 		m.Malformed.WithLabelValues(k)
 		m.MQTTMessages.WithLabelValues(k)
