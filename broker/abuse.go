@@ -28,8 +28,11 @@ const (
 var (
 	// DefaultPublishRate: an agent publishes a status every 30 s, an
 	// online flag per connection and an event per container change; a
-	// rollout of a few pods is a few dozen messages.
-	DefaultPublishRate = ratelimit.Rate{Burst: 100, PerSecond: 20}
+	// rollout of a few pods is a few dozen messages. The burst is the
+	// largest: after a reconnect an agent sends the events it queued while
+	// offline (up to 256, status.DefaultEventQueueSize) back to back with
+	// its status, and must not be cut off for it (TestPublishBurstCoversOfflineQueue).
+	DefaultPublishRate = ratelimit.Rate{Burst: 600, PerSecond: 20}
 	// DefaultResponseRate: the answers to logs, exec and top requests
 	// are flow-controlled by the hub (at most schema.MaxRequestWindow
 	// unacknowledged chunks of schema.MaxChunkBytes per request, at most

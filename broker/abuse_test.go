@@ -14,6 +14,7 @@ import (
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/broker/brokertest"
 	"github.com/fleetmq/fleet/broker/ratelimit"
+	"github.com/fleetmq/fleet/edgeagent/status"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -235,5 +236,16 @@ func TestEmbeddedPublishFloodCutOff(t *testing.T) {
 	mon.mustSubscribe(topics.DeviceFilter(schema.TopicStatus))
 	if !mon.c.IsConnectionOpen() {
 		t.Error("the monitor was disconnected by the others' abuse")
+	}
+}
+
+// TestPublishBurstCoversOfflineQueue: an agent that reconnects flushes its
+// whole offline event queue with its status and online flag at once; the
+// publish limit must let that through, twice over (a reconnect mid-flush
+// sends the unacknowledged rest again).
+func TestPublishBurstCoversOfflineQueue(t *testing.T) {
+	need := 2 * (status.DefaultEventQueueSize + 2)
+	if got := broker.DefaultPublishRate.Burst; got < float64(need) {
+		t.Errorf("DefaultPublishRate.Burst = %v, want at least %d (agent offline event queue %d, twice, with status and online)", got, need, status.DefaultEventQueueSize)
 	}
 }
