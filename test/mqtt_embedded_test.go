@@ -140,6 +140,10 @@ func TestMQTTIsolation(t *testing.T) {
 	if b := getDevice(t, h, "dev-b"); b.Status == nil || b.Status.ObservedGeneration != 0 {
 		t.Errorf("dev-b's status after the QoS 1 attempt: %+v", b.Status)
 	}
+	// A device token is no credential of the HTTP API.
+	if code, _, err := hubRequest(t.Context(), h.URL, tokA, http.MethodGet, "/v1/devices", nil); err != nil || code != http.StatusUnauthorized {
+		t.Errorf("GET /v1/devices with a device token: %d %v, want 401", code, err)
+	}
 }
 
 func TestMQTTRevocationDisconnectsAtOnce(t *testing.T) {
