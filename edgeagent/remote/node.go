@@ -1,8 +1,6 @@
 package remote
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/edgeagent/runtime"
+	"github.com/fleetmq/fleet/edgeagent/status"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -27,16 +26,9 @@ func ReadNode(ctx context.Context, stateDir string, rt runtime.Runtime) schema.N
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		n.Load1, n.Load5, n.Load15 = parseLoadavg(b)
 	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		n.MemoryTotalBytes, n.MemoryAvailableBytes = parseMeminfo(b)
-	}
-	if b, err := os.ReadFile("/proc/uptime"); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			if v, err := strconv.ParseFloat(f[0], 64); err == nil {
-				n.UptimeSeconds = int64(v)
-			}
-		}
-	}
+	// Memory and uptime as status reports them.
+	ni := status.ReadNodeInfo("")
+	n.MemoryTotalBytes, n.MemoryAvailableBytes, n.UptimeSeconds = ni.MemoryTotalBytes, ni.MemoryAvailBytes, ni.UptimeSeconds
 	if stateDir != "" {
 		if d, err := runtime.StatFS(stateDir); err == nil {
 			n.StateDisk = &schema.DiskMetrics{Path: d.Path, TotalBytes: d.Total, FreeBytes: d.Free}
@@ -73,30 +65,6 @@ func parseLoadavg(b []byte) (l1, l5, l15 float64) {
 	l5, _ = strconv.ParseFloat(f[1], 64)
 	l15, _ = strconv.ParseFloat(f[2], 64)
 	return l1, l5, l15
-}
-
-func parseMeminfo(b []byte) (total, avail uint64) {
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 2 {
-			continue
-		}
-		v, err := strconv.ParseUint(f[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		if len(f) > 2 && f[2] == "kB" {
-			v *= 1024
-		}
-		switch f[0] {
-		case "MemTotal:":
-			total = v
-		case "MemAvailable:":
-			avail = v
-		}
-	}
-	return total, avail
 }
 
 // throttledBits names the bits of `vcgencmd get_throttled`: 0-3 now,
