@@ -73,28 +73,7 @@ func runCredentialAdd(ctx context.Context, cli *cliContext, cmd *cobra.Command, 
 	if role == schema.RoleMonitor {
 		return runMonitorAdd(ctx, cli, cmd, name, output)
 	}
-	format, err := parseSecretOutput(cmd, output)
-	if err != nil {
-		return err
-	}
-	if err := schema.ValidateName(name); err != nil {
-		return fmt.Errorf("credential name %w", err)
-	}
-	cl, err := cli.Client()
-	if err != nil {
-		return err
-	}
-	existing, _, err := monitorCredentials(ctx, cli, cl)
-	if err != nil {
-		return err
-	}
-	if c, ok := existing[name]; ok {
-		return fmt.Errorf("credential %q already exists (role %s): delete it first, or choose another name", name, c.Role)
-	}
-	cred, err := cl.CreateCredential(ctx, name, role)
-	if err == nil && cred.Token == "" {
-		err = errors.New("the hub answered without a token")
-	}
+	_, format, cred, err := createCredential(ctx, cli, cmd, "credential", name, role, output)
 	if err != nil {
 		return err
 	}

@@ -102,42 +102,50 @@ same in YAML), for scripts.`,
 }
 
 func runMonitorAdd(ctx context.Context, cli *cliContext, cmd *cobra.Command, name, output string) error {
-	format, err := parseSecretOutput(cmd, output)
-	if err != nil {
-		return err
-	}
-	if err := schema.ValidateName(name); err != nil {
-		return fmt.Errorf("monitor name %w", err)
-	}
-	cl, err := cli.Client()
-	if err != nil {
-		return err
-	}
-	// Never let a monitor take the place of another credential (the
-	// admin's, say), whatever the hub would do with the name.
-	existing, _, err := monitorCredentials(ctx, cli, cl)
-	if err != nil {
-		return err
-	}
-	if c, ok := existing[name]; ok {
-		return fmt.Errorf("credential %q already exists (role %s): delete it first, or choose another name", name, c.Role)
-	}
-	var broker brokerInfo
-	if format == "" {
-		broker = cli.brokerInfo(ctx, cl)
-	}
-	cred, err := cl.CreateCredential(ctx, name, schema.RoleMonitor)
-	if err == nil && cred.Token == "" {
-		err = errors.New("the hub answered without a token")
-	}
+	cl, format, cred, err := createCredential(ctx, cli, cmd, "monitor", name, schema.RoleMonitor, output)
 	if err != nil {
 		return err
 	}
 	if format != "" {
 		return printers.WriteSecret(cli.stdout(), format, cred)
 	}
+	broker := cli.brokerInfo(ctx, cl)
 	cli.printNote(broker)
 	return writeMonitorToken(cli.stdout(), broker, cred)
+}
+
+// createCredential creates the credential name with role; what names it in
+// errors ("monitor name …"). It refuses a name another credential has (the
+// admin's, say), whatever the hub would do with it, and returns the
+// client, the secret output format ("" for the text) and the credential
+// with its token.
+func createCredential(ctx context.Context, cli *cliContext, cmd *cobra.Command, what, name, role, output string) (*client.Client, printers.Format, *schema.Credential, error) {
+	format, err := parseSecretOutput(cmd, output)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if err := schema.ValidateName(name); err != nil {
+		return nil, "", nil, fmt.Errorf("%s name %w", what, err)
+	}
+	cl, err := cli.Client()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	existing, _, err := monitorCredentials(ctx, cli, cl)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if c, ok := existing[name]; ok {
+		return nil, "", nil, fmt.Errorf("credential %q already exists (role %s): delete it first, or choose another name", name, c.Role)
+	}
+	cred, err := cl.CreateCredential(ctx, name, role)
+	if err == nil && cred.Token == "" {
+		err = errors.New("the hub answered without a token")
+	}
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return cl, format, cred, nil
 }
 
 func writeMonitorToken(w io.Writer, b brokerInfo, cred *schema.Credential) error {
