@@ -41,13 +41,15 @@ Usage:
   install.sh --broker URL --device NAME (--token TOKEN | --token-file FILE)
   install.sh --broker URL --bootstrap-token-file FILE [--name-from SOURCE]
              [--device NAME]
-             [--ca FILE] [--binary PATH | --url-base URL] [--arch ARCH]
+             [--ca FILE] [--ca-hash HASH] [--binary PATH | --url-base URL]
+             [--arch ARCH]
              [--state-dir DIR] [--containerd-socket PATH] [--namespace NS]
              [--root DIR] [--dry-run]
   install.sh --uninstall [--purge] [--root DIR] [--dry-run]
 
 Install options:
-  --broker URL          MQTT broker: tcp://host:1883, ssl://host:8883, ...
+  --broker URL          MQTT broker: ssl://host:8883 (the hub's default),
+                        tcp://host:1883, ...
   --device NAME         this device's name (a DNS label: a-z, 0-9, '-')
   --token TOKEN         device token (visible in `ps`; prefer --token-file)
   --token-file FILE     file holding the device token
@@ -58,7 +60,11 @@ Install options:
   --name-from SOURCE    with a bootstrap token and no --device: name the
                         device after its hostname (default), serial (the
                         board's serial number) or machine-id
-  --ca FILE             CA certificate (PEM) of a TLS broker
+  --ca FILE             CA certificate (PEM) of a TLS broker: the only CA the
+                        agent trusts (the hub's is ca.crt in its data dir)
+  --ca-hash HASH        pin the hub's CA by hash (sha256:..., printed by
+                        fleet token create): the agent verifies the broker
+                        by it on first contact and keeps that CA
   --binary PATH         fleet-agent binary to install (default: the one for
                         this CPU in dist/ next to this script, or ../dist/)
   --url-base URL        download fleet-agent-linux-ARCH and SHA256SUMS from
@@ -92,7 +98,7 @@ usage_error() {
 	exit 2
 }
 
-BROKER='' DEVICE='' TOKEN='' TOKEN_FILE='' CA='' BINARY='' URL_BASE='' ARCH=''
+BROKER='' DEVICE='' TOKEN='' TOKEN_FILE='' CA='' CA_HASH='' BINARY='' URL_BASE='' ARCH=''
 BOOTSTRAP_FILE='' NAME_FROM=''
 STATE_DIR=/var/lib/fleet-agent
 SOCKET=/run/containerd/containerd.sock
@@ -121,6 +127,7 @@ while [ $# -gt 0 ]; do
 	--bootstrap-token-file) need_value "$1" $# && BOOTSTRAP_FILE=$2 && shift ;;
 	--name-from) need_value "$1" $# && NAME_FROM=$2 && shift ;;
 	--ca) need_value "$1" $# && CA=$2 && shift ;;
+	--ca-hash) need_value "$1" $# && CA_HASH=$2 && shift ;;
 	--binary) need_value "$1" $# && BINARY=$2 && shift ;;
 	--url-base) need_value "$1" $# && URL_BASE=${2%/} && shift ;;
 	--arch) need_value "$1" $# && ARCH=$2 && shift ;;
@@ -436,6 +443,7 @@ write_config() {
 			say "token-file: $(yq "$TOKEN_PATH")"
 		fi
 		if [ -n "$CA" ]; then say "ca: $(yq "$CA_PATH")"; fi
+		if [ -n "$CA_HASH" ]; then say "ca-hash: $(yq "$CA_HASH")"; fi
 		say "state-dir: $(yq "$STATE_DIR")"
 		say "containerd-socket: $(yq "$SOCKET")"
 		say "namespace: $(yq "$NAMESPACE")"
@@ -533,6 +541,15 @@ do_install() {
 		case $BROKER in
 		ssl://* | tls://* | mqtts://*) ;;
 		*) usage_error "--ca needs a TLS broker (ssl://, tls:// or mqtts://)" ;;
+		esac
+	fi
+	if [ -n "$CA_HASH" ]; then
+		if ! printf '%s' "$CA_HASH" | grep -Eq '^([sS][hH][aA]256:)?[0-9a-fA-F]{64}$'; then
+			usage_error "--ca-hash $CA_HASH: want sha256: and 64 hex digits (fleet token create prints it)"
+		fi
+		case $BROKER in
+		ssl://* | tls://* | mqtts://*) ;;
+		*) usage_error "--ca-hash needs a TLS broker (ssl://, tls:// or mqtts://)" ;;
 		esac
 	fi
 	check_abs --state-dir "$STATE_DIR"
@@ -650,7 +667,7 @@ do_uninstall() {
 }
 
 if [ "$UNINSTALL" = 1 ]; then
-	if [ -n "$BROKER$DEVICE$TOKEN$TOKEN_FILE$BOOTSTRAP_FILE$NAME_FROM$CA$BINARY$URL_BASE$ARCH" ]; then
+	if [ -n "$BROKER$DEVICE$TOKEN$TOKEN_FILE$BOOTSTRAP_FILE$NAME_FROM$CA$CA_HASH$BINARY$URL_BASE$ARCH" ]; then
 		usage_error "--uninstall takes only --purge, --root and --dry-run"
 	fi
 	do_uninstall

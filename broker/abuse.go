@@ -82,6 +82,7 @@ func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	}
 	h.b.log.Debug("mqtt connection refused: too many failed logins from this address",
 		"client", cl.ID, "remote", cl.Net.Remote, "retry_after", wait)
+	h.b.loginRefused(string(pk.Connect.Username), cl.Net.Remote, LoginThrottled, "too many failed logins from this address: refused unchecked")
 	code := packets.ErrQuotaExceeded
 	if cl.Properties.ProtocolVersion < 5 {
 		code = packets.ErrBadUsernameOrPassword // CONNACK 0x05, not authorized

@@ -249,3 +249,46 @@ func TestPublishBurstCoversOfflineQueue(t *testing.T) {
 		t.Errorf("DefaultPublishRate.Burst = %v, want at least %d (agent offline event queue %d, twice, with status and online)", got, need, status.DefaultEventQueueSize)
 	}
 }
+
+// TestEmbeddedLoginRefusedReported: every refused login reaches
+// OnLoginRefused with its username, address and result ("refused" for
+// bad credentials, "throttled" once the address failed too often),
+// never the password; good logins do not.
+func TestEmbeddedLoginRefusedReported(t *testing.T) {
+	clk := &manualClock{now: time.Unix(1_800_000_000, 0)}
+	auth := broker.NewStaticAuth()
+	for _, a := range testAccounts() {
+		auth.Set(a.Identity, a.Password)
+	}
+	var mu sync.Mutex
+	var got []broker.LoginRefusal
+	b := brokertest.Start(t, broker.Options{
+		Addr: "127.0.0.1:0", Auth: auth, Topics: topics, Logger: testLogger(t),
+		AuthLimiter: ratelimit.NewAuthLimiter(ratelimit.AuthOptions{Now: clk.Now}),
+		OnLoginRefused: func(r broker.LoginRefusal) {
+			mu.Lock()
+			got = append(got, r)
+			mu.Unlock()
+		},
+	})
+	url := brokerURL(b)
+	mustDial(t, url, dev1)
+	const n = ratelimit.DefaultAuthBurst + 3
+	for i := range n {
+		if _, err := dial(t, url, dev2.Name, "wrong-secret", clientOpts{}); err == nil {
+			t.Fatalf("wrong password %d accepted", i)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	count := map[string]int{}
+	for _, r := range got {
+		count[r.Result]++
+		if r.Username != dev2.Name || !strings.HasPrefix(r.Remote, "127.0.0.1:") || r.Reason == "" || strings.Contains(r.Reason, "wrong-secret") {
+			t.Errorf("refusal %+v", r)
+		}
+	}
+	if count[broker.LoginRefused] != ratelimit.DefaultAuthBurst || count[broker.LoginThrottled] != n-ratelimit.DefaultAuthBurst || len(got) != n {
+		t.Fatalf("refusals %v (%d), want %d refused and %d throttled", count, len(got), ratelimit.DefaultAuthBurst, n-ratelimit.DefaultAuthBurst)
+	}
+}

@@ -115,6 +115,48 @@ type Options struct {
 	// OnClientCutOff, if set, is called with the reason (CutOff…) each
 	// time a client is disconnected for abuse.
 	OnClientCutOff func(reason string)
+	// OnLoginRefused, if set, is called for each network client whose
+	// CONNECT is refused for its credentials (LoginRefused) or unchecked
+	// because its address failed too often (LoginThrottled): the hub
+	// records them in its audit trail. It runs on the connection's
+	// goroutine and gets no password.
+	OnLoginRefused func(LoginRefusal)
+}
+
+// LoginRefusal is a refused MQTT login, as Options.OnLoginRefused gets
+// it.
+type LoginRefusal struct {
+	// Username is the one the client sent ("" for none).
+	Username string
+	// Remote is the client's address (host:port).
+	Remote string
+	// Result is LoginRefused or LoginThrottled.
+	Result string
+	// Reason says why, in a few words.
+	Reason string
+}
+
+// Results of a LoginRefusal.
+const (
+	LoginRefused   = "refused"
+	LoginThrottled = "throttled"
+)
+
+// loginRefused reports a refused login to Options.OnLoginRefused.
+func (b *Broker) loginRefused(username, remote, result, reason string) {
+	if b.opts.OnLoginRefused != nil {
+		b.opts.OnLoginRefused(LoginRefusal{Username: username, Remote: remote, Result: result, Reason: reason})
+	}
+}
+
+// RemoteOf returns the network address (host:port) of the connected
+// client of this client ID, or "" if there is none.
+func (b *Broker) RemoteOf(clientID string) string {
+	cl, ok := b.server.Clients.Get(clientID)
+	if !ok || cl.Net.Inline {
+		return ""
+	}
+	return cl.Net.Remote
 }
 
 func (o *Options) setDefaults() {

@@ -79,10 +79,12 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	case username == "":
 		log.Info("mqtt connection refused: anonymous")
 		attempt.Failed()
+		b.loginRefused(username, cl.Net.Remote, LoginRefused, "no username")
 		return false
 	case len(pk.Connect.Password) == 0:
 		log.Info("mqtt connection refused: no password")
 		attempt.Failed()
+		b.loginRefused(username, cl.Net.Remote, LoginRefused, "no password")
 		return false
 	}
 
@@ -92,6 +94,7 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	if !ok {
 		log.Info("mqtt connection refused: bad credentials")
 		attempt.Failed()
+		b.loginRefused(username, cl.Net.Remote, LoginRefused, "bad credentials")
 		return false
 	}
 	attempt.Succeeded()

@@ -42,6 +42,9 @@ type enroller struct {
 	// signer, if set, gives the hub's signing key to every enrolled
 	// device, which pins it.
 	signer *Signer
+	// audit, if set, records each enrollment and each refusal of a
+	// request that names a bootstrap token (request ID, entry).
+	audit func(requestID string, e schema.AuditEntry)
 	// ctx is set by Subscribe, before any request is handled.
 	ctx context.Context
 }
@@ -84,8 +87,20 @@ func (e *enroller) handle(topic string, payload []byte) {
 // logs a token.
 func (e *enroller) answer(ctx context.Context, requestID string, payload []byte) schema.EnrollResponse {
 	log := e.log.With("request", requestID)
+	actor := ""
+	record := func(device, result, detail string) {
+		if e.audit == nil || actor == "" {
+			return
+		}
+		obj := ""
+		if device != "" {
+			obj = "devices/" + device
+		}
+		e.audit(requestID, schema.AuditEntry{Actor: actor, Action: "enroll", Object: obj, Result: result, Detail: detail})
+	}
 	refuse := func(reason, msg string, device string) schema.EnrollResponse {
 		log.Info("enrollment refused", "device", device, "reason", reason, "why", msg)
+		record(device, reason, msg)
 		return schema.EnrollResponse{Device: device, Reason: reason, Message: msg}
 	}
 	if len(payload) > schema.MaxEnrollPayload {
@@ -101,6 +116,7 @@ func (e *enroller) answer(ctx context.Context, requestID string, payload []byte)
 	}
 	if id, err := schema.ParseBootstrapToken(req.Token); err == nil {
 		log = log.With("bootstrap_token", id) // the public half only
+		actor = "bootstrap-token " + id
 	}
 	if e.reserved != nil && e.reserved(req.Device) {
 		return refuse(schema.EnrollNameTaken, fmt.Sprintf("device name %q is reserved for the hub's own MQTT account: pick another (--device or --name-from)", req.Device), req.Device)
@@ -109,6 +125,11 @@ func (e *enroller) answer(ctx context.Context, requestID string, payload []byte)
 	switch {
 	case err == nil:
 		log.Info("device enrolled", "device", req.Device, "labels", res.Device.Metadata.Labels, "retry", res.Retry)
+		detail := "labels " + formatLabels(res.Device.Metadata.Labels)
+		if res.Retry {
+			detail += "; a retried request: new token"
+		}
+		record(req.Device, schema.AuditOK, detail)
 		resp := schema.EnrollResponse{Device: req.Device, Token: res.Token}
 		if e.signer != nil {
 			pub := e.signer.PublicKey()

@@ -322,7 +322,7 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	}
 
 	if opts.Broker == "" {
-		if h.broker, err = newBroker(opts, st, tlsConfig, &info, h.metrics); err != nil {
+		if h.broker, err = newBroker(opts, st, tlsConfig, &info, h.metrics, h.auditLoginRefused); err != nil {
 			return nil, err
 		}
 		closers = append(closers, h.broker.Close)
@@ -376,7 +376,7 @@ func (h *Hub) newParts() (err error) {
 	}
 	h.enroll = &enroller{
 		st: h.store, conn: h.conn, topics: h.opts.Topics, log: h.log.With("component", "enroll"),
-		reserved: reserved, signer: h.signer,
+		reserved: reserved, signer: h.signer, audit: h.auditEnroll,
 	}
 
 	h.api, err = api.New(api.Options{
@@ -384,6 +384,7 @@ func (h *Hub) newParts() (err error) {
 		Status: statusView{h.model}, ObserveRequest: h.observeRequest,
 		AuthLimiter: authLimiter(h.metrics, metrics.ListenerHTTP),
 		Reserved:    reserved,
+		CAHash:      h.info.CAHash,
 		BootstrapTokenDeleted: func(id string) {
 			if b != nil {
 				b.Kick(schema.BootstrapUsername(id))
@@ -409,7 +410,7 @@ func newMetrics(model *fleetmodel.Model) *metrics.Metrics {
 
 // newBroker creates the embedded broker, binding its listeners, and
 // records its addresses in info.
-func newBroker(opts Options, st *store.Store, tlsConfig *tls.Config, info *Info, m *metrics.Metrics) (*broker.Broker, error) {
+func newBroker(opts Options, st *store.Store, tlsConfig *tls.Config, info *Info, m *metrics.Metrics, onLoginRefused func(broker.LoginRefusal)) (*broker.Broker, error) {
 	if !opts.mqttTLS() {
 		tlsConfig = nil
 	}
@@ -417,6 +418,7 @@ func newBroker(opts Options, st *store.Store, tlsConfig *tls.Config, info *Info,
 		Addr: opts.MQTTAddr, NoPlain: opts.MQTTAddr == Off, TLSAddr: opts.MQTTTLSAddr, TLSConfig: tlsConfig,
 		Auth: storeAuth{st: st}, Topics: opts.Topics, Logger: opts.Logger,
 		AuthLimiter: authLimiter(m, metrics.ListenerMQTT), OnClientCutOff: m.Abuse.ClientCutOff,
+		OnLoginRefused: onLoginRefused,
 	})
 	if err != nil {
 		return nil, err

@@ -207,6 +207,11 @@ type BootstrapToken struct {
 	Created time.Time `json:"created"`
 	// Status is Active, Expired or UsedUp, as of the answer.
 	Status string `json:"status"`
+	// CAHash pins the hub's CA (CAHash), set only in the answer that
+	// creates the token, when the hub has its own CA: give it to the
+	// agent (--ca-hash) with the token, so that the device verifies the
+	// hub on its first contact.
+	CAHash string `json:"caHash,omitempty"`
 }
 
 // Bootstrap token statuses.

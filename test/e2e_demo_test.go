@@ -74,6 +74,8 @@ func TestDemoScript(t *testing.T) {
 		"FLEET_DEMO_DIR="+dir, "FLEET_DEMO_BIN="+bin,
 		fmt.Sprintf("FLEET_DEMO_HTTP_ADDR=127.0.0.1:%d", freeTCPPort(t)),
 		fmt.Sprintf("FLEET_DEMO_MQTT_ADDR=127.0.0.1:%d", freeTCPPort(t)),
+		fmt.Sprintf("FLEET_DEMO_HTTPS_ADDR=127.0.0.1:%d", freeTCPPort(t)),
+		fmt.Sprintf("FLEET_DEMO_MQTTS_ADDR=127.0.0.1:%d", freeTCPPort(t)),
 		fmt.Sprintf("FLEET_DEMO_DISPLAY_ADDR=127.0.0.1:%d", freeTCPPort(t)))
 	run := func(t *testing.T, timeout time.Duration, cred *syscall.Credential, args ...string) (string, error) {
 		t.Helper()

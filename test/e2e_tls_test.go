@@ -1,10 +1,17 @@
 package test
 
 import (
+	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
+	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -12,9 +19,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/containerd/containerd/namespaces"
+
+	"github.com/fleetmq/fleet/edgeagent/enroll"
+	"github.com/fleetmq/fleet/test/testimage"
 )
 
 // The CLI pins the hub's CA (fleet config set-context
@@ -156,4 +170,203 @@ func portOf(t *testing.T, raw string) string {
 		t.Fatalf("URL %q: %v", raw, err)
 	}
 	return u.Port()
+}
+
+// TestE2ETLSAgentPinsHubCA: a device enrolling with a bootstrap token
+// and the CA hash `fleet token create` gave with it refuses someone in
+// the middle (a TLS-terminating proxy with a CA of its own, forwarding
+// to the real broker's TLS port): the log names the pinned hash, and it
+// neither enrolls nor saves a CA. The same agent pointed at the hub's
+// TLS port enrolls, keeps the hub's CA as <state-dir>/hub-ca.crt,
+// trusts only that CA from then on and converges.
+func TestE2ETLSAgentPinsHubCA(t *testing.T) {
+	f := StartFleet(t, FleetOptions{Agents: 1, DevicePrefix: "tlspin"})
+	h := f.Hub
+	if h.CAHash == "" || !strings.HasPrefix(h.MQTTTLSURL, "ssl://") {
+		t.Fatalf("the hub has no CA or no MQTT over TLS: %+v", h)
+	}
+	bt := createBootstrap(t, h, "--label", "site=pinned", "--uses", "1")
+	if bt.CAHash != h.CAHash {
+		t.Fatalf("the bootstrap token carries CA hash %q, the hub's is %q", bt.CAHash, h.CAHash)
+	}
+	mitm := startTLSMITM(t, strings.TrimPrefix(h.MQTTTLSURL, "ssl://"), h.CAFile)
+
+	const dev = "pinned-pi"
+	tarPath, _ := testimage.Build(t, testimage.Options{})
+	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(t.Context(), AgentNamespace(dev)), 2*time.Minute)
+	_, err := testimage.Import(ctx, f.Containerd.Client(), tarPath, "")
+	cancel()
+	if err != nil {
+		t.Fatalf("import the test image for %s: %v", dev, err)
+	}
+	a := StartAgent(t, AgentOptions{
+		Device: dev, Broker: mitm.URL(), BootstrapToken: bt.Token,
+		ContainerdSocket: f.Containerd.Socket(), Args: []string{"--ca-hash", bt.CAHash},
+	})
+	refused := a.AwaitLog(t, 0, "pinned CA "+bt.CAHash, time.Minute)
+	if !strings.Contains(refused, enroll.ErrCAMismatch.Error()) {
+		t.Errorf("the refusal does not say why: %s", refused)
+	}
+	t.Logf("man in the middle refused: %s", refused)
+	if err := a.Stop(); err != nil {
+		t.Errorf("stop the agent: %v", err)
+	}
+	if mitm.Handshakes() == 0 {
+		t.Fatal("the agent never reached the man in the middle")
+	}
+	if mitm.Forwarded() != 0 {
+		t.Fatalf("the man in the middle forwarded %d bytes of the agent's", mitm.Forwarded())
+	}
+	for _, name := range []string{enroll.TokenFile, enroll.CAFile} {
+		if _, err := os.Stat(filepath.Join(a.StateDir, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after refusing the man in the middle, the state dir has %s: %v", name, err)
+		}
+	}
+	if code, _ := h.Do(t, http.MethodGet, "/v1/devices/"+dev, nil); code != http.StatusNotFound {
+		t.Fatalf("GET device %s after the refused enrollment: %d, want 404", dev, code)
+	}
+
+	// The real hub: enrolls, saves the CA it verified by the hash, and
+	// from then on trusts it alone.
+	a.SetBroker(h.MQTTTLSURL)
+	mark := a.LogMark()
+	a.Start(t)
+	a.AwaitLog(t, mark, "enrolled; device token saved", time.Minute)
+	a.AwaitLog(t, mark, "trust="+enroll.TrustSavedCA, time.Minute)
+	saved, err := os.ReadFile(filepath.Join(a.StateDir, enroll.CAFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hubCA, err := os.ReadFile(h.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(bytes.TrimSpace(saved), bytes.TrimSpace(hubCA)) {
+		t.Fatalf("saved CA is not the hub's:\n%s\nwant:\n%s", saved, hubCA)
+	}
+	f.applyDeps(t, e2eDep{Name: "e2e-pinned", Selector: map[string]string{"site": "pinned"}})
+	f.AwaitContainerRunning(t, dev, "e2e-pinned", f.PodHash(t, "e2e-pinned"))
+	f.AwaitConverged(t, e2eConverge, dev)
+
+	// Restarted against the man in the middle, the enrolled agent
+	// refuses it by the saved CA: it never gets the device token.
+	a.SetBroker(mitm.URL())
+	mark = a.LogMark()
+	before := mitm.Handshakes()
+	a.Restart(t)
+	awaitf(t, time.Minute, func() bool { return mitm.Handshakes() > before }, "the restarted agent dials the man in the middle")
+	t.Logf("enrolled agent refused the man in the middle: %s", a.AwaitLog(t, mark, "certificate signed by unknown authority", time.Minute))
+	if mitm.Forwarded() != 0 {
+		t.Fatalf("the man in the middle forwarded %d bytes of the agent's", mitm.Forwarded())
+	}
+	if strings.Contains(a.Logs(), bt.Token) {
+		t.Error("the agent logged its bootstrap token")
+	}
+}
+
+// tlsMITM terminates TLS with a certificate of its own CA (for
+// 127.0.0.1, with that CA in the chain, as the hub's) and forwards what
+// it decrypts to target over TLS that trusts the real CA: a man in the
+// middle that a client trusting the system roots or skipping
+// verification would not notice.
+type tlsMITM struct {
+	ln         net.Listener
+	handshakes atomic.Int64
+	forwarded  atomic.Int64
+}
+
+func startTLSMITM(t *testing.T, target, realCAFile string) *tlsMITM {
+	t.Helper()
+	cert := selfCAServerCert(t)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pem, err := os.ReadFile(realCAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	m := &tlsMITM{ln: ln}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				tc := c.(*tls.Conn)
+				_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+				m.handshakes.Add(1)
+				if err := tc.Handshake(); err != nil {
+					return // the client refused the certificate
+				}
+				_ = tc.SetDeadline(time.Time{})
+				up, err := tls.Dial("tcp", target, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				done := make(chan struct{})
+				go func() {
+					_, _ = io.Copy(c, up)
+					close(done)
+				}()
+				n, _ := io.Copy(up, c)
+				m.forwarded.Add(n)
+				up.Close()
+				<-done
+			}()
+		}
+	}()
+	return m
+}
+
+func (m *tlsMITM) URL() string       { return "ssl://" + m.ln.Addr().String() }
+func (m *tlsMITM) Handshakes() int64 { return m.handshakes.Load() }
+func (m *tlsMITM) Forwarded() int64  { return m.forwarded.Load() }
+
+// selfCAServerCert is a server certificate for 127.0.0.1 signed by a
+// fresh CA, with the CA in the chain.
+func selfCAServerCert(t *testing.T) tls.Certificate {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fleet-hub CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "fleet-hub"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der, caDER}, PrivateKey: key}
 }

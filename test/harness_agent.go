@@ -12,14 +12,18 @@ import (
 	"time"
 )
 
-// AgentOptions configure StartAgent. Device, Broker, Token and
-// ContainerdSocket are required.
+// AgentOptions configure StartAgent. Device, Broker, Token (or
+// BootstrapToken) and ContainerdSocket are required.
 type AgentOptions struct {
 	Device string
 	// Broker is the MQTT URL the agent dials (the broker's, or a Proxy's).
 	Broker string
 	// Token is written to a 0600 token file (--token-file).
 	Token string
+	// BootstrapToken, instead of Token, is written to a 0600 file
+	// (--bootstrap-token-file): the agent enrolls as Device, and keeps
+	// the token it gets in its state directory.
+	BootstrapToken string
 	// ContainerdSocket and Namespace select the agent's containerd;
 	// Namespace defaults to "fleet-<device>".
 	ContainerdSocket string
@@ -63,8 +67,8 @@ func StartAgent(t testing.TB, opts AgentOptions) *Agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts.Device == "" || opts.Broker == "" || opts.Token == "" || opts.ContainerdSocket == "" {
-		t.Fatalf("StartAgent: Device, Broker, Token and ContainerdSocket are required: %+v", opts)
+	if opts.Device == "" || opts.Broker == "" || (opts.Token == "") == (opts.BootstrapToken == "") || opts.ContainerdSocket == "" {
+		t.Fatalf("StartAgent: Device, Broker, Token or BootstrapToken, and ContainerdSocket are required: %+v", opts)
 	}
 	if opts.Namespace == "" {
 		opts.Namespace = AgentNamespace(opts.Device)
@@ -83,7 +87,7 @@ func StartAgent(t testing.TB, opts AgentOptions) *Agent {
 		TokenFile: opts.StateDir + ".token",
 		bin:       bin, opts: opts, logs: &lockedBuffer{},
 	}
-	if err := os.WriteFile(a.TokenFile, []byte(opts.Token+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(a.TokenFile, []byte(opts.Token+opts.BootstrapToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -104,10 +108,14 @@ func AgentNamespace(device string) string { return "fleet-" + device }
 
 func (a *Agent) start(t testing.TB) {
 	t.Helper()
+	tokenFlag := "--token-file"
+	if a.opts.BootstrapToken != "" {
+		tokenFlag = "--bootstrap-token-file"
+	}
 	args := append([]string{
 		"--broker", a.opts.Broker,
 		"--device", a.Device,
-		"--token-file", a.TokenFile,
+		tokenFlag, a.TokenFile,
 		"--state-dir", a.StateDir,
 		"--containerd-socket", a.opts.ContainerdSocket,
 		"--namespace", a.Namespace,
@@ -235,3 +243,7 @@ func (a *Agent) Start(t testing.TB) {
 	}
 	a.start(t)
 }
+
+// SetBroker changes the broker URL the agent dials from its next Start or
+// Restart on.
+func (a *Agent) SetBroker(url string) { a.opts.Broker = url }

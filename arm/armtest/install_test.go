@@ -383,6 +383,29 @@ func TestInstallTLSBrokerWithCA(t *testing.T) {
 	}
 }
 
+// TestInstallCAHash writes --ca-hash into agent.yaml (the agent pins the
+// hub's CA by it), beside a bootstrap token, and a reinstall without it
+// drops it.
+func TestInstallCAHash(t *testing.T) {
+	agent := binPath(t, "fleet-agent", targetByArch(t, "arm64"))
+	root := deviceRoot(t)
+	bootstrap := filepath.Join(t.TempDir(), "bootstrap-token")
+	writeFile(t, bootstrap, "abcdef.0123456789abcdef0123456789abcdef\n", 0o600)
+	hash := "sha256:" + strings.Repeat("5a", 32)
+	base := []string{"--root", root, "--broker", "ssl://hub.example:8883", "--bootstrap-token-file", bootstrap,
+		"--name-from", "serial", "--binary", agent, "--arch", "arm64"}
+	mustInstall(t, append(base, "--ca-hash", hash)...)
+	conf := readFile(t, filepath.Join(root, "etc/fleet/agent.yaml"))
+	if !bytes.Contains(conf, []byte("ca-hash: '"+hash+"'\n")) || bytes.Contains(conf, []byte("\nca: ")) {
+		t.Errorf("agent.yaml does not pin the CA hash:\n%s", conf)
+	}
+	checkKeysAreAgentFlags(t, []string{"ca-hash", "ca-file", "ca"})
+	mustInstall(t, base...)
+	if conf := readFile(t, filepath.Join(root, "etc/fleet/agent.yaml")); bytes.Contains(conf, []byte("ca-hash")) {
+		t.Errorf("agent.yaml keeps the CA hash after reinstalling without it:\n%s", conf)
+	}
+}
+
 // TestInstallMemoryCgroupDisabled: without the memory cgroup, install.sh
 // explains how to enable it in the right cmdline.txt, exits 3 and writes
 // nothing.
@@ -552,20 +575,22 @@ func TestInstallRejectsBadUsage(t *testing.T) {
 		return append(args, extra...)
 	}
 	cases := map[string][]string{
-		"no device":          with(map[string]string{"--device": ""}),
-		"device not a label": with(map[string]string{"--device": "Pi_08"}),
-		"no broker":          with(map[string]string{"--broker": ""}),
-		"http broker":        with(map[string]string{"--broker": "http://hub"}),
-		"no token":           with(map[string]string{"--token": ""}),
-		"token and file":     with(nil, "--token-file", "/dev/null"),
-		"empty token":        with(map[string]string{"--token": " "}),
-		"ca without tls":     with(nil, "--ca", "/dev/null"),
-		"bad arch":           with(map[string]string{"--arch": "mips"}),
-		"relative state dir": with(nil, "--state-dir", "var/lib/x"),
-		"purge on install":   with(nil, "--purge"),
-		"unknown option":     with(nil, "--frobnicate"),
-		"missing value":      append(slices.Clone(ok), "--namespace"),
-		"uninstall options":  {"--uninstall", "--root", root, "--device", "pi-08"},
+		"no device":           with(map[string]string{"--device": ""}),
+		"device not a label":  with(map[string]string{"--device": "Pi_08"}),
+		"no broker":           with(map[string]string{"--broker": ""}),
+		"http broker":         with(map[string]string{"--broker": "http://hub"}),
+		"no token":            with(map[string]string{"--token": ""}),
+		"token and file":      with(nil, "--token-file", "/dev/null"),
+		"empty token":         with(map[string]string{"--token": " "}),
+		"ca without tls":      with(nil, "--ca", "/dev/null"),
+		"ca hash without tls": with(nil, "--ca-hash", "sha256:"+strings.Repeat("ab", 32)),
+		"bad ca hash":         with(map[string]string{"--broker": "ssl://hub:8883"}, "--ca-hash", "sha256:abc"),
+		"bad arch":            with(map[string]string{"--arch": "mips"}),
+		"relative state dir":  with(nil, "--state-dir", "var/lib/x"),
+		"purge on install":    with(nil, "--purge"),
+		"unknown option":      with(nil, "--frobnicate"),
+		"missing value":       append(slices.Clone(ok), "--namespace"),
+		"uninstall options":   {"--uninstall", "--root", root, "--device", "pi-08"},
 	}
 	before := snapshot(t, root)
 	for name, args := range cases {

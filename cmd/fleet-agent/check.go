@@ -128,12 +128,9 @@ func checkConfig(c *checker, cfg config) (*url.URL, *tls.Config, bool) {
 	if err != nil {
 		problems = append(problems, err.Error())
 	}
-	tlsCfg, err := mqttio.TLSConfig(nil, cfg.CA)
+	tlsCfg, err := checkTLS(cfg)
 	if err != nil {
 		problems = append(problems, err.Error())
-	}
-	if u != nil && cfg.CA != "" && !schema.IsTLSBroker(u) {
-		problems = append(problems, fmt.Sprintf("--ca is set but --broker %s is not TLS (use ssl://, tls:// or mqtts://)", cfg.Broker))
 	}
 	if _, err := cfg.releasePages(); err != nil {
 		problems = append(problems, err.Error())
@@ -147,6 +144,23 @@ func checkConfig(c *checker, cfg config) (*url.URL, *tls.Config, bool) {
 	}
 	c.ok("config", "broker %s, topic prefix %s, containerd namespace %s", cfg.Broker, cfg.TopicPrefix, cfg.Namespace)
 	return u, tlsCfg, true
+}
+
+// checkTLS is the agent's broker TLS configuration, except that a CA
+// verified by --ca-hash is not saved: the check changes nothing.
+func checkTLS(cfg config) (*tls.Config, error) {
+	tlsCfg, trust, err := cfg.brokerTLS(nil)
+	if err != nil {
+		return nil, err
+	}
+	if trust == enroll.TrustCAHash {
+		return enroll.PinCATLSConfig(nil, cfg.CAHash, nil)
+	}
+	if tlsCfg == nil {
+		// A plain broker: Dial ignores it.
+		return &tls.Config{MinVersion: tls.VersionTLS12}, nil
+	}
+	return tlsCfg, nil
 }
 
 // checkIdentity finds the device's name and token as the agent would,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/ed25519"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,11 +37,16 @@ type config struct {
 	ContainerdSocket string `json:"containerd-socket,omitempty"`
 	Namespace        string `json:"namespace,omitempty"`
 	CA               string `json:"ca,omitempty"`
-	ResyncInterval   string `json:"resync-interval,omitempty"`
-	ImageGCMinFree   string `json:"image-gc-min-free,omitempty"`
-	ReleasePages     string `json:"release-startup-pages,omitempty"`
-	LogLevel         string `json:"log-level,omitempty"`
-	TopicPrefix      string `json:"topic-prefix,omitempty"`
+	// CAFile is --ca under the name the hub's commands print.
+	CAFile string `json:"ca-file,omitempty"`
+	// CAHash pins the hub's CA by hash (schema.CAHash), as
+	// `fleet token create` prints it.
+	CAHash         string `json:"ca-hash,omitempty"`
+	ResyncInterval string `json:"resync-interval,omitempty"`
+	ImageGCMinFree string `json:"image-gc-min-free,omitempty"`
+	ReleasePages   string `json:"release-startup-pages,omitempty"`
+	LogLevel       string `json:"log-level,omitempty"`
+	TopicPrefix    string `json:"topic-prefix,omitempty"`
 	// HubSigningKey pins the hub's desired-state signing key: base64,
 	// or @FILE (edgeagent/trust).
 	HubSigningKey string `json:"hub-signing-key,omitempty"`
@@ -68,7 +74,9 @@ func (c *config) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.StateDir, "state-dir", edgeagent.DefaultStateDir, "directory for persisted state and container logs")
 	fs.StringVar(&c.ContainerdSocket, "containerd-socket", containerd.DefaultSocket, "containerd socket")
 	fs.StringVar(&c.Namespace, "namespace", containerd.DefaultNamespace, "containerd namespace of Fleet's containers")
-	fs.StringVar(&c.CA, "ca", "", "PEM file of the CA that signed the broker's certificate (TLS brokers)")
+	fs.StringVar(&c.CA, "ca", "", "PEM file of the CA that signed the broker's certificate (TLS brokers): the only CA trusted; same as --ca-file")
+	fs.StringVar(&c.CAFile, "ca-file", "", "same as --ca")
+	fs.StringVar(&c.CAHash, "ca-hash", "", "pin the hub's CA by its hash (sha256:..., as fleet token create prints it): the first TLS contact verifies the broker by it and saves the CA as <state-dir>/hub-ca.crt, the only CA trusted from then on")
 	fs.StringVar(&c.ResyncInterval, "resync-interval", "30s", "period of full reconciles")
 	fs.StringVar(&c.ImageGCMinFree, "image-gc-min-free", "10%", "keep this much of containerd's disk free (a percentage such as 10%, or a size such as 1Gi; 0: no floor): images the agent pulled and no pod uses are deleted once a rollout has converged, and the previous revision's images (kept for a fast undo) too when free space falls below it")
 	fs.StringVar(&c.ReleasePages, "release-startup-pages", "5s", "this long after connecting to containerd (start-up is then about over), hand the kernel back the pages of the agent's own binary that start-up read, so that its RSS is what it goes on using (Linux 5.4+; 0: never)")
@@ -117,6 +125,19 @@ func (c *config) resolve(fs *pflag.FlagSet) error {
 	}
 	if c.Token != "" && c.TokenFile != "" {
 		return errors.New("--token and --token-file are mutually exclusive")
+	}
+	if c.CAFile != "" {
+		if c.CA != "" && c.CA != c.CAFile {
+			return errors.New("--ca and --ca-file name the same setting: give one")
+		}
+		c.CA = c.CAFile
+	}
+	if c.CAHash != "" {
+		h, err := schema.ParseCAHash(c.CAHash)
+		if err != nil {
+			return fmt.Errorf("--ca-hash: %w", err)
+		}
+		c.CAHash = h
 	}
 	if c.BootstrapToken != "" && c.BootstrapTokenFile != "" {
 		return errors.New("--bootstrap-token and --bootstrap-token-file are mutually exclusive")
@@ -182,6 +203,24 @@ func scalarKeys(fc config) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// brokerTLS returns the TLS configuration of the agent's connections to
+// a TLS broker, and the trust it uses (enroll.BrokerTLS); nil for a plain
+// broker. Called again after enrollment, it finds the CA that the
+// enrollment verified by --ca-hash and saved.
+func (c *config) brokerTLS(log *slog.Logger) (*tls.Config, string, error) {
+	u, err := schema.ParseBrokerURL(c.Broker)
+	if err != nil {
+		return nil, "", err
+	}
+	if !schema.IsTLSBroker(u) {
+		if c.CA != "" || c.CAHash != "" {
+			return nil, "", fmt.Errorf("--ca/--ca-file or --ca-hash is set but --broker %s is not TLS (use ssl://, tls:// or mqtts://)", c.Broker)
+		}
+		return nil, "", nil
+	}
+	return enroll.BrokerTLS(enroll.TrustOptions{CAFile: c.CA, CAHash: c.CAHash, StateDir: c.StateDir, Logger: log})
 }
 
 // bootstrap reports whether a bootstrap token is configured.

@@ -18,9 +18,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmq/fleet/broker/mqttio"
 	"github.com/fleetmq/fleet/edgeagent"
 	"github.com/fleetmq/fleet/edgeagent/backoff"
+	"github.com/fleetmq/fleet/edgeagent/enroll"
 	"github.com/fleetmq/fleet/edgeagent/runtime/containerd"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -59,6 +59,12 @@ A device without a token can enroll itself: with --bootstrap-token-file
 MQTT for its own token, saves it (0600) as <state-dir>/token and from then
 on uses only that token, never the bootstrap token again.
 
+On a TLS broker (ssl://HOST:8883, the hub's default) --ca-hash (printed
+by "fleet token create" and "fleet device add") pins the hub's CA: the
+first connection accepts only a broker whose chain carries that CA, which
+is saved as <state-dir>/hub-ca.crt and is the only CA trusted from then
+on. --ca FILE trusts that CA alone; with neither, the system's roots.
+
 Every flag can also be set in the --config YAML file (same key) or through
 the environment as FLEET_AGENT_<FLAG> (FLEET_AGENT_STATE_DIR, ...); flags
 win over the environment, which wins over the file.`,
@@ -94,16 +100,9 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	u, err := schema.ParseBrokerURL(cfg.Broker)
+	tlsCfg, trustSrc, err := cfg.brokerTLS(log)
 	if err != nil {
 		return err
-	}
-	tlsCfg, err := mqttio.TLSConfig(nil, cfg.CA)
-	if err != nil {
-		return err
-	}
-	if cfg.CA != "" && !schema.IsTLSBroker(u) {
-		return fmt.Errorf("--ca is set but --broker %s is not TLS (use ssl://, tls:// or mqtts://)", cfg.Broker)
 	}
 	resync, err := cfg.resync()
 	if err != nil {
@@ -128,6 +127,16 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 			return nil
 		}
 		return err
+	}
+	if trustSrc == enroll.TrustCAHash {
+		// Enrollment verified the CA by the hash and saved it: from now
+		// on it is the only root.
+		if tlsCfg, trustSrc, err = cfg.brokerTLS(log); err != nil {
+			return err
+		}
+	}
+	if tlsCfg != nil {
+		log.Info("broker TLS", "broker", cfg.Broker, "trust", trustSrc)
 	}
 
 	rt, err := connectRuntime(ctx, log, containerd.Options{

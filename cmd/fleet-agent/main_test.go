@@ -163,3 +163,40 @@ func TestDependencies(t *testing.T) {
 		}
 	}
 }
+
+// TestCAFlags: --ca-file is --ca; --ca-hash is checked and made canonical;
+// both come from the config file too; either on a plain broker is refused
+// before anything connects.
+func TestCAFlags(t *testing.T) {
+	hash := "SHA256:" + strings.Repeat("ab", 32)
+	c, err := parse(t, "--device", "pi", "--broker", "ssl://h:8883", "--ca-file", "/etc/fleet/ca.crt", "--ca-hash", hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CA != "/etc/fleet/ca.crt" || c.CAHash != "sha256:"+strings.Repeat("ab", 32) {
+		t.Fatalf("ca %q, ca-hash %q", c.CA, c.CAHash)
+	}
+	file := writeFile(t, "agent.yaml", "device: pi\nbroker: ssl://h:8883\nca-hash: "+hash+"\nca-file: /x/ca.crt\n")
+	if c, err = parse(t, "--config", file); err != nil || c.CA != "/x/ca.crt" || !strings.HasPrefix(c.CAHash, "sha256:") {
+		t.Fatalf("config file: %+v, %v", c, err)
+	}
+	for _, args := range [][]string{
+		{"--device", "pi", "--ca-hash", "sha256:12"},
+		{"--device", "pi", "--ca", "/a.crt", "--ca-file", "/b.crt"},
+	} {
+		if _, err := parse(t, args...); err == nil {
+			t.Errorf("parse(%v) accepted", args)
+		}
+	}
+	c, err = parse(t, "--device", "pi", "--broker", "tcp://h:1883", "--ca-hash", hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.brokerTLS(nil); err == nil || !strings.Contains(err.Error(), "not TLS") {
+		t.Fatalf("--ca-hash on a plain broker: %v", err)
+	}
+	var out bytes.Buffer
+	if err := run([]string{"--device", "pi", "--broker", "tcp://h:1883", "--ca-hash", hash, "--state-dir", t.TempDir()}, &out, &out); err == nil {
+		t.Error("run with --ca-hash on a plain broker succeeded")
+	}
+}

@@ -225,6 +225,9 @@ func runDeviceAdd(ctx context.Context, cli *cliContext, cmd *cobra.Command, name
 type brokerInfo struct {
 	url      string
 	external bool
+	// caHash pins the hub's own CA (GET /v1/info caHash): devices get it
+	// as --ca-hash when url is TLS.
+	caHash string
 	// note says why url is a guess; printed (on stderr) only with the
 	// token, so a failing command does not add it to its error.
 	note string
@@ -237,6 +240,9 @@ func (c *cliContext) brokerInfo(ctx context.Context, cl *client.Client) brokerIn
 	info, err := cl.Info(ctx)
 	u, guessed := cl.BrokerURL(info)
 	b := brokerInfo{url: u, external: info != nil && info.ExternalBroker}
+	if info != nil && client.IsTLSBrokerURL(u) {
+		b.caHash = info.CAHash
+	}
 	if guessed {
 		why := "it reports none"
 		if err != nil {
@@ -245,6 +251,26 @@ func (c *cliContext) brokerInfo(ctx context.Context, cl *client.Client) brokerIn
 		b.note = fmt.Sprintf("note: the hub did not say which MQTT URL devices use (%s); assuming %s", why, u)
 	}
 	return b
+}
+
+// trustFlags is what the agent's command line needs to verify a TLS
+// broker: --ca-hash of the hub's own CA, if it has one.
+func (b brokerInfo) trustFlags() string {
+	if b.caHash == "" {
+		return ""
+	}
+	return " --ca-hash " + b.caHash
+}
+
+// writeTrustNote says how else a device can trust a TLS broker.
+func writeTrustNote(s *strings.Builder, b brokerInfo) {
+	switch {
+	case !client.IsTLSBrokerURL(b.url):
+	case b.caHash != "":
+		fmt.Fprintf(s, "  (--ca-hash pins the hub's CA, %s: the device verifies the hub by it on first contact and keeps the CA; or copy the hub's ca.crt to the device and give --ca-file FILE instead)\n", b.caHash)
+	default:
+		fmt.Fprintln(s, "  (add --ca-file FILE if the broker's certificate is not signed by a CA the device trusts)")
+	}
 }
 
 // printNote writes the broker note, if any, to stderr.
@@ -260,10 +286,8 @@ func writeDeviceToken(w io.Writer, b brokerInfo, creds *schema.DeviceCredentials
 	var s strings.Builder
 	fmt.Fprintln(&s, printers.TokenBanner(creds.Token))
 	fmt.Fprintln(&s, lead)
-	fmt.Fprintf(&s, "  %s   (write the token there, mode 0600)\n", printers.AgentCommand(b.url, creds.Name))
-	if client.IsTLSBrokerURL(b.url) {
-		fmt.Fprintln(&s, "  (add --ca FILE if the broker's certificate is not signed by a CA the device trusts)")
-	}
+	fmt.Fprintf(&s, "  %s%s   (write the token there, mode 0600)\n", printers.AgentCommand(b.url, creds.Name), b.trustFlags())
+	writeTrustNote(&s, b)
 	writeExternalNote(&s, b)
 	_, err := io.WriteString(w, s.String())
 	return err

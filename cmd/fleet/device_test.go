@@ -74,10 +74,24 @@ func TestDeviceAddBrokerURL(t *testing.T) {
 	// A TLS broker, behind an external broker.
 	e.hub.SetInfo(&schema.HubInfo{MQTTURL: "ssl://mqtt.example.com:8883", ExternalBroker: true})
 	r = e.run("", "device", "add", "pi-2")
-	for _, w := range []string{"--broker ssl://mqtt.example.com:8883 --device pi-2", "add --ca FILE", "external MQTT broker", "GET /v1/mosquitto/passwd"} {
+	for _, w := range []string{"--broker ssl://mqtt.example.com:8883 --device pi-2", "add --ca-file FILE", "external MQTT broker", "GET /v1/mosquitto/passwd"} {
 		if r.code != 0 || !strings.Contains(r.stdout, w) {
 			t.Errorf("TLS, external: no %q in %+v", w, r)
 		}
+	}
+	// The hub's own CA: the agent pins it by hash (or takes the file).
+	hash := "sha256:" + strings.Repeat("0f", 32)
+	e.hub.SetInfo(&schema.HubInfo{MQTTURL: "ssl://0.0.0.0:8883", MQTTPlainURL: "tcp://127.0.0.1:1883", CAHash: hash})
+	r = e.run("", "device", "add", "pi-4")
+	for _, w := range []string{"--broker ssl://127.0.0.1:8883 --device pi-4 --token-file /etc/fleet/token --ca-hash " + hash, "--ca-file FILE"} {
+		if r.code != 0 || !strings.Contains(r.stdout, w) {
+			t.Errorf("TLS, own CA: no %q in %+v", w, r)
+		}
+	}
+	// A plain broker gets no hash, even from a hub with a CA.
+	e.hub.SetInfo(&schema.HubInfo{MQTTURL: "tcp://127.0.0.1:1883", CAHash: hash})
+	if out := e.ok("", "device", "add", "pi-5"); strings.Contains(out, "--ca-hash") {
+		t.Fatalf("plain broker with --ca-hash:\n%s", out)
 	}
 	// A listen address is not dialled: the hub's host replaces it.
 	e.hub.SetInfo(&schema.HubInfo{MQTTURL: "tcp://0.0.0.0:1884"})

@@ -156,12 +156,18 @@ func writeBootstrapToken(w io.Writer, b brokerInfo, bt *schema.BootstrapToken, n
 	}
 	fmt.Fprintln(&s)
 	fmt.Fprintln(&s, printers.TokenBanner(bt.Token))
-	fmt.Fprintln(&s, "Start the agent on each device with it (one image for all: each device enrolls once, under its own name):")
-	fmt.Fprintf(&s, "  fleet-agent --broker %s --bootstrap-token-file %s --name-from hostname   (write the token there, mode 0600)\n", b.url, AgentBootstrapTokenFile)
-	fmt.Fprintln(&s, "  (--name-from serial names a Raspberry Pi after its board serial: unique even when every card has the same hostname)")
-	if client.IsTLSBrokerURL(b.url) {
-		fmt.Fprintln(&s, "  (add --ca FILE if the broker's certificate is not signed by a CA the device trusts)")
+	if bt.CAHash != "" && b.caHash == "" && client.IsTLSBrokerURL(b.url) {
+		b.caHash = bt.CAHash
 	}
+	if b.caHash != "" {
+		fmt.Fprintf(&s, "Hub CA hash: %s\n", b.caHash)
+	}
+	fmt.Fprintln(&s, "Start the agent on each device with it (one image for all: each device enrolls once, under its own name):")
+	fmt.Fprintf(&s, "  fleet-agent --broker %s%s --bootstrap-token-file %s --name-from hostname   (write the token there, mode 0600)\n", b.url, b.trustFlags(), AgentBootstrapTokenFile)
+	fmt.Fprintln(&s, "  (--name-from serial names a Raspberry Pi after its board serial: unique even when every card has the same hostname)")
+	writeTrustNote(&s, b)
+	fmt.Fprintln(&s, "Or install the agent on a Raspberry Pi (arm/install.sh):")
+	fmt.Fprintf(&s, "  sudo ./install.sh --broker %s%s --bootstrap-token-file FILE --name-from serial\n", b.url, b.trustFlags())
 	if b.external {
 		fmt.Fprintln(&s, "The hub uses an external MQTT broker: enrollment needs the embedded broker, or a broker that lets bootstrap clients publish on fleet/v1/enroll/{client ID}/request and read .../response.")
 	}

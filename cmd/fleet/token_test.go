@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
@@ -155,5 +156,58 @@ func TestTokenListAndDelete(t *testing.T) {
 	devs, _, err := st.ListDevices(t.Context(), nil)
 	if err != nil || len(devs) != 2 {
 		t.Fatalf("devices after deleting their token: %d %v", len(devs), err)
+	}
+}
+
+// TestTokenCreateCAHash: a hub with its own CA returns its hash with each
+// new token (-o json: caHash), and the printed agent and install.sh
+// command lines pin it on the TLS broker.
+func TestTokenCreateCAHash(t *testing.T) {
+	e := newEnv(t)
+	st, err := store.Open(store.Options{Dir: t.TempDir(), GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := st.PutCredential(t.Context(), store.AdminCredential, store.RoleAdmin, strings.Repeat(adminToken, 4)); err != nil {
+		t.Fatal(err)
+	}
+	hash := "sha256:" + strings.Repeat("5a", 32)
+	srv, err := api.New(api.Options{Store: st, CAHash: hash})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", srv)
+	mux.HandleFunc("GET /v1/info", func(w http.ResponseWriter, _ *http.Request) {
+		api.WriteJSON(w, http.StatusOK, schema.HubInfo{MQTTURL: "ssl://0.0.0.0:8883", MQTTPlainURL: "tcp://127.0.0.1:1883", CAHash: hash})
+	})
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	e.vars["FLEET_HUB"], e.vars["FLEET_TOKEN"] = ts.URL, strings.Repeat(adminToken, 4)
+
+	out := e.ok("", "token", "create")
+	for _, want := range []string{
+		"Hub CA hash: " + hash + "\n",
+		"fleet-agent --broker ssl://127.0.0.1:8883 --ca-hash " + hash + " --bootstrap-token-file /etc/fleet/bootstrap-token",
+		"install.sh --broker ssl://127.0.0.1:8883 --ca-hash " + hash + " --bootstrap-token-file FILE",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("create output lacks %q:\n%s", want, out)
+		}
+	}
+	r := e.run("", "token", "create", "-o", "json")
+	var bt schema.BootstrapToken
+	if err := json.Unmarshal([]byte(r.stdout), &bt); err != nil || r.code != 0 || bt.CAHash != hash {
+		t.Fatalf("-o json: %+v %v", r, err)
+	}
+	// Listing never shows it (nor the token).
+	list := e.ok("", "token", "list", "-o", "json")
+	if strings.Contains(list, hash) {
+		t.Errorf("token list carries the CA hash:\n%s", list)
 	}
 }

@@ -235,10 +235,12 @@ func withSuppressed(detail string, n int) string {
 }
 
 // authFailed records a request refused before its token was accepted
-// (401, or 429 from the auth limiter), at most once a minute per address.
+// (401, or 429 from the auth limiter), at most once a minute per address
+// and code: an address that starts being throttled gets its 429 entry
+// even right after its 401 one.
 func (s *Server) authFailed(r *http.Request, code int, why string) {
 	src := sourceOf(r)
-	ok, n := s.throttle.allow("401|" + src)
+	ok, n := s.throttle.allow(strconv.Itoa(code) + "|" + src)
 	if !ok {
 		return
 	}
@@ -247,6 +249,24 @@ func (s *Server) authFailed(r *http.Request, code int, why string) {
 		Actor: schema.AuditAnonymous, Source: src, Action: action, Object: object,
 		Result: resultOf(code), Detail: withSuppressed(why, n),
 	})
+}
+
+// AuditThrottled records e, an event from outside the HTTP API (a
+// refused MQTT login), at most once per AuditThrottle for each key, its
+// detail saying how many like it were left out: a flood of guesses adds
+// one entry a minute per key, not one per guess. Actor defaults to
+// schema.AuditAnonymous; Actor and Source are clipped as Object is.
+func (s *Server) AuditThrottled(key string, e schema.AuditEntry) {
+	ok, n := s.throttle.allow("ext|" + key)
+	if !ok {
+		return
+	}
+	e.Actor, e.Source = clip(e.Actor), clip(e.Source)
+	if e.Actor == "" {
+		e.Actor = schema.AuditAnonymous
+	}
+	e.Detail = withSuppressed(e.Detail, n)
+	s.record(e)
 }
 
 // refused records a request of an authenticated credential refused with

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/broker/ratelimit"
+	"github.com/fleetmq/fleet/schema"
 )
 
 type stepClock struct {
@@ -81,5 +82,49 @@ func TestAuthThrottle(t *testing.T) {
 	}
 	if logs := h.Logs.String(); strings.Contains(logs, "wrong-0") || strings.Contains(logs, h.Admin) {
 		t.Error("a token was logged")
+	}
+}
+
+// TestAuthThrottleAudited: an address that guesses tokens gets one audit
+// entry for its 401s and one for its 429s (once a minute each, counting
+// the ones left out), never the tokens.
+func TestAuthThrottleAudited(t *testing.T) {
+	clk := &stepClock{now: time.Unix(1_800_000_000, 0)}
+	h := newTestHub(t, Options{AuthLimiter: ratelimit.NewAuthLimiter(ratelimit.AuthOptions{Now: clk.Now})})
+	fake := &fakeClock{t: time.Now()}
+	h.API.throttle.now = fake.now
+	// The admin token works before the guessing, so it still passes.
+	if r := h.do(t, "GET", "/v1/devices", h.Admin, nil); r.Code != http.StatusOK {
+		t.Fatalf("admin: %d %s", r.Code, r.Body)
+	}
+	for i := range 30 {
+		h.do(t, "GET", "/v1/devices", fmt.Sprintf("wrong-%02d-%s", i, strings.Repeat("x", 40)), nil)
+	}
+	var got []string
+	for _, e := range h.audit(t, "") {
+		if e.Actor == schema.AuditAnonymous {
+			got = append(got, e.Result+" "+e.Detail)
+			if strings.Contains(e.Detail, "wrong-") {
+				t.Errorf("an audit entry holds a token: %+v", e)
+			}
+		}
+	}
+	want := []string{"401 wrong bearer token", "429 too many failed logins from this address: refused unchecked"}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("anonymous audit entries:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// A minute later: one entry each again, saying how many were left out.
+	fake.add(AuditThrottle)
+	for i := range 2 {
+		h.do(t, "GET", "/v1/devices", fmt.Sprintf("again-%02d-%s", i, strings.Repeat("y", 40)), nil)
+	}
+	var last schema.AuditEntry
+	for _, e := range h.audit(t, "") {
+		if e.Actor == schema.AuditAnonymous {
+			last = e
+		}
+	}
+	if last.Result != "429" || !strings.Contains(last.Detail, fmt.Sprintf("and %d more like it", 30-ratelimit.DefaultAuthBurst-1)) {
+		t.Fatalf("the next 429 entry: %+v", last)
 	}
 }

@@ -109,6 +109,7 @@ func (s *Server) createBootstrapToken(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("created bootstrap token", "id", bt.ID, "labels", bt.Labels, "uses", bt.Uses, "expires", bt.Expires)
 	out := bootstrapTokenJSON(bt, time.Now())
 	out.Token = token
+	out.CAHash = s.opts.CAHash
 	w.Header().Set("Cache-Control", "no-store")
 	WriteJSON(w, http.StatusCreated, out)
 }

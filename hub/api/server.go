@@ -40,6 +40,9 @@ type Options struct {
 	// AuthLimiter throttles failed bearer tokens per source address
 	// (authlimit.go); default one with ratelimit's defaults.
 	AuthLimiter *ratelimit.AuthLimiter
+	// CAHash is the pin of the hub's own CA (schema.CAHash), returned
+	// with each new bootstrap token; "" for none.
+	CAHash string
 }
 
 // StatusSource supplies the status the hub derives from agent reports.

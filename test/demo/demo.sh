@@ -16,7 +16,9 @@
 #
 # Settings (environment): FLEET_DEMO_DIR (./.demo), FLEET_DEMO_HTTP_ADDR
 # (127.0.0.1:18080), FLEET_DEMO_MQTT_ADDR (127.0.0.1:11883),
-# FLEET_DEMO_DISPLAY_ADDR (127.0.0.1:18090), FLEET_DEMO_BIN
+# FLEET_DEMO_HTTPS_ADDR (127.0.0.1:18443), FLEET_DEMO_MQTTS_ADDR
+# (127.0.0.1:18883; the hub's TLS listeners, loopback only: empty turns
+# one off), FLEET_DEMO_DISPLAY_ADDR (127.0.0.1:18090), FLEET_DEMO_BIN
 # (a directory holding fleet, fleet-hub and fleet-agent: skips `make build`).
 set -euo pipefail
 
@@ -24,6 +26,11 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DEMO_DIR=${FLEET_DEMO_DIR:-$REPO/.demo}
 HTTP_ADDR=${FLEET_DEMO_HTTP_ADDR:-127.0.0.1:18080}
 MQTT_ADDR=${FLEET_DEMO_MQTT_ADDR:-127.0.0.1:11883}
+# The hub's TLS listeners (on by default in fleet-hub, on every
+# interface): loopback here, on ports of the demo's own. The demo's
+# agents and CLI use the plain loopback listeners.
+HTTPS_ADDR=${FLEET_DEMO_HTTPS_ADDR-127.0.0.1:18443}
+MQTTS_ADDR=${FLEET_DEMO_MQTTS_ADDR-127.0.0.1:18883}
 # Where the shop-display pod serves (host network); the manifest says
 # 127.0.0.1:18090.
 DISPLAY_ADDR=${FLEET_DEMO_DISPLAY_ADDR:-127.0.0.1:18090}
@@ -242,7 +249,8 @@ up() {
 	"$DEMO_DIR/imagebuilder" -socket "$(socket_path)" -ref "$IMAGE" "${nsargs[@]}" | sed 's/^/    /'
 
 	say "Starting fleet-hub: API http://$HTTP_ADDR, MQTT $MQTT_ADDR, data in ${DEMO_DIR#"$REPO"/}/hub"
-	start_bg hub "$BIN/fleet-hub" --data-dir "$DEMO_DIR/hub" --http-addr "$HTTP_ADDR" --mqtt-addr "$MQTT_ADDR"
+	start_bg hub "$BIN/fleet-hub" --data-dir "$DEMO_DIR/hub" --http-addr "$HTTP_ADDR" --mqtt-addr "$MQTT_ADDR" \
+		--https-addr "$HTTPS_ADDR" --mqtts-addr "$MQTTS_ADDR"
 	wait_until "the hub's admin.conf" 30 test -s "$FLEET_CONFIG"
 	wait_until "the hub API" 30 fleet get devices
 

@@ -80,7 +80,10 @@ func (h *hubProc) start(ctx context.Context, ready time.Duration) error {
 	}
 	var cmd *exec.Cmd
 	if s.Bin != "" {
-		cmd = exec.Command(s.Bin, args...)
+		// fleet-hub opens HTTPS :8443 and MQTT over TLS :8883 by
+		// default: the suite uses the plain loopback listeners, and
+		// parallel runs must not fight over those ports.
+		cmd = exec.Command(s.Bin, append(args, "--https-addr", "", "--mqtts-addr", "")...)
 	} else {
 		self, err := os.Executable()
 		if err != nil {

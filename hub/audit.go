@@ -1,0 +1,70 @@
+package hub
+
+import (
+	"context"
+	"maps"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// Audit actions of the hub's own (not HTTP) events.
+const (
+	// AuditActionLogin is a refused MQTT login (result LoginRefused or
+	// LoginThrottled).
+	AuditActionLogin = "login"
+	// AuditActionEnroll is a device's enrollment with a bootstrap token.
+	AuditActionEnroll = "enroll"
+)
+
+// auditLoginRefused records a refused MQTT login in the audit trail: the
+// username as actor, the client's address as source, once a minute per
+// address and result (api.Server.AuditThrottled), so a flood of guesses
+// costs one entry a minute.
+func (h *Hub) auditLoginRefused(r broker.LoginRefusal) {
+	if h.api == nil {
+		return
+	}
+	src := hostOf(r.Remote)
+	h.api.AuditThrottled("mqtt-login|"+r.Result+"|"+src, schema.AuditEntry{
+		Actor: r.Username, Source: src, Action: AuditActionLogin, Object: "mqtt",
+		Result: r.Result, Detail: r.Reason,
+	})
+}
+
+// auditEnroll records an enrollment, or its refusal: the bootstrap
+// token (its public ID) as actor, the device as object; the source is the
+// bootstrap client's address when the embedded broker knows it.
+func (h *Hub) auditEnroll(requestID string, e schema.AuditEntry) {
+	if h.api == nil {
+		return
+	}
+	if h.broker != nil {
+		e.Source = hostOf(h.broker.RemoteOf(requestID))
+	}
+	h.api.Audit(context.Background(), e)
+}
+
+// hostOf is an address without its port.
+func hostOf(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return host
+}
+
+// formatLabels is k=v,k2=v2 in key order ("none" for none).
+func formatLabels(l map[string]string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(l))
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		parts = append(parts, k+"="+l[k])
+	}
+	return strings.Join(parts, ",")
+}
