@@ -350,10 +350,12 @@ func TestStopThenStartRestarts(t *testing.T) {
 	if pid2 := e.taskPID(t, "svc"); pid2 == 0 || pid2 == pid1 {
 		t.Errorf("pid %d after restart, was %d", pid2, pid1)
 	}
-	// The log is appended to, not replaced.
-	await(t, "both runs in the log", func() (bool, error) {
-		log := readFile(spec.LogPath)
-		return strings.Count(log, "started\n") == 2 && strings.Contains(log, "term\n"), nil
+	// The first run's log moved to PATH.previous (fleet logs --previous);
+	// the file holds the second run's.
+	await(t, "each run in its own log", func() (bool, error) {
+		prev, cur := readFile(spec.LogPath+".previous"), readFile(spec.LogPath)
+		return strings.Count(prev, "started\n") == 1 && strings.Contains(prev, "term\n") &&
+			strings.Count(cur, "started\n") == 1 && !strings.Contains(cur, "term\n"), nil
 	})
 }
 
