@@ -1,6 +1,7 @@
 package test
 
 import (
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -71,9 +72,11 @@ func e2eApplyConverges(t *testing.T, f *Fleet) {
 	awaitDescribeEvents(t, f, devs[0], "Pulled", "e2e-hello/app", "Started", "e2e-hello/app")
 	// The fleet-wide list has them too.
 	out = f.CLI(t, "events", "--for", "device/"+devs[0], "--no-headers")
-	for _, want := range []string{"Pulled    pod/" + devs[0] + "/e2e-hello/app", "Started   pod/" + devs[0] + "/e2e-hello/app"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("fleet events --for device/%s: no %q in\n%s", devs[0], want, out)
+	for _, reason := range []string{"Pulled", "Started"} {
+		// Columns are as wide as their widest cell, so match by fields.
+		want := regexp.MustCompile(`(?m)\b` + reason + `\s+pod/` + regexp.QuoteMeta(devs[0]) + `/e2e-hello/app\s`)
+		if !want.MatchString(out) {
+			t.Errorf("fleet events --for device/%s: no %s of pod/%s/e2e-hello/app in\n%s", devs[0], reason, devs[0], out)
 		}
 	}
 
