@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,6 +64,12 @@ type Options struct {
 	// is set; default ":8883".
 	TLSAddr   string
 	TLSConfig *tls.Config
+	// ClientCerts says what the TLS listener asks of client certificates
+	// (clientcert.go); default ClientCertsOff.
+	ClientCerts ClientCertMode
+	// ClientCAs verifies client certificates; required unless
+	// ClientCerts is off.
+	ClientCAs *x509.CertPool
 	// NoPlain turns the plain listener off (then Addr is nil); the TLS
 	// listener, or the hub's InlineConn alone, remain.
 	NoPlain bool
@@ -166,6 +173,9 @@ func (o *Options) setDefaults() {
 	if o.TLSAddr == "" {
 		o.TLSAddr = DefaultTLSAddr
 	}
+	if o.ClientCerts == "" {
+		o.ClientCerts = ClientCertsOff
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -244,6 +254,13 @@ func New(opts Options) (*Broker, error) {
 	if opts.Auth == nil {
 		return nil, errors.New("mqtt broker: Options.Auth is required")
 	}
+	if _, err := ParseClientCertMode(string(opts.ClientCerts)); err != nil {
+		return nil, fmt.Errorf("mqtt broker: %w", err)
+	}
+	tlsConfig, err := clientTLSConfig(opts.TLSConfig, opts)
+	if err != nil {
+		return nil, err
+	}
 	if opts.MaxPacketSize > 1<<28 || opts.MaxInflight > 65535 || opts.ReceiveMaximum > 65535 || opts.MaxClientWritesPending > 1<<30 {
 		return nil, errors.New("mqtt broker: MaxPacketSize, MaxInflight, ReceiveMaximum or MaxClientWritesPending out of range")
 	}
@@ -299,7 +316,7 @@ func New(opts Options) (*Broker, error) {
 			b.cancel()
 			return nil, fmt.Errorf("mqtt broker: listen on %s: %w", opts.TLSAddr, err)
 		}
-		b.tls = newListener("tls", tln, opts.TLSConfig, opts.ConnectTimeout)
+		b.tls = newListener("tls", tln, tlsConfig, opts.ConnectTimeout)
 	}
 	for _, l := range []*listener{b.plain, b.tls} {
 		if l == nil {

@@ -119,6 +119,11 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		return false
 	}
 	log = log.With("identity", id.Name, "role", id.Role.String())
+	if why := b.clientCertRefusal(cl, id); why != "" {
+		log.Info("mqtt connection refused: " + why)
+		b.loginRefused(username, cl.Net.Remote, LoginRefused, why)
+		return false
+	}
 
 	// The broker publishes the will for the client, without an ACL check,
 	// so the will topic must be one the client may write.

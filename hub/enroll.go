@@ -3,6 +3,7 @@ package hub
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +43,9 @@ type enroller struct {
 	// signer, if set, gives the hub's signing key to every enrolled
 	// device, which pins it.
 	signer *Signer
+	// certs, if set, signs the client certificate of every enrolled
+	// device that sends a CSR.
+	certs *clientCA
 	// audit, if set, records each enrollment and each refusal of a
 	// request that names a bootstrap token (request ID, entry).
 	audit func(requestID string, e schema.AuditEntry)
@@ -121,6 +125,15 @@ func (e *enroller) answer(ctx context.Context, requestID string, payload []byte)
 	if e.reserved != nil && e.reserved(req.Device) {
 		return refuse(schema.EnrollNameTaken, fmt.Sprintf("device name %q is reserved for the hub's own MQTT account: pick another (--device or --name-from)", req.Device), req.Device)
 	}
+	// A CSR is checked before the enrollment spends a use of the token.
+	var csr *x509.CertificateRequest
+	if req.CSR != "" && e.certs != nil {
+		c, err := parseCSR(req.CSR, req.Device)
+		if err != nil {
+			return refuse(schema.EnrollInvalid, err.Error(), req.Device)
+		}
+		csr = c
+	}
 	res, err := e.st.Enroll(ctx, store.Enrollment{Token: req.Token, RequestID: requestID, Secret: req.Secret, Device: req.Device, PublicKey: req.PublicKey})
 	switch {
 	case err == nil:
@@ -134,6 +147,17 @@ func (e *enroller) answer(ctx context.Context, requestID string, payload []byte)
 		if e.signer != nil {
 			pub := e.signer.PublicKey()
 			resp.SigningKey, resp.SigningKeyID = schema.EncodeSigningKey(pub), schema.SigningKeyID(pub)
+		}
+		if csr != nil {
+			// The device exists now, with its token; a certificate that
+			// fails to sign leaves it without one (it can get one over
+			// the API), not without its enrollment.
+			if certPEM, notAfter, err := e.certs.sign(csr, req.Device); err != nil {
+				log.Error("enrolled, but its client certificate was not signed", "device", req.Device, "err", err)
+			} else {
+				resp.Certificate, resp.CA = string(certPEM), string(e.certs.pem)
+				log.Info("signed the device's client certificate", "device", req.Device, "expires", notAfter.Format(time.DateOnly))
+			}
 		}
 		return resp
 	case errors.Is(err, store.ErrBootstrapUnauthorized):

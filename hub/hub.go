@@ -83,6 +83,10 @@ type Options struct {
 	// TLSSANs are extra names (DNS names or IP addresses) of the hub's
 	// own server certificate.
 	TLSSANs []string
+	// MQTTClientCerts is what the embedded broker's TLS listener asks
+	// of client certificates signed by the hub's CA: "off" (default),
+	// "optional" or "required" (broker.ClientCertMode; clientcert.go).
+	MQTTClientCerts string
 	// InsecurePlaintext allows plain HTTP and MQTT listeners on
 	// non-loopback addresses; without it New refuses them.
 	InsecurePlaintext bool
@@ -223,6 +227,7 @@ type Hub struct {
 	mqttAccount broker.MosquittoAccount
 	mosq        *mosquittoSync // nil unless MosquittoConfigDir is set (mosquitto_sync.go)
 	signer      *Signer        // signs every published desired state (signing.go)
+	clientCA    *clientCA      // signs devices' client certificates; nil without (clientcert.go)
 }
 
 // Run runs a hub until ctx is done, then shuts it down cleanly.
@@ -256,6 +261,10 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 		tlsConfig = hubTLS.config()
 	}
 	signer, err := LoadOrCreateSigner(opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	clientCA, err := setupClientCerts(opts, hubTLS, log)
 	if err != nil {
 		return nil, err
 	}
@@ -319,10 +328,11 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 		mqttAccount: broker.MosquittoAccount{Identity: broker.Identity{Name: opts.BrokerUsername, Role: broker.RoleHub}, Password: mqttPassword},
 		metrics:     newMetrics(model),
 		signer:      signer,
+		clientCA:    clientCA,
 	}
 
 	if opts.Broker == "" {
-		if h.broker, err = newBroker(opts, st, tlsConfig, &info, h.metrics, h.auditLoginRefused); err != nil {
+		if h.broker, err = newBroker(opts, st, tlsConfig, clientCA, &info, h.metrics, h.auditLoginRefused); err != nil {
 			return nil, err
 		}
 		closers = append(closers, h.broker.Close)
@@ -376,7 +386,7 @@ func (h *Hub) newParts() (err error) {
 	}
 	h.enroll = &enroller{
 		st: h.store, conn: h.conn, topics: h.opts.Topics, log: h.log.With("component", "enroll"),
-		reserved: reserved, signer: h.signer, audit: h.auditEnroll,
+		reserved: reserved, signer: h.signer, audit: h.auditEnroll, certs: h.clientCA,
 	}
 
 	h.api, err = api.New(api.Options{
@@ -410,16 +420,18 @@ func newMetrics(model *fleetmodel.Model) *metrics.Metrics {
 
 // newBroker creates the embedded broker, binding its listeners, and
 // records its addresses in info.
-func newBroker(opts Options, st *store.Store, tlsConfig *tls.Config, info *Info, m *metrics.Metrics, onLoginRefused func(broker.LoginRefusal)) (*broker.Broker, error) {
+func newBroker(opts Options, st *store.Store, tlsConfig *tls.Config, certs *clientCA, info *Info, m *metrics.Metrics, onLoginRefused func(broker.LoginRefusal)) (*broker.Broker, error) {
 	if !opts.mqttTLS() {
 		tlsConfig = nil
 	}
-	b, err := broker.New(broker.Options{
+	bo := broker.Options{
 		Addr: opts.MQTTAddr, NoPlain: opts.MQTTAddr == Off, TLSAddr: opts.MQTTTLSAddr, TLSConfig: tlsConfig,
 		Auth: storeAuth{st: st}, Topics: opts.Topics, Logger: opts.Logger,
 		AuthLimiter: authLimiter(m, metrics.ListenerMQTT), OnClientCutOff: m.Abuse.ClientCutOff,
 		OnLoginRefused: onLoginRefused,
-	})
+	}
+	certs.brokerOptions(&bo)
+	b, err := broker.New(bo)
 	if err != nil {
 		return nil, err
 	}

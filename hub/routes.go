@@ -42,6 +42,7 @@ func (h *Hub) routes() error {
 	h.api.Handle("/v1/info", api.Methods{http.MethodGet: h.serveInfo})
 	h.api.Handle("/v1/signing-key/rotate", api.Methods{http.MethodPost: h.serveRotateSigningKey})
 	h.api.Handle("/v1/devices/{name}/events", api.Methods{http.MethodGet: h.serveEvents})
+	h.api.Handle("/v1/devices/{name}/certificate", api.Methods{http.MethodPost: h.serveDeviceCertificate})
 	h.api.Handle("/v1/events", api.Methods{http.MethodGet: h.serveAllEvents})
 	h.api.Handle("/v1/mosquitto/passwd", api.Methods{http.MethodGet: h.serveMosquitto(true)})
 	h.api.Handle("/v1/mosquitto/acl", api.Methods{http.MethodGet: h.serveMosquitto(false)})

@@ -136,6 +136,10 @@ type EnrollRequest struct {
 	// PublicKey is the device's X25519 public key (DeviceStatus.publicKey),
 	// if the agent has one already.
 	PublicKey string `json:"publicKey,omitempty"`
+	// CSR is a PEM certificate signing request for the device's client
+	// certificate (CommonName: Device), if the agent makes one. A hub
+	// with its own CA answers with the certificate (Certificate).
+	CSR string `json:"csr,omitempty"`
 }
 
 // Enrollment refusal reasons (EnrollResponse.Reason).
@@ -176,6 +180,36 @@ type EnrollResponse struct {
 	SigningKey string `json:"signingKey,omitempty"`
 	// SigningKeyID is SigningKeyID of SigningKey.
 	SigningKeyID string `json:"signingKeyId,omitempty"`
+	// Certificate is the device's client certificate (PEM), signed by the
+	// hub's CA for the request's CSR: CommonName the device's name, client
+	// authentication only, one year. Present on success when the request
+	// had a CSR and the hub has its own CA.
+	Certificate string `json:"certificate,omitempty"`
+	// CA is the PEM of the CA that signed Certificate.
+	CA string `json:"ca,omitempty"`
+}
+
+// ---- HTTP API: /v1/devices/{name}/certificate --------------------------------
+
+// DeviceCertificateRequest is the body of POST
+// /v1/devices/{name}/certificate.
+type DeviceCertificateRequest struct {
+	// CSR is a PEM certificate signing request whose CommonName is the
+	// device's name (the agent writes one as <state-dir>/client.csr).
+	CSR string `json:"csr"`
+}
+
+// DeviceCertificate is the answer of POST /v1/devices/{name}/certificate:
+// the device's client certificate, as enrollment gives it.
+type DeviceCertificate struct {
+	Device string `json:"device"`
+	// Certificate is the PEM client certificate: put it in the device's
+	// state directory as client.crt.
+	Certificate string `json:"certificate"`
+	// NotAfter is when it expires.
+	NotAfter time.Time `json:"notAfter"`
+	// CA is the PEM of the CA that signed it.
+	CA string `json:"ca"`
 }
 
 // ---- HTTP API: /v1/bootstrap-tokens ------------------------------------------

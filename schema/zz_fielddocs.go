@@ -278,6 +278,7 @@ func typeDocTable() map[string]typeDoc {
 				"secret":    {doc: "Secret is random (32 bytes or more, base64url) and stays the same when the client sends the same request again (it lost the answer): only a request with the same ID and secret, for the same device, shortly after, gets that device's token again."},
 				"device":    {doc: "Device is the name the device asks for."},
 				"publicKey": {doc: "PublicKey is the device's X25519 public key (DeviceStatus.publicKey), if the agent has one already."},
+				"csr":       {doc: "CSR is a PEM certificate signing request for the device's client certificate (CommonName: Device), if the agent makes one. A hub with its own CA answers with the certificate (Certificate)."},
 			},
 		},
 		"EnrollResponse": {
@@ -289,6 +290,8 @@ func typeDocTable() map[string]typeDoc {
 				"message":      {doc: "Message explains a refusal to a person."},
 				"signingKey":   {doc: "SigningKey is the hub's public key for signed desired states (base64 std; schema/signature.go), on success: the agent pins it."},
 				"signingKeyId": {doc: "SigningKeyID is SigningKeyID of SigningKey."},
+				"certificate":  {doc: "Certificate is the device's client certificate (PEM), signed by the hub's CA for the request's CSR: CommonName the device's name, client authentication only, one year. Present on success when the request had a CSR and the hub has its own CA."},
+				"ca":           {doc: "CA is the PEM of the CA that signed Certificate."},
 			},
 		},
 		"EnvFromSource": {

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/namespaces"
+	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/fleetmq/fleet/edgeagent/enroll"
 	"github.com/fleetmq/fleet/test/testimage"
@@ -369,4 +370,96 @@ func selfCAServerCert(t *testing.T) tls.Certificate {
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der, caDER}, PrivateKey: key}
+}
+
+// TestE2ETLSClientCertsRequired: a hub with --mqtt-client-certs=required.
+// An agent enrolling with a bootstrap token gets its client certificate
+// (a CSR in the request; its key never leaves the device), presents it on
+// the TLS listener and converges; a client with the device's token but no
+// certificate is refused, and so is the certificate with a wrong token.
+// The fleet's other agent, on the plain loopback listener, is unaffected.
+func TestE2ETLSClientCertsRequired(t *testing.T) {
+	f := StartFleet(t, FleetOptions{Agents: 1, DevicePrefix: "mtls", HubArgs: []string{"--mqtt-client-certs=required"}})
+	h := f.Hub
+	bt := createBootstrap(t, h, "--label", "site=mtls", "--uses", "1")
+
+	const dev = "mtls-pi"
+	tarPath, _ := testimage.Build(t, testimage.Options{})
+	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(t.Context(), AgentNamespace(dev)), 2*time.Minute)
+	_, err := testimage.Import(ctx, f.Containerd.Client(), tarPath, "")
+	cancel()
+	if err != nil {
+		t.Fatalf("import the test image for %s: %v", dev, err)
+	}
+	a := StartAgent(t, AgentOptions{
+		Device: dev, Broker: h.MQTTTLSURL, BootstrapToken: bt.Token,
+		ContainerdSocket: f.Containerd.Socket(), Args: []string{"--ca-hash", bt.CAHash},
+	})
+	a.AwaitLog(t, 0, "saved the client certificate the hub signed", time.Minute)
+	certPEM, err := os.ReadFile(filepath.Join(a.StateDir, enroll.ClientCertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, mustRead(t, filepath.Join(a.StateDir, enroll.ClientKeyFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaf.Subject.CommonName != dev || leaf.ExtKeyUsage[0] != x509.ExtKeyUsageClientAuth {
+		t.Fatalf("client certificate: CN %q, usage %v", leaf.Subject.CommonName, leaf.ExtKeyUsage)
+	}
+	if st, err := os.Stat(filepath.Join(a.StateDir, enroll.ClientKeyFile)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("client key: %v %v", st, err)
+	}
+	f.applyDeps(t, e2eDep{Name: "e2e-mtls", Selector: map[string]string{"site": "mtls"}})
+	f.AwaitContainerRunning(t, dev, "e2e-mtls", f.PodHash(t, "e2e-mtls"))
+	f.AwaitConverged(t, e2eConverge, dev)
+	f.AwaitConverged(t, e2eConverge, f.Agents[0].Device)
+
+	// The device's token without its certificate, then the certificate
+	// with another token: both refused over TLS.
+	token := strings.TrimSpace(string(mustRead(t, filepath.Join(a.StateDir, enroll.TokenFile))))
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(mustRead(t, h.CAFile)) {
+		t.Fatal("no CA in " + h.CAFile)
+	}
+	connect := func(certs []tls.Certificate, password string) error {
+		c := paho.NewClient(paho.NewClientOptions().AddBroker(h.MQTTTLSURL).SetClientID(dev + "-probe").
+			SetUsername(dev).SetPassword(password).SetAutoReconnect(false).SetConnectTimeout(10 * time.Second).
+			SetTLSConfig(&tls.Config{RootCAs: pool, Certificates: certs, ServerName: "localhost", MinVersion: tls.VersionTLS12}))
+		tok := c.Connect()
+		if !tok.WaitTimeout(15 * time.Second) {
+			return errors.New("connect timed out")
+		}
+		if tok.Error() == nil {
+			c.Disconnect(0)
+		}
+		return tok.Error()
+	}
+	if err := connect(nil, token); err == nil {
+		t.Error("the device's token without its certificate was accepted over TLS")
+	} else {
+		t.Logf("token without certificate refused: %v", err)
+	}
+	if err := connect([]tls.Certificate{cert}, "not-the-token"); err == nil {
+		t.Error("the device's certificate with a wrong token was accepted")
+	}
+	if err := connect([]tls.Certificate{cert}, token); err != nil {
+		t.Errorf("the device's certificate and token: %v", err)
+	}
+	if strings.Contains(a.Logs(), bt.Token) || strings.Contains(a.Logs(), token) {
+		t.Error("the agent logged a token")
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

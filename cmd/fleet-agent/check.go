@@ -110,7 +110,8 @@ func runCheck(ctx context.Context, cfg config, out io.Writer, timeout time.Durat
 		checkReachable(ctx, c, u, tlsCfg, timeout, enrolled)
 	default:
 		checkBroker(ctx, c, brokerCheck{
-			url: u, tls: tlsCfg, device: device, token: token,
+			// As the agent: with the device's client certificate.
+			url: u, tls: enroll.WithClientCert(tlsCfg, cfg.StateDir), device: device, token: token,
 			topics: schema.Topics{Prefix: cfg.TopicPrefix}, applied: applied, timeout: timeout,
 		})
 	}

@@ -74,3 +74,21 @@ func identity(ctx context.Context, cfg config, log *slog.Logger, tlsCfg *tls.Con
 	}
 	return id.Device, id.Token, nil
 }
+
+// clientCert makes the agent present the device's client certificate
+// (<state-dir>/client.crt, from enrollment or the operator) on TLS
+// connections when the broker asks. A device without one (added with a
+// token) gets <state-dir>/client.csr written, for the operator to have
+// signed by POST /v1/devices/NAME/certificate; the answer's certificate,
+// saved as client.crt, is used from the next connection on.
+func clientCert(tlsCfg *tls.Config, stateDir, device string, log *slog.Logger) *tls.Config {
+	if !enroll.HasClientCert(stateDir) && device != "" {
+		if p, err := enroll.WriteClientCSR(stateDir, device); err != nil {
+			log.Warn("no client certificate, and no request for one could be written", "err", err)
+		} else {
+			log.Info("no client certificate: a hub that requires them refuses this device; have the request signed (POST /v1/devices/NAME/certificate) and save the answer's certificate as client.crt",
+				"request", p, "certificate", filepath.Join(stateDir, enroll.ClientCertFile))
+		}
+	}
+	return enroll.WithClientCert(tlsCfg, stateDir)
+}

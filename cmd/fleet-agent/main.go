@@ -137,6 +137,7 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	}
 	if tlsCfg != nil {
 		log.Info("broker TLS", "broker", cfg.Broker, "trust", trustSrc)
+		tlsCfg = clientCert(tlsCfg, cfg.StateDir, device, log)
 	}
 
 	rt, err := connectRuntime(ctx, log, containerd.Options{

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/hub"
 	"github.com/fleetmq/fleet/hub/controller"
 	"github.com/fleetmq/fleet/hub/ingest"
@@ -37,10 +38,12 @@ type settings struct {
 // mqttSettings are the MQTT flags. The broker-* flags and topic-prefix are
 // shared with mosquitto-config; the others only serve.
 type mqttSettings struct {
-	Addr         string
-	TLSAddr      string
-	TLSCert      string
-	TLSKey       string
+	Addr    string
+	TLSAddr string
+	TLSCert string
+	TLSKey  string
+	// ClientCerts is --mqtt-client-certs (hub.Options.MQTTClientCerts).
+	ClientCerts  string
 	AdvertiseURL string
 	TopicPrefix  string
 
@@ -63,6 +66,7 @@ type mqttSettings struct {
 var defaultMQTTSettings = mqttSettings{
 	Addr:           hub.DefaultMQTTAddr,
 	TLSAddr:        hub.DefaultMQTTTLSAddr,
+	ClientCerts:    string(broker.ClientCertsOff),
 	TopicPrefix:    schema.DefaultTopicPrefix,
 	BrokerUsername: hub.DefaultBrokerUsername,
 	ResyncInterval: controller.DefaultResyncInterval,
@@ -117,6 +121,11 @@ carries the CA, which the fleet CLI pins; bootstrap tokens carry its hash.
 Plain HTTP (--http-addr, 127.0.0.1:8080) and plain MQTT (--mqtt-addr,
 127.0.0.1:1883) listen on loopback only: a non-loopback plain listener
 needs --insecure-plaintext. An empty address turns a listener off.
+With --mqtt-client-certs=optional or required the MQTT TLS listener checks
+client certificates signed by the hub's CA (devices get one when they
+enroll; POST /v1/devices/NAME/certificate signs one for a token device):
+its name must be the device's, and with required a device over TLS must
+present one. The token is still checked: a certificate is a second factor.
 
 MQTT: the hub runs an embedded MQTT broker. Devices log in with their name and token (fleet device add), monitors with
 a monitor credential (fleet monitor add). Set --advertise-mqtt-url to the URL
@@ -189,6 +198,7 @@ environment, which wins over the config file.`,
 	lf.StringVar(&m.TLSAddr, "mqtts-addr", d.TLSAddr, "listen address of the embedded broker's MQTT-over-TLS listener (empty: off)")
 	lf.StringVar(&m.TLSCert, "tls-cert", "", "PEM certificate (chain) of the HTTPS and MQTT TLS listeners, reloaded on SIGHUP (default: one the hub's own CA signs)")
 	lf.StringVar(&m.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	lf.StringVar(&m.ClientCerts, "mqtt-client-certs", d.ClientCerts, "client certificates on the MQTT TLS listener, signed by the hub's CA (devices get one at enrollment): off, optional (one presented must be the device's own) or required (devices over TLS must present theirs; bootstrap clients and monitors need none)")
 	lf.StringVar(&m.AdvertiseURL, "advertise-mqtt-url", "", "MQTT URL devices are told to use (GET /v1/info); default derived from the listener or --broker")
 	lf.StringVar(&m.BrokerCA, "broker-ca", "", "PEM CA bundle to verify an ssl:// external broker")
 	lf.StringVar(&m.BrokerClientID, "broker-client-id", "", "the hub's stable MQTT client ID on the external broker (default: the username)")
@@ -233,6 +243,7 @@ func serveHub(cmd *cobra.Command, s settings) error {
 		MQTTTLSAddr:        orOff(m.TLSAddr),
 		TLSCertFile:        m.TLSCert,
 		TLSKeyFile:         m.TLSKey,
+		MQTTClientCerts:    m.ClientCerts,
 		AdvertiseMQTTURL:   m.AdvertiseURL,
 		Topics:             schema.Topics{Prefix: m.TopicPrefix},
 		Broker:             m.Broker,

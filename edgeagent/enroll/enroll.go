@@ -167,6 +167,9 @@ type request struct {
 	Device string `json:"device"`
 	// TokenID is the public half of the bootstrap token it was made for.
 	TokenID string `json:"tokenID"`
+	// csr is the PEM request for the device's client certificate, made
+	// for each attempt (the key stays in the state directory).
+	csr string
 }
 
 // pending returns the saved request for this device and bootstrap token,
@@ -216,6 +219,13 @@ func Enroll(ctx context.Context, o Options) (Identity, error) {
 		return Identity{}, err
 	}
 	log := o.Logger.With("device", o.Device, "bootstrap_token", tokenID, "request", req.ID)
+	// Every enrollment asks for a client certificate; a hub without its
+	// own CA ignores the request.
+	if csr, err := ClientCSR(o.StateDir, o.Device); err != nil {
+		log.Warn("enrolling without a client certificate request", "err", err)
+	} else {
+		req.csr = string(csr)
+	}
 	log.Info("enrolling with the hub", "broker", o.Broker)
 	resp, err := exchange(ctx, o, req)
 	if err != nil {
@@ -249,6 +259,16 @@ func Enroll(ctx context.Context, o Options) (Identity, error) {
 			return Identity{}, fmt.Errorf("enroll %s: %w", o.Device, err)
 		}
 		log.Info("pinned the hub's signing key", "key", schema.SigningKeyID(key))
+	}
+	if resp.Certificate != "" {
+		// Without it the device still has its token: a hub that requires
+		// client certificates refuses it until the operator gives it one
+		// (POST /v1/devices/{name}/certificate).
+		if err := SaveClientCert(o.StateDir, []byte(resp.Certificate)); err != nil {
+			log.Warn("the hub's client certificate was not saved", "err", err)
+		} else {
+			log.Info("saved the client certificate the hub signed", "file", filepath.Join(o.StateDir, ClientCertFile))
+		}
 	}
 	if err := save(o.StateDir, id); err != nil {
 		return Identity{}, err
@@ -355,7 +375,7 @@ func exchange(ctx context.Context, o Options, req request) (schema.EnrollRespons
 	payload, err := json.Marshal(schema.EnrollRequest{
 		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindEnrollRequest},
 		Token:    o.BootstrapToken, Secret: req.Secret, Device: req.Device,
-		PublicKey: o.PublicKey,
+		PublicKey: o.PublicKey, CSR: req.csr,
 	})
 	if err != nil {
 		return schema.EnrollResponse{}, err
