@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,8 +31,15 @@ const execIOGrace = time.Second
 // Output goes through FIFOs into a buffer that keeps the first
 // runtime.ExecOutputMax bytes. It does not take the container's lock: a
 // Stop or Remove does not wait for a probe.
-func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, timeout time.Duration) (int, []byte, error) {
+func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, timeout time.Duration) (code int, output []byte, err error) {
 	ctx = r.nsCtx(ctx)
+	// A deadline that expires inside a containerd call comes back as a
+	// gRPC error; callers test for the context's error.
+	defer func() {
+		if ce := ctx.Err(); err != nil && ce != nil && !errors.Is(err, ce) {
+			err = fmt.Errorf("%w (%w)", err, ce)
+		}
+	}()
 	if len(cmd) == 0 {
 		return -1, nil, fmt.Errorf("exec in container %s: empty command", id)
 	}
