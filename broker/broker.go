@@ -302,7 +302,7 @@ func New(opts Options) (*Broker, error) {
 	}
 
 	if !opts.NoPlain {
-		ln, err := net.Listen("tcp", opts.Addr)
+		ln, err := listenTCP(opts.Addr)
 		if err != nil {
 			b.cancel()
 			return nil, fmt.Errorf("mqtt broker: listen on %s: %w", opts.Addr, err)
@@ -310,7 +310,7 @@ func New(opts Options) (*Broker, error) {
 		b.plain = newListener("tcp", ln, nil, opts.ConnectTimeout)
 	}
 	if opts.TLSConfig != nil {
-		tln, err := net.Listen("tcp", opts.TLSAddr)
+		tln, err := listenTCP(opts.TLSAddr)
 		if err != nil {
 			b.closeListeners()
 			b.cancel()
@@ -513,4 +513,14 @@ func (b *Broker) unsubscribe(filter string, id int) {
 	if err := b.server.Unsubscribe(filter, id); err != nil {
 		b.log.Warn("mqtt inline unsubscribe failed", "filter", filter, "error", err)
 	}
+}
+
+// listenTCP listens without TCP keepalives on the accepted connections:
+// MQTT's own keepalive finds a dead client (mochi drops one silent for
+// 1.5 keepalives and publishes its will), and the kernel's probes, every
+// 15 s by Go's default, would be most of what an idle device sends and
+// receives a day (BENCHMARKS.md, "Bytes on the wire").
+func listenTCP(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{KeepAlive: -1}
+	return lc.Listen(context.Background(), "tcp", addr)
 }

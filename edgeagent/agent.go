@@ -63,10 +63,13 @@ type Options struct {
 	ResyncInterval time.Duration
 	// StatusInterval is the least time between status publishes
 	// (default 1 s); HeartbeatInterval republishes an unchanged status
-	// at most this long after the last publish (default 30 s; each wait
-	// is drawn from its last fifth, see status.ReporterOptions).
+	// at most this long after the last publish (default 0: never, an idle
+	// device sends only its MQTT keepalive; each wait is drawn from its
+	// last fifth, see status.ReporterOptions).
 	StatusInterval    time.Duration
 	HeartbeatInterval time.Duration
+	// KeepAlive is the MQTT keepalive (default session.DefaultKeepAlive).
+	KeepAlive time.Duration
 	// StatusSettleGrace is how long a status showing work in progress is
 	// held back in case the work finishes first (default 200 ms; negative:
 	// publish it at once). See status.ReporterOptions.SettleGrace.
@@ -249,6 +252,7 @@ func New(o Options) (*Agent, error) {
 			Logger:    a.log,
 			Clock:     o.Clock,
 			Backoff:   o.ReconnectBackoff,
+			KeepAlive: o.KeepAlive,
 			Seed:      o.Seed,
 			OnDesired: a.onDesired,
 			OnRequest: a.onRequest,

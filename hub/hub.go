@@ -127,8 +127,10 @@ type Options struct {
 	// ResyncInterval is the controller's full recompute period; default
 	// 30 s.
 	ResyncInterval time.Duration
-	// StaleAfter: a device not heard from for this long is stale; default
-	// 90 s (three agent heartbeats).
+	// StaleAfter: a device not heard from for this long is stale; 0 (the
+	// default): never, a device is online while its MQTT session is up
+	// (agents do not republish an unchanged status; the broker's keepalive
+	// and the device's last will keep the online topic true).
 	StaleAfter time.Duration
 	// StatusFlushInterval is how often reports are written to the store
 	// (in one batch); default 200 ms.
@@ -320,7 +322,11 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	}
 	// The parts, in the order data flows: the fleet model first (the
 	// controller and the ingest write it; the API and the metrics read it).
-	model := fleetmodel.New(fleetmodel.Options{StaleAfter: opts.StaleAfter})
+	staleAfter := opts.StaleAfter
+	if staleAfter <= 0 {
+		staleAfter = -1 // off
+	}
+	model := fleetmodel.New(fleetmodel.Options{StaleAfter: staleAfter})
 	h := &Hub{
 		opts: opts, log: log, store: st, ln: ln, tlsLn: tlsLn, tls: hubTLS,
 		conn:        newDeferredConn(),

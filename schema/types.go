@@ -111,7 +111,9 @@ type DeviceObservedInfo struct {
 	// connection dropped (its last will).
 	Online bool `json:"online"`
 	// LastSeen is when the hub last heard from the device's agent, an RFC
-	// 3339 time. Unset until the agent first reports.
+	// 3339 time. Unset until the agent first reports. An idle agent sends
+	// nothing but its MQTT keepalive, which only the broker sees: while
+	// online is true the device is connected, however old lastSeen is.
 	LastSeen *time.Time `json:"lastSeen,omitempty"`
 	// DesiredGeneration is the generation of the latest desired state the hub
 	// published for the device.
@@ -125,8 +127,9 @@ type DeviceObservedInfo struct {
 	// is not restarted.
 	Converged bool `json:"converged"`
 	// Stale is true when nothing has been heard from the agent for the hub's
-	// --stale-after (default 90 s, three agent heartbeats). A stale device
-	// counts as offline.
+	// --stale-after, when that is set (by default it is not: a device is
+	// online while its MQTT session is, which the broker's keepalive and
+	// the device's last will decide). A stale device counts as offline.
 	Stale bool `json:"stale,omitempty"`
 	// Agent describes the agent binary, as last reported.
 	Agent *AgentInfo `json:"agent,omitempty"`

@@ -225,11 +225,11 @@ func typeDocTable() map[string]typeDoc {
 			doc: "DeviceObservedInfo is the hub's view of a device, derived from what the agent reports. It is read-only through the API.",
 			fields: map[string]fieldDoc{
 				"online":             {doc: "Online is the device's last word on its online topic: true after it connected and said \"online\", false after it said \"offline\" or its connection dropped (its last will)."},
-				"lastSeen":           {doc: "LastSeen is when the hub last heard from the device's agent, an RFC 3339 time. Unset until the agent first reports."},
+				"lastSeen":           {doc: "LastSeen is when the hub last heard from the device's agent, an RFC 3339 time. Unset until the agent first reports. An idle agent sends nothing but its MQTT keepalive, which only the broker sees: while online is true the device is connected, however old lastSeen is."},
 				"desiredGeneration":  {doc: "DesiredGeneration is the generation of the latest desired state the hub published for the device."},
 				"observedGeneration": {doc: "ObservedGeneration is the generation of the desired state the agent last reported acting on; the device is up to date when it equals desiredGeneration."},
 				"converged":          {doc: "Converged is true when the agent reports the latest desired generation and every pod is in its wanted phase: ready, or finished for a pod that is not restarted."},
-				"stale":              {doc: "Stale is true when nothing has been heard from the agent for the hub's --stale-after (default 90 s, three agent heartbeats). A stale device counts as offline."},
+				"stale":              {doc: "Stale is true when nothing has been heard from the agent for the hub's --stale-after, when that is set (by default it is not: a device is online while its MQTT session is, which the broker's keepalive and the device's last will decide). A stale device counts as offline."},
 				"agent":              {doc: "Agent describes the agent binary, as last reported."},
 				"node":               {doc: "Node holds facts about the device (memory, disk, uptime), as last reported."},
 				"pods":               {doc: "Pods are the device's pods as its agent last reported them; \"fleet get pods\" lists them."},

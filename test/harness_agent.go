@@ -32,6 +32,10 @@ type AgentOptions struct {
 	StateDir string
 	// ResyncInterval is --resync-interval; default 2 s.
 	ResyncInterval time.Duration
+	// KeepAlive is --keepalive; default 15 s, so that a partitioned
+	// agent is offline within 23 s (the agent's default, 120 s, would
+	// take 3 minutes).
+	KeepAlive time.Duration
 	// Args are extra flags, after the harness's own (so they win).
 	Args []string
 }
@@ -75,6 +79,9 @@ func StartAgent(t testing.TB, opts AgentOptions) *Agent {
 	}
 	if opts.StateDir == "" {
 		opts.StateDir = filepath.Join(t.TempDir(), "agent-"+opts.Device)
+	}
+	if opts.KeepAlive <= 0 {
+		opts.KeepAlive = 15 * time.Second
 	}
 	if opts.ResyncInterval <= 0 {
 		opts.ResyncInterval = 2 * time.Second
@@ -120,6 +127,7 @@ func (a *Agent) start(t testing.TB) {
 		"--containerd-socket", a.opts.ContainerdSocket,
 		"--namespace", a.Namespace,
 		"--resync-interval", a.opts.ResyncInterval.String(),
+		"--keepalive", a.opts.KeepAlive.String(),
 		"--log-level", "debug",
 	}, a.opts.Args...)
 	cmd := exec.Command(a.bin, args...)

@@ -53,7 +53,9 @@ func Buffered(conn net.Conn) (int, bool) {
 // the system roots), verifying the broker's host name. The dial is
 // abandoned when ctx is done and bounded by timeout.
 func Dial(ctx context.Context, u *url.URL, tlsCfg *tls.Config, timeout time.Duration) (net.Conn, error) {
-	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	// No TCP keepalive: the MQTT keepalive finds a dead broker, and the
+	// kernel's probes would be most of an idle device's bytes a day.
+	d := &net.Dialer{Timeout: timeout, KeepAlive: -1}
 	if !schema.IsTLSBroker(u) {
 		return d.DialContext(ctx, "tcp", u.Host)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/fleetmq/fleet/edgeagent/enroll"
 	"github.com/fleetmq/fleet/edgeagent/reconcile"
 	"github.com/fleetmq/fleet/edgeagent/runtime/containerd"
+	"github.com/fleetmq/fleet/edgeagent/session"
 	"github.com/fleetmq/fleet/edgeagent/trust"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -43,10 +44,13 @@ type config struct {
 	// `fleet token create` prints it.
 	CAHash         string `json:"ca-hash,omitempty"`
 	ResyncInterval string `json:"resync-interval,omitempty"`
-	ImageGCMinFree string `json:"image-gc-min-free,omitempty"`
-	ReleasePages   string `json:"release-startup-pages,omitempty"`
-	LogLevel       string `json:"log-level,omitempty"`
-	TopicPrefix    string `json:"topic-prefix,omitempty"`
+	// KeepAlive and StatusHeartbeat: what an idle device sends (issue 31).
+	KeepAlive       string `json:"keepalive,omitempty"`
+	StatusHeartbeat string `json:"status-heartbeat,omitempty"`
+	ImageGCMinFree  string `json:"image-gc-min-free,omitempty"`
+	ReleasePages    string `json:"release-startup-pages,omitempty"`
+	LogLevel        string `json:"log-level,omitempty"`
+	TopicPrefix     string `json:"topic-prefix,omitempty"`
 	// HubSigningKey pins the hub's desired-state signing key: base64,
 	// or @FILE (edgeagent/trust).
 	HubSigningKey string `json:"hub-signing-key,omitempty"`
@@ -77,7 +81,9 @@ func (c *config) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.CA, "ca", "", "PEM file of the CA that signed the broker's certificate (TLS brokers): the only CA trusted; same as --ca-file")
 	fs.StringVar(&c.CAFile, "ca-file", "", "same as --ca")
 	fs.StringVar(&c.CAHash, "ca-hash", "", "pin the hub's CA by its hash (sha256:..., as fleet token create prints it): the first TLS contact verifies the broker by it and saves the CA as <state-dir>/hub-ca.crt, the only CA trusted from then on")
-	fs.StringVar(&c.ResyncInterval, "resync-interval", "30s", "period of full reconciles")
+	fs.StringVar(&c.ResyncInterval, "resync-interval", "30s", "period of full reconciles (local: a resync that changes nothing sends nothing)")
+	fs.StringVar(&c.KeepAlive, "keepalive", session.DefaultKeepAlive.String(), "MQTT keepalive: an idle device sends one ping this often, and the broker declares it offline (its last will) after 1.5 times this without a word; shorter if a NAT on the way forgets idle connections sooner")
+	fs.StringVar(&c.StatusHeartbeat, "status-heartbeat", "0", "republish an unchanged status this often (0: never; presence comes from the MQTT session). Only with a hub run with --stale-after above it, against a broker that may lose last wills")
 	fs.StringVar(&c.ImageGCMinFree, "image-gc-min-free", "10%", "keep this much of containerd's disk free (a percentage such as 10%, or a size such as 1Gi; 0: no floor): images the agent pulled and no pod uses are deleted once a rollout has converged, and the previous revision's images (kept for a fast undo) too when free space falls below it")
 	fs.StringVar(&c.ReleasePages, "release-startup-pages", "5s", "this long after connecting to containerd (start-up is then about over), hand the kernel back the pages of the agent's own binary that start-up read, so that its RSS is what it goes on using (Linux 5.4+; 0: never)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -261,6 +267,27 @@ func (c *config) resync() (time.Duration, error) {
 	d, err := time.ParseDuration(c.ResyncInterval)
 	if err != nil || d < time.Second {
 		return 0, fmt.Errorf("--resync-interval %q: want a duration of at least 1s, such as 30s", c.ResyncInterval)
+	}
+	return d, nil
+}
+
+// keepAlive reads --keepalive.
+func (c *config) keepAlive() (time.Duration, error) {
+	d, err := time.ParseDuration(c.KeepAlive)
+	if err != nil || d < 5*time.Second || d > 18*time.Hour {
+		return 0, fmt.Errorf("--keepalive %q: want a duration between 5s and 18h, such as 120s", c.KeepAlive)
+	}
+	return d, nil
+}
+
+// statusHeartbeat reads --status-heartbeat (0: none).
+func (c *config) statusHeartbeat() (time.Duration, error) {
+	if c.StatusHeartbeat == "0" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(c.StatusHeartbeat)
+	if err != nil || d != 0 && d < 10*time.Second {
+		return 0, fmt.Errorf("--status-heartbeat %q: want 0 (none) or a duration of at least 10s, such as 1h", c.StatusHeartbeat)
 	}
 	return d, nil
 }

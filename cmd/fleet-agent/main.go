@@ -108,6 +108,14 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	keepAlive, err := cfg.keepAlive()
+	if err != nil {
+		return err
+	}
+	heartbeat, err := cfg.statusHeartbeat()
+	if err != nil {
+		return err
+	}
 	releaseAfter, err := cfg.releasePages()
 	if err != nil {
 		return err
@@ -160,18 +168,20 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	}()
 
 	agent, err := edgeagent.New(edgeagent.Options{
-		Device:         device,
-		Broker:         cfg.Broker,
-		Token:          token,
-		TLSConfig:      tlsCfg,
-		StateDir:       cfg.StateDir,
-		Topics:         schema.Topics{Prefix: cfg.TopicPrefix},
-		Runtime:        rt,
-		Logger:         log,
-		Version:        schema.BuildVersion(),
-		ResyncInterval: resync,
-		ImageGCMinFree: gcFloor,
-		HubSigningKey:  hubKey,
+		Device:            device,
+		Broker:            cfg.Broker,
+		Token:             token,
+		TLSConfig:         tlsCfg,
+		StateDir:          cfg.StateDir,
+		Topics:            schema.Topics{Prefix: cfg.TopicPrefix},
+		Runtime:           rt,
+		Logger:            log,
+		Version:           schema.BuildVersion(),
+		ResyncInterval:    resync,
+		KeepAlive:         keepAlive,
+		HeartbeatInterval: heartbeat,
+		ImageGCMinFree:    gcFloor,
+		HubSigningKey:     hubKey,
 	})
 	if err != nil {
 		return err

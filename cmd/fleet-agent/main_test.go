@@ -50,7 +50,8 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.StateDir != "/var/lib/fleet-agent" || c.Namespace != "fleet" || c.ContainerdSocket != "/run/containerd/containerd.sock" ||
-		c.ResyncInterval != "30s" || c.Broker != "tcp://localhost:1883" || c.LogLevel != "info" || c.ReleasePages != "5s" {
+		c.ResyncInterval != "30s" || c.Broker != "tcp://localhost:1883" || c.LogLevel != "info" || c.ReleasePages != "5s" ||
+		c.KeepAlive != "2m0s" || c.StatusHeartbeat != "0" {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
@@ -134,6 +135,10 @@ func TestRunRejectsBadSettingsBeforeConnecting(t *testing.T) {
 		{"--device", "pi", "unexpected-arg"},
 		{"--device", "pi", "--release-startup-pages", "soon"},
 		{"--device", "pi", "--release-startup-pages", "-1s"},
+		{"--device", "pi", "--keepalive", "1s"},
+		{"--device", "pi", "--keepalive", "soon"},
+		{"--device", "pi", "--status-heartbeat", "1s"},
+		{"--device", "pi", "--status-heartbeat", "hourly"},
 	} {
 		if err := run(args, &out, &out); err == nil {
 			t.Errorf("run(%v) succeeded", args)

@@ -15,7 +15,6 @@ import (
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/hub"
 	"github.com/fleetmq/fleet/hub/controller"
-	"github.com/fleetmq/fleet/hub/ingest"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -70,7 +69,6 @@ var defaultMQTTSettings = mqttSettings{
 	TopicPrefix:    schema.DefaultTopicPrefix,
 	BrokerUsername: hub.DefaultBrokerUsername,
 	ResyncInterval: controller.DefaultResyncInterval,
-	StaleAfter:     ingest.DefaultStaleAfter,
 }
 
 // brokerPassword is the hub's password on an external broker: the flag,
@@ -205,7 +203,7 @@ environment, which wins over the config file.`,
 	lf.StringVar(&m.MosquittoConfigDir, "mosquitto-config-dir", "", "with --broker: directory of Mosquitto's passwd and acl files, which the hub rewrites after every device, token or credential change")
 	lf.StringVar(&m.MosquittoPIDFile, "mosquitto-pid-file", "", "with --mosquitto-config-dir: Mosquitto's pid_file; the hub sends that process SIGHUP after rewriting the files")
 	lf.DurationVar(&m.ResyncInterval, "resync-interval", d.ResyncInterval, "how often the controller recomputes every device's desired state from the store")
-	lf.DurationVar(&m.StaleAfter, "stale-after", d.StaleAfter, "a device not heard from for this long is stale (counts as offline)")
+	lf.DurationVar(&m.StaleAfter, "stale-after", d.StaleAfter, "0 (default): a device is online while its MQTT session is (its keepalive and last will keep the online topic true); a duration: a device not heard from for this long also counts as offline, for agents run with --status-heartbeat below it (e.g. --stale-after 3h with agents' --status-heartbeat 1h, against a broker that may lose last wills)")
 
 	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s), newMosquittoConfigCmd(&s), newRotateSigningKeyCmd(&s))
 	return root

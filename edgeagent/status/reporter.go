@@ -1,6 +1,11 @@
 // Package status publishes what the agent observes: the retained
 // DeviceStatus (intermediate states coalesced, at most one per interval;
-// settled states at once; plus a heartbeat) and rate-limited events.
+// settled states at once; node figures when they move materially; an
+// optional heartbeat) and rate-limited events.
+//
+// A device whose state does not change sends nothing: its presence is
+// its MQTT session (keepalive and last will), so an idle device costs its
+// cellular plan only the keepalive (BENCHMARKS.md, "Bytes on the wire").
 package status
 
 import (
@@ -48,8 +53,14 @@ type ReporterOptions struct {
 	// Work that takes longer shows as intermediate after SettleGrace.
 	SettleGrace time.Duration
 	// Heartbeat republishes an unchanged status at most this long after
-	// the last publish (default 30 s).
+	// the last publish (0, the default: never). Only for a hub run with
+	// --stale-after, against a broker that may lose last wills.
 	Heartbeat time.Duration
+	// NodeCheck is how often the node figures are read and compared with
+	// those last sent (default 5 min; negative: never). A status goes out
+	// when they moved materially (NodeMoved), not on every change of
+	// free memory.
+	NodeCheck time.Duration
 	// HeartbeatJitter draws each heartbeat's wait uniformly from
 	// [(1-HeartbeatJitter)·Heartbeat, Heartbeat] (default 0.2; negative:
 	// exactly Heartbeat). Every agent publishes at once after a fleet-wide
@@ -86,8 +97,11 @@ func NewReporter(o ReporterOptions) *Reporter {
 	if o.MinInterval <= 0 {
 		o.MinInterval = time.Second
 	}
-	if o.Heartbeat <= 0 {
-		o.Heartbeat = 30 * time.Second
+	if o.Heartbeat < 0 {
+		o.Heartbeat = 0
+	}
+	if o.NodeCheck == 0 {
+		o.NodeCheck = 5 * time.Minute
 	}
 	switch {
 	case o.HeartbeatJitter == 0:
@@ -108,6 +122,37 @@ func NewReporter(o ReporterOptions) *Reporter {
 		o.NodeInfo = func() *schema.NodeInfo { return ReadNodeInfo(dir) }
 	}
 	return &Reporter{o: o, kick: wake.New(), rnd: rand.New(rand.NewPCG(o.Seed, 0x5eed))}
+}
+
+// resetHeartbeat arms the heartbeat timer, if there is a heartbeat.
+func (r *Reporter) resetHeartbeat(t clock.Timer) {
+	if r.o.Heartbeat > 0 {
+		t.Reset(r.nextHeartbeat())
+	}
+}
+
+// NodeMoved reports whether the node figures moved enough since they
+// were last sent to be worth a status: another host name or size, a
+// reboot, free memory moved by a tenth of the total, free disk by a
+// twentieth. Uptime alone never is (the hub ages it from the status time).
+func NodeMoved(sent, now *schema.NodeInfo) bool {
+	switch {
+	case sent == nil || now == nil:
+		return sent != now
+	case sent.Hostname != now.Hostname, sent.MemoryTotalBytes != now.MemoryTotalBytes, sent.DiskTotalBytes != now.DiskTotalBytes:
+		return true
+	case now.UptimeSeconds < sent.UptimeSeconds:
+		return true
+	}
+	return absDiff(sent.MemoryAvailBytes, now.MemoryAvailBytes) >= now.MemoryTotalBytes/10 && now.MemoryTotalBytes > 0 ||
+		absDiff(sent.DiskFreeBytes, now.DiskFreeBytes) >= now.DiskTotalBytes/20 && now.DiskTotalBytes > 0
+}
+
+func absDiff(a, b uint64) uint64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
 }
 
 // nextHeartbeat draws the wait before the next heartbeat.
@@ -162,8 +207,17 @@ func (r *Reporter) Run(ctx context.Context) error {
 	// observedGeneration, so the rate stays bounded by the intermediate
 	// publishes (one per interval) and the hub's desired-state changes.
 	attempted, attemptedSettled, attemptedGen := false, false, int64(0)
-	heartbeat := r.o.Clock.NewTimer(r.nextHeartbeat())
+	var sentNode *schema.NodeInfo // the node figures last sent
+	heartbeat := r.o.Clock.NewTimer(time.Hour)
+	heartbeat.Stop()
+	r.resetHeartbeat(heartbeat)
 	defer heartbeat.Stop()
+	nodeCheck := r.o.Clock.NewTimer(time.Hour)
+	nodeCheck.Stop()
+	if r.o.NodeCheck > 0 {
+		nodeCheck.Reset(r.o.NodeCheck)
+	}
+	defer nodeCheck.Stop()
 	hold := r.o.Clock.NewTimer(time.Hour)
 	hold.Stop()
 	defer hold.Stop()
@@ -175,6 +229,14 @@ func (r *Reporter) Run(ctx context.Context) error {
 			return nil
 		case <-r.kick:
 		case <-heartbeat.C():
+			r.mu.Lock()
+			r.force = true
+			r.mu.Unlock()
+		case <-nodeCheck.C():
+			nodeCheck.Reset(r.o.NodeCheck)
+			if sentNode == nil || !NodeMoved(sentNode, r.o.NodeInfo()) {
+				continue
+			}
 			r.mu.Lock()
 			r.force = true
 			r.mu.Unlock()
@@ -211,7 +273,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 		r.force = false
 		r.mu.Unlock()
 		if !have {
-			heartbeat.Reset(r.nextHeartbeat())
+			r.resetHeartbeat(heartbeat)
 			continue
 		}
 		st.TypeMeta = schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDeviceStatus}
@@ -245,7 +307,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 		pctx, cancel := context.WithTimeout(ctx, r.o.PublishTimeout)
 		err = r.o.Publisher.Publish(pctx, r.o.Topic, true, payload)
 		cancel()
-		heartbeat.Reset(r.nextHeartbeat())
+		r.resetHeartbeat(heartbeat)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -253,12 +315,13 @@ func (r *Reporter) Run(ctx context.Context) error {
 			r.mu.Lock()
 			r.force = true // whatever it was, it still has to go out
 			r.mu.Unlock()
-			// Offline: the session calls Republish after reconnecting,
-			// and the heartbeat retries meanwhile.
+			heartbeat.Reset(r.o.PublishTimeout) // retry, connected or not
+			// Offline: the session calls Republish after reconnecting
+			// (and the heartbeat, if any, retries meanwhile).
 			r.o.Logger.Debug("publish status failed", "err", err)
 			continue
 		}
-		sent = key
+		sent, sentNode = key, st.Node
 		r.o.Logger.Debug("published status", "observedGeneration", st.ObservedGeneration, "pods", len(st.Pods))
 	}
 }

@@ -75,7 +75,7 @@ func TestReporterCoalescesAndHeartbeats(t *testing.T) {
 		r := NewReporter(ReporterOptions{
 			Device: "dev1", Topic: "fleet/v1/devices/dev1/status", Publisher: pub, Version: "v9",
 			NodeInfo: func() *schema.NodeInfo { return &schema.NodeInfo{Hostname: "pi"} }, Clock: clk,
-			HeartbeatJitter: -1, // exactly 30 s (TestHeartbeatJitter covers the jitter)
+			Heartbeat: 30 * time.Second, HeartbeatJitter: -1, // exactly 30 s (TestHeartbeatJitter covers the jitter)
 		})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -434,7 +434,7 @@ func TestHeartbeatJitter(t *testing.T) {
 		for i, pub := range pubs {
 			r := NewReporter(ReporterOptions{
 				Device: "dev1", Topic: "fleet/v1/devices/dev1/status", Publisher: pub, Clock: clk,
-				NodeInfo: func() *schema.NodeInfo { return nil }, Seed: uint64(i + 1),
+				NodeInfo: func() *schema.NodeInfo { return nil }, Seed: uint64(i + 1), Heartbeat: 30 * time.Second,
 			})
 			wg.Go(func() { _ = r.Run(ctx) })
 			r.Update(schema.DeviceStatus{ObservedGeneration: 1, Pods: []schema.PodStatus{}})
@@ -548,5 +548,84 @@ func TestEventsQueueBytesBound(t *testing.T) {
 	}
 	if h := e.queue[0].ev; h.Pod != "p16" || h.Dropped != 16 || h.LogTail != tail || *h.ExitCode != 1 {
 		t.Fatalf("head = %s dropped %d", h.Pod, h.Dropped)
+	}
+}
+
+// TestIdleSendsNothing: by default an unchanged status is never
+// republished, whatever the node's free memory does, until the node
+// figures move materially (a tenth of the memory, a twentieth of the
+// disk) at a node check.
+func TestIdleSendsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewFake(t0)
+		pub := &fakePub{}
+		var mu sync.Mutex
+		node := schema.NodeInfo{Hostname: "pi", MemoryTotalBytes: 1000, MemoryAvailBytes: 500, DiskTotalBytes: 1000, DiskFreeBytes: 800, UptimeSeconds: 10}
+		r := NewReporter(ReporterOptions{
+			Device: "dev1", Topic: "fleet/v1/devices/dev1/status", Publisher: pub, Clock: clk,
+			NodeInfo: func() *schema.NodeInfo { mu.Lock(); defer mu.Unlock(); n := node; return &n },
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = r.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		setNode := func(f func(n *schema.NodeInfo)) { mu.Lock(); f(&node); mu.Unlock() }
+
+		r.Update(schema.DeviceStatus{ObservedGeneration: 1, Pods: []schema.PodStatus{}})
+		synctest.Wait()
+		if n := len(pub.all()); n != 1 {
+			t.Fatalf("first status: %d publishes", n)
+		}
+		// A day of resyncs (the same status every 30 s) with small moves
+		// of free memory and the uptime ticking: nothing goes out.
+		for i := 0; i < 2880; i++ {
+			setNode(func(n *schema.NodeInfo) { n.MemoryAvailBytes = 500 + uint64(i%9)*10; n.UptimeSeconds += 30 })
+			r.Update(schema.DeviceStatus{ObservedGeneration: 1, Pods: []schema.PodStatus{}})
+			clk.Advance(30 * time.Second)
+			synctest.Wait()
+		}
+		if n := len(pub.all()); n != 1 {
+			t.Fatalf("an idle day published %d statuses, want only the first", n)
+		}
+		// Free disk drops by a twentieth: the next node check sends it.
+		setNode(func(n *schema.NodeInfo) { n.DiskFreeBytes = 750 })
+		clk.Advance(5 * time.Minute)
+		synctest.Wait()
+		sts := pub.statuses(t)
+		if len(sts) != 2 || sts[1].Node == nil || sts[1].Node.DiskFreeBytes != 750 {
+			t.Fatalf("after a material disk change: %d publishes", len(sts))
+		}
+		// A real change goes out at once, node or not.
+		r.Update(schema.DeviceStatus{ObservedGeneration: 2, Pods: []schema.PodStatus{}})
+		synctest.Wait()
+		if n := len(pub.all()); n != 3 {
+			t.Fatalf("a new observedGeneration: %d publishes, want 3", n)
+		}
+	})
+}
+
+func TestNodeMoved(t *testing.T) {
+	base := schema.NodeInfo{Hostname: "pi", MemoryTotalBytes: 1000, MemoryAvailBytes: 500, DiskTotalBytes: 2000, DiskFreeBytes: 1000, UptimeSeconds: 100}
+	for _, c := range []struct {
+		name string
+		edit func(n *schema.NodeInfo)
+		want bool
+	}{
+		{"uptime only", func(n *schema.NodeInfo) { n.UptimeSeconds += 3600 }, false},
+		{"memory by less than a tenth", func(n *schema.NodeInfo) { n.MemoryAvailBytes -= 99 }, false},
+		{"memory by a tenth", func(n *schema.NodeInfo) { n.MemoryAvailBytes -= 100 }, true},
+		{"disk by less than a twentieth", func(n *schema.NodeInfo) { n.DiskFreeBytes += 99 }, false},
+		{"disk by a twentieth", func(n *schema.NodeInfo) { n.DiskFreeBytes += 100 }, true},
+		{"reboot", func(n *schema.NodeInfo) { n.UptimeSeconds = 5 }, true},
+		{"hostname", func(n *schema.NodeInfo) { n.Hostname = "pi2" }, true},
+	} {
+		n := base
+		c.edit(&n)
+		if got := NodeMoved(&base, &n); got != c.want {
+			t.Errorf("%s: NodeMoved = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if NodeMoved(nil, nil) || !NodeMoved(nil, &base) {
+		t.Error("nil figures")
 	}
 }

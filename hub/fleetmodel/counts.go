@@ -17,6 +17,8 @@ import (
 // scrape adds up the buckets inside the window and checks one by one only
 // the devices of the bucket the window's edge cuts. Connected devices
 // report every heartbeat, so the buckets span about StaleAfter seconds.
+// With staleness off (agents that do not heartbeat, the default) a
+// scrape just adds up every bucket.
 type counts struct {
 	// devices holds what each registered device contributes.
 	devices   map[string]contribution
@@ -159,8 +161,16 @@ func (m *Model) ConvergedCount() int64 {
 	return m.counts.converged
 }
 
-// onlineLocked counts the devices heard from within StaleAfter of now.
+// onlineLocked counts the devices heard from within StaleAfter of now
+// (with staleness off: every connected device heard from).
 func (m *Model) onlineLocked(now time.Time) int64 {
+	if m.staleAfter <= 0 {
+		var n int64
+		for _, set := range m.counts.fresh {
+			n += int64(len(set))
+		}
+		return n
+	}
 	cutoff := now.Add(-m.staleAfter)
 	edge := m.second(cutoff)
 	var n int64

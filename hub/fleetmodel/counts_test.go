@@ -47,14 +47,46 @@ func recount(m *Model) (devices, online, converged int64) {
 // step the counts it keeps must equal a full recount.
 func TestCountsMatchRecount(t *testing.T) {
 	for seed := range uint64(4) {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { countsVsRecount(t, seed) })
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { countsVsRecount(t, seed, 10*time.Second) })
+		// Staleness off (the hub's default): presence is the online flag.
+		t.Run(fmt.Sprint("seed", seed, "/no-staleness"), func(t *testing.T) { countsVsRecount(t, seed, -1) })
 	}
 }
 
-func countsVsRecount(t *testing.T, seed uint64) {
+// TestNoStaleness: with StaleAfter negative (the hub's default, agents
+// that do not heartbeat) a connected device stays online however long it
+// is silent, and is offline as soon as its online topic says so.
+func TestNoStaleness(t *testing.T) {
+	clk := &clock{now: time.Unix(1_700_000_000, 0)}
+	m := New(Options{Now: clk.Now, StaleAfter: -1})
+	m.Writer().PutDevice("pi", Device{UID: "u"})
+	set := func(on bool) {
+		m.UpdateReport("pi", "u", func(r *Report, _ bool) bool {
+			r.Online = on
+			if on {
+				r.LastSeen = m.Now()
+			}
+			return true
+		})
+	}
+	set(true)
+	clk.add(30 * 24 * time.Hour)
+	if _, on := m.DeviceState("pi", "u"); !on || m.OnlineCount() != 1 {
+		t.Fatalf("a connected device silent for 30 days: online %v, count %d; want online", on, m.OnlineCount())
+	}
+	if info := m.DeviceInfo("pi", "u"); info.Stale || !info.Online {
+		t.Fatalf("info %+v: want online, not stale", info)
+	}
+	set(false)
+	if _, on := m.DeviceState("pi", "u"); on || m.OnlineCount() != 0 {
+		t.Fatalf("after its last will: online %v, count %d; want offline", on, m.OnlineCount())
+	}
+}
+
+func countsVsRecount(t *testing.T, seed uint64, staleAfter time.Duration) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	clk := &clock{now: time.Unix(1_700_000_000, 0)}
-	m := New(Options{Now: clk.Now, StaleAfter: 10 * time.Second})
+	m := New(Options{Now: clk.Now, StaleAfter: staleAfter})
 	w := m.Writer()
 	name := func() string { return fmt.Sprintf("d%d", rng.IntN(12)) }
 	uid := func() string { return fmt.Sprintf("u%d", rng.IntN(3)) }

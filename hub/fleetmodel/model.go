@@ -11,14 +11,18 @@ import (
 	"github.com/fleetmq/fleet/schema"
 )
 
-// DefaultStaleAfter is Options.StaleAfter's default: three agent
-// heartbeats.
+// DefaultStaleAfter is Options.StaleAfter's default: three heartbeats of
+// an agent run with --status-heartbeat 30s. (The hub itself runs with
+// staleness off by default: agents do not heartbeat, and presence comes
+// from the MQTT session, its keepalive and its last will.)
 const DefaultStaleAfter = 90 * time.Second
 
 // Options configure a Model. The zero value works.
 type Options struct {
 	// StaleAfter: a device not heard from for this long is stale (and
-	// counts as offline); default DefaultStaleAfter.
+	// counts as offline); 0: DefaultStaleAfter; negative: never stale, a
+	// device is online while its online topic says so (the broker's
+	// keepalive and the device's last will keep that true).
 	StaleAfter time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
@@ -52,8 +56,11 @@ type Model struct {
 
 // New returns an empty model.
 func New(opts Options) *Model {
-	if opts.StaleAfter <= 0 {
+	switch {
+	case opts.StaleAfter == 0:
 		opts.StaleAfter = DefaultStaleAfter
+	case opts.StaleAfter < 0:
+		opts.StaleAfter = 0 // off
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -73,7 +80,8 @@ func New(opts Options) *Model {
 // Now is the model's clock.
 func (m *Model) Now() time.Time { return m.now() }
 
-// StaleAfter is how long a device may stay silent before it is stale.
+// StaleAfter is how long a device may stay silent before it is stale (0:
+// never; presence comes from the session alone).
 func (m *Model) StaleAfter() time.Duration { return m.staleAfter }
 
 // ---- reads, from any goroutine --------------------------------------------------

@@ -169,9 +169,9 @@ func (m *Model) usableLocked(name, uid string) *report {
 }
 
 // freshLocked reports whether r counts as online at now: connected, heard
-// from, and not stale.
+// from, and not stale (when staleness is on).
 func (m *Model) freshLocked(r *report, now time.Time) bool {
-	return r.Online && !r.LastSeen.IsZero() && now.Sub(r.LastSeen) <= m.staleAfter
+	return r.Online && !r.LastSeen.IsZero() && (m.staleAfter <= 0 || now.Sub(r.LastSeen) <= m.staleAfter)
 }
 
 // DeviceState returns the last report of the device whose uid is given,
@@ -229,7 +229,7 @@ func (m *Model) DeviceInfoJSON(name, uid string) []byte {
 		return nil
 	}
 	until := now.Add(24 * time.Hour)
-	if !r.LastSeen.IsZero() && !info.Stale {
+	if !r.LastSeen.IsZero() && !info.Stale && m.staleAfter > 0 {
 		until = r.LastSeen.Add(m.staleAfter)
 	}
 	m.mu.Lock()
