@@ -144,9 +144,12 @@ func (e *Events) Record(typ, reason, pod, container, message string) {
 // what Record cannot (ExitCode, LogTail). Type, Reason, Pod, Container,
 // Message, ExitCode and LogTail are taken from ev; the rest is set here.
 func (e *Events) RecordEvent(ev schema.Event) {
-	now := e.o.Clock.Now()
 	id := newEventID()
 	e.mu.Lock()
+	// The time is read under the lock, so the queue (the order the hub
+	// gets the events in) is also the order of their times: two
+	// goroutines recording at once cannot enqueue the later time first.
+	now := e.o.Clock.Now()
 	k := eventKey{ev.Reason, ev.Pod, ev.Container}
 	b := e.keys[k]
 	if b == nil {
