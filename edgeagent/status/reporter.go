@@ -307,6 +307,8 @@ func (r *Reporter) Run(ctx context.Context) error {
 		pctx, cancel := context.WithTimeout(ctx, r.o.PublishTimeout)
 		err = r.o.Publisher.Publish(pctx, r.o.Topic, true, payload)
 		cancel()
+		// A success also cancels the retry of an earlier failure.
+		heartbeat.Stop()
 		r.resetHeartbeat(heartbeat)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -629,3 +629,48 @@ func TestNodeMoved(t *testing.T) {
 		t.Error("nil figures")
 	}
 }
+
+// TestFailedPublishRetriedOnce: a status that could not be published
+// (not connected yet) is retried after PublishTimeout; once the
+// reconnect's Republish has put it out, the retry is cancelled and
+// nothing more goes out.
+func TestFailedPublishRetriedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewFake(t0)
+		pub := &fakePub{}
+		pub.setErr(errors.New("not connected"))
+		r := NewReporter(ReporterOptions{
+			Device: "dev1", Topic: "fleet/v1/devices/dev1/status", Publisher: pub, Clock: clk,
+			NodeInfo: func() *schema.NodeInfo { return nil },
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = r.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+
+		r.Update(schema.DeviceStatus{ObservedGeneration: 1, Pods: []schema.PodStatus{}})
+		synctest.Wait()
+		pub.setErr(nil)
+		r.Republish() // the session connected
+		clk.Advance(time.Second) // MinInterval after the failed attempt
+		synctest.Wait()
+		if n := len(pub.all()); n != 1 {
+			t.Fatalf("after the reconnect: %d publishes, want 1", n)
+		}
+		clk.Advance(time.Hour)
+		synctest.Wait()
+		if n := len(pub.all()); n != 1 {
+			t.Fatalf("an hour later: %d publishes, want still 1 (a cancelled retry fired)", n)
+		}
+		// Without a reconnect the retry alone puts a failed status out.
+		pub.setErr(errors.New("timeout"))
+		r.Update(schema.DeviceStatus{ObservedGeneration: 2, Pods: []schema.PodStatus{}})
+		synctest.Wait()
+		pub.setErr(nil)
+		clk.Advance(10 * time.Second)
+		synctest.Wait()
+		if sts := pub.statuses(t); len(sts) != 2 || sts[1].ObservedGeneration != 2 {
+			t.Fatalf("after a failed publish and PublishTimeout: %d publishes", len(sts))
+		}
+	})
+}
