@@ -266,15 +266,21 @@ func renderRun(o options, rs []Result, now time.Time, load string) string {
 		fmt.Fprintf(&b, "; hub environment %q", o.HubEnv)
 	}
 	b.WriteString(".\n\n")
-	b.WriteString("| phase | wall | p50 | p99 | max | hub says | ratio | lost | redundant restarts | hub bytes/device | host steal | target | result | vs published |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| phase | wall | p50 | p99 | max | hub says | ratio | lost | redundant restarts | hub bytes/device | hub µs/change | agent µs/change | hub/broker | host steal | target | result | vs published |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %d | %d | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			r.Name, msCell(r.WallMS), msCell(r.P50MS), msCell(r.P99MS), msCell(r.MaxMS), msCell(r.HubConfirmMS), ratioCell(r.Ratio),
-			r.Lost, r.RedundantRestarts, bytesCell(r.HubBytesPerDevice), stealCell(r.StealPct), dash(r.Target), verdictMD(r), published(r))
+			r.Lost, r.RedundantRestarts, bytesCell(r.HubBytesPerDevice), usCell(r.HubCPUPerChangeUS), usCell(r.AgentCPUPerChangeUS), ratioCell(r.HubVsBroker),
+			stealCell(r.StealPct), dash(r.Target), verdictMD(r), published(r))
 	}
 	if t := rolloutTable(rs); t != "" {
 		b.WriteString("\n" + t)
+	}
+	for _, r := range rs {
+		if r.Bytes != nil {
+			fmt.Fprintf(&b, "\n%s: %s.\n", r.Name, r.Bytes.summary())
+		}
 	}
 	b.WriteString("\n<details><summary>JSON</summary>\n\n```json\n")
 	for _, r := range rs {

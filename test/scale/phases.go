@@ -174,6 +174,7 @@ func (s *suite) converge(ctx context.Context) Result {
 	s.profileStart(ctx, phaseConverge)
 	counters, _ := s.hub.counters(ctx)
 	cpu := s.cpuStart()
+	wireBefore := s.wireSnapshot()
 	w := s.mon.start(-1, false, func(st *statusLite) bool { return st.ready(convergeDeployment, hash) })
 	sent := time.Now()
 	if _, err := s.hub.Client.Apply(ctx, body, false); err != nil {
@@ -187,6 +188,7 @@ func (s *suite) converge(ctx context.Context) Result {
 	// The CPU of the convergence, not of the API lists that confirm it.
 	s.cpuStop(cpu, &r, false)
 	s.countersStop(ctx, counters, &r)
+	s.wireChangeDone(ctx, wireBefore)
 	r.fill(lat)
 	s.dump(phaseConverge, lat)
 	r.WallMS = r.MaxMS

@@ -76,6 +76,15 @@ type Result struct {
 	// during the phase (storm: the restarted hub's since its start).
 	HubCPUMS    float64 `json:"hub_cpu_ms,omitempty"`
 	AgentsCPUMS float64 `json:"agents_cpu_ms,omitempty"`
+	// HubCPUPerChangeUS and AgentCPUPerChangeUS: HubCPUMS and AgentsCPUMS
+	// per device-change, in µs (converge and storm: one per device;
+	// single-change: one per change; bytes: per device per idle hour).
+	// On the floor line they are the bare broker's and the bare clients'
+	// CPU per publish-and-echo. HubVsBroker: the hub's per change over
+	// the floor broker's per message, same run (issue 31: ≤ 2).
+	HubCPUPerChangeUS   float64 `json:"hub_cpu_per_change_us,omitempty"`
+	AgentCPUPerChangeUS float64 `json:"agent_cpu_per_change_us,omitempty"`
+	HubVsBroker         float64 `json:"hub_vs_broker,omitempty"`
 	// SuiteCPUMS: CPU time this process used meanwhile, mostly the
 	// monitor decoding every report: the observer's share of the machine.
 	SuiteCPUMS float64 `json:"suite_cpu_ms,omitempty"`
@@ -93,6 +102,8 @@ type Result struct {
 	ApplyMS float64 `json:"apply_ms,omitempty"`
 	// Rollout: the rollout phase's own figures (rollout.go).
 	Rollout *RolloutFigures `json:"rollout,omitempty"`
+	// Bytes: the bytes phase's own figures (bytes.go).
+	Bytes *BytesFigures `json:"bytes,omitempty"`
 	// Target is the suite's objective for this phase at this size ("" when
 	// there is none: the floor, and the smaller sizes). OK says the phase
 	// ran without error, lost nothing and met its target if it has one,
@@ -156,15 +167,52 @@ func writeJSON(w io.Writer, rs []Result) error {
 	return nil
 }
 
+// perChange fills in the per-change CPU figures of every result, and the
+// hub's ratio to the floor broker's.
+func perChange(rs []Result, o options) {
+	var brokerPerMsg float64
+	for i := range rs {
+		r := &rs[i]
+		var n float64
+		switch r.Name {
+		case phaseFloor, phaseConverge, phaseStorm:
+			n = float64(r.Agents)
+		case phaseSingle:
+			n = float64(o.Changes)
+		case phaseBytes:
+			if r.Bytes != nil && r.Bytes.WindowS > 0 {
+				n = float64(r.Agents) * r.Bytes.WindowS / 3600 // device-hours
+			}
+		}
+		if n <= 0 {
+			continue
+		}
+		r.HubCPUPerChangeUS = math.Round(r.HubCPUMS*1e3/n*10) / 10
+		r.AgentCPUPerChangeUS = math.Round(r.AgentsCPUMS*1e3/n*10) / 10
+		if r.Name == phaseFloor {
+			brokerPerMsg = r.HubCPUPerChangeUS
+		}
+	}
+	if brokerPerMsg <= 0 {
+		return
+	}
+	for i := range rs {
+		if r := &rs[i]; r.Name == phaseConverge || r.Name == phaseSingle {
+			r.HubVsBroker = math.Round(r.HubCPUPerChangeUS/brokerPerMsg*100) / 100
+		}
+	}
+}
+
 // writeTable writes the results for a human.
 func writeTable(w io.Writer, rs []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "phase\tagents\tbroker\twall\tp50\tp99\tmax\thub says\tratio\tlost\tredundant\thub/device\thub cpu\tagents cpu\tsteal\ttarget\tresult")
+	fmt.Fprintln(tw, "phase\tagents\tbroker\twall\tp50\tp99\tmax\thub says\tratio\tlost\tredundant\thub/device\thub cpu\tagents cpu\thub µs/chg\tagent µs/chg\thub/broker\tsteal\ttarget\tresult")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			r.Name, r.Agents, r.Broker, msCell(r.WallMS), msCell(r.P50MS), msCell(r.P99MS), msCell(r.MaxMS), msCell(r.HubConfirmMS),
 			ratioCell(r.Ratio), r.Lost, r.RedundantRestarts, bytesCell(r.HubBytesPerDevice),
-			msCell(r.HubCPUMS), msCell(r.AgentsCPUMS), stealCell(r.StealPct), dash(r.Target), verdict(r))
+			msCell(r.HubCPUMS), msCell(r.AgentsCPUMS), usCell(r.HubCPUPerChangeUS), usCell(r.AgentCPUPerChangeUS), ratioCell(r.HubVsBroker),
+			stealCell(r.StealPct), dash(r.Target), verdict(r))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -175,8 +223,20 @@ func writeTable(w io.Writer, rs []Result) error {
 				return err
 			}
 		}
+		if f := r.Bytes; f != nil {
+			if _, err := fmt.Fprintf(w, "%s: %s\n", r.Name, f.summary()); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+func usCell(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f µs", v)
 }
 
 func msCell(v float64) string {

@@ -64,6 +64,9 @@ func smokeOptions(t *testing.T, brokerKind string) options {
 		StatusInterval: time.Millisecond, Changes: 20, Phases: allPhases, MemorySettle: 0,
 		WorkDir: t.TempDir(), StateRoot: t.TempDir(), ConnectRate: 0, FloorInflight: 1000,
 		DeadlineScale: 1, StormSignal: syscall.SIGTERM, HubLogLevel: "warn", AgentLogLevel: "off",
+		// The bytes phase: 5 agents through the counter, pinging every
+		// 2 s, for 7 s.
+		IdleWindow: 7 * time.Second, BytesSample: 5, AgentKeepAlive: 2 * time.Second,
 	}
 }
 
@@ -124,6 +127,8 @@ func TestSmoke(t *testing.T) {
 					}
 				case phaseRollout:
 					checkRollout(t, r)
+				case phaseBytes:
+					checkBytes(t, r)
 				case phaseMemory:
 					if r.HubRSSBytes <= 0 || r.HubRSSEmptyBytes <= 0 || r.HubRSSConvergedBytes <= 0 || r.HubRSSPeakBytes < r.HubRSSBytes {
 						t.Errorf("%s: hub RSS %d, empty %d, converged %d, peak %d", r.Name, r.HubRSSBytes, r.HubRSSEmptyBytes, r.HubRSSConvergedBytes, r.HubRSSPeakBytes)
@@ -137,6 +142,37 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("phases %v, want %v", names, allPhases)
 			}
 		})
+	}
+}
+
+// checkBytes asserts what the byte counter saw: in the idle window the
+// sampled agents sent nothing but keepalives (pings, a few every
+// keepalive, and their answers; no status republished, nothing
+// reconnected), and a change cost a desired state down and a status up.
+func checkBytes(t *testing.T, r Result) {
+	t.Helper()
+	f := r.Bytes
+	if f == nil || f.Devices != 5 {
+		t.Fatalf("bytes: figures %+v, want 5 devices sampled", f)
+	}
+	for k, v := range f.IdlePackets {
+		if k != "up PINGREQ" && k != "down PINGRESP" {
+			t.Errorf("bytes: an idle device sent or got %s (%.0f a day): want keepalives only", k, v)
+		}
+	}
+	// 7 s at a 2 s keepalive: about 3 pings a device.
+	perWindow := f.IdlePackets["up PINGREQ"] * f.WindowS / 86400
+	if perWindow < 2 || perWindow > 5 {
+		t.Errorf("bytes: %.1f pings per device in %.0f s with a 2 s keepalive", perWindow, f.WindowS)
+	}
+	if f.IdleWirePerDay <= f.IdlePayloadPerDay || f.IdleSegmentsPerDay <= 0 {
+		t.Errorf("bytes: wire %.0f, payload %.0f, segments %.0f a day: headers not counted", f.IdleWirePerDay, f.IdlePayloadPerDay, f.IdleSegmentsPerDay)
+	}
+	if f.Reconnects != 0 {
+		t.Errorf("bytes: %d reconnects while idle", f.Reconnects)
+	}
+	if f.ChangePackets["down PUBLISH"] < 1 || f.ChangePackets["up PUBLISH"] < 1 || f.ChangeWire <= 0 {
+		t.Errorf("bytes: per change %+v (%.0f bytes): want a desired state down and a status up", f.ChangePackets, f.ChangeWire)
 	}
 }
 

@@ -32,12 +32,13 @@ const (
 	phaseSingle   = "single-change"
 	phaseStorm    = "storm"
 	phaseRollout  = "rollout"
+	phaseBytes    = "bytes"
 )
 
 // allPhases are the phases in the order they run. The rollout phase comes
 // last: it leaves a second pod on every device, which would change what
 // the others measure.
-var allPhases = []string{phaseFloor, phaseConverge, phaseMemory, phaseSingle, phaseStorm, phaseRollout}
+var allPhases = []string{phaseFloor, phaseConverge, phaseMemory, phaseSingle, phaseBytes, phaseStorm, phaseRollout}
 
 // options are the suite's flags.
 type options struct {
@@ -48,6 +49,10 @@ type options struct {
 	StatusInterval time.Duration
 	Changes        int
 	MemorySettle   time.Duration
+	// IdleWindow, BytesSample and AgentKeepAlive: the bytes phase.
+	IdleWindow     time.Duration
+	BytesSample    int
+	AgentKeepAlive time.Duration
 	Phases         []string
 	JSON           bool
 	Markdown       string
@@ -89,6 +94,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		"the agents' StatusInterval (least time between two status publishes); the agent's default, 1s, holds every converged status back up to 1s")
 	fs.IntVar(&o.Changes, "changes", 1000, "single-change phase: how many changes")
 	fs.DurationVar(&o.MemorySettle, "memory-settle", defaultMemorySettle, fmt.Sprintf("hub-memory phase: how long after convergence the hub's RSS is read (the hub gives back the heap a burst left behind once it is quiet; default %v below %d agents, where there is nothing to give back)", smallFleetMemorySettle, smallFleet))
+	fs.DurationVar(&o.IdleWindow, "idle-window", 10*time.Minute, "bytes phase: how long the converged fleet idles while the byte counter watches (the per-day figure is extrapolated from it; keep it several keepalives long)")
+	fs.IntVar(&o.BytesSample, "bytes-sample", 100, "bytes phase: how many agents connect through the byte-counting proxy (the single-change probe is never one of them)")
+	fs.DurationVar(&o.AgentKeepAlive, "agent-keepalive", 0, "the hollow agents' MQTT keepalive (0: the agent's default, session.DefaultKeepAlive)")
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to report, comma-separated (converge always runs: the others need it)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per phase")
 	fs.StringVar(&o.Markdown, "markdown", "", "also write the results into this file's \"## Scale suite\" section (BENCHMARKS.md)")
@@ -136,6 +144,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-broker %q: want embedded or mosquitto", o.Broker)
 	case o.RuntimeLatency < 0 || o.StatusInterval < 0 || o.Changes < 0 || o.DeadlineScale <= 0 || o.MemorySettle < 0:
 		return o, errors.New("-runtime-latency, -status-interval, -changes, -memory-settle and -deadline-scale must not be negative")
+	case o.IdleWindow <= 0 || o.BytesSample < 1 || o.AgentKeepAlive < 0:
+		return o, errors.New("-idle-window and -bytes-sample must be positive, -agent-keepalive not negative")
 	}
 	switch strings.ToUpper(*sig) {
 	case "TERM", "SIGTERM":
@@ -215,6 +225,7 @@ func runSuite(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	} else {
 		results, runErr = runOnce(ctx, o, log)
+		perChange(results, o)
 		warnSteal(log, results)
 	}
 	if o.JSON {
@@ -280,9 +291,14 @@ type suite struct {
 	convergeDep  *schema.Deployment
 	floorWall    time.Duration
 	floorUnclean bool // the floor could not clear what it left retained
-	results      []Result
-	selfProf     *os.File // this process's CPU profile, while one runs
-	profPhase    string   // the phase being profiled
+	// wire counts the bytes of a sample of the agents (bytes phase);
+	// wireChange is what it counted over the converge phase.
+	wire       *wireProxy
+	wireSample int
+	wireChange *wireCount
+	results    []Result
+	selfProf   *os.File // this process's CPU profile, while one runs
+	profPhase  string   // the phase being profiled
 }
 
 // runOnce sets up, runs the phases and tears down. It returns the results
@@ -345,6 +361,7 @@ func runOnce(ctx context.Context, o options, log *slog.Logger) (results []Result
 		{phaseConverge, s.converge},
 		{phaseMemory, s.memory},
 		{phaseSingle, s.singleChange},
+		{phaseBytes, s.bytes},
 		{phaseStorm, s.storm},
 		{phaseRollout, s.rollout},
 	}
@@ -397,6 +414,9 @@ func (s *suite) teardown() {
 		if err := s.agents.stop(30 * time.Second); err != nil {
 			s.log.Warn("stop hollow agents", "err", err)
 		}
+	}
+	if s.wire != nil {
+		s.wire.close()
 	}
 	if s.hub != nil {
 		if err := s.hub.stop(syscall.SIGTERM, 30*time.Second); err != nil {
@@ -587,7 +607,12 @@ func (s *suite) startAgents(ctx context.Context) error {
 		Mode: hollow.ModeAgents, Broker: s.brokerURL(), Devices: s.devices, StateRoot: s.state,
 		StartLatency: s.o.RuntimeLatency, StartSigma: s.o.LatencySigma, StatusInterval: s.o.StatusInterval,
 		ConnectRate: s.o.ConnectRate, NoLatency: []string{s.names[0]}, Seed: 1, LogLevel: s.o.AgentLogLevel,
-		ReconnectAtOnce: s.o.ReconnectAtOnce,
+		ReconnectAtOnce: s.o.ReconnectAtOnce, KeepAlive: s.o.AgentKeepAlive,
+	}
+	if s.want(phaseBytes) {
+		if err := s.startWire(&cfg); err != nil {
+			return err
+		}
 	}
 	if s.want(phaseRollout) {
 		s.failing = rolloutFailing(len(s.names))

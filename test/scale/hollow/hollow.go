@@ -14,6 +14,7 @@ package hollow
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -50,6 +51,9 @@ const (
 type Device struct {
 	Name  string `json:"name"`
 	Token string `json:"token"`
+	// Broker, if set, is this device's MQTT URL instead of
+	// Config.Broker (the suite's byte-counting proxy).
+	Broker string `json:"broker,omitempty"`
 }
 
 // Config configures a Simulator. It is read from a file (it holds
@@ -75,6 +79,10 @@ type Config struct {
 	// StatusInterval is the agents' edgeagent.Options.StatusInterval (0:
 	// the agent's default).
 	StatusInterval time.Duration `json:"statusInterval,omitempty"`
+	// KeepAlive and ResyncInterval are the agents' MQTT keepalive and
+	// resync period (0: the agent's defaults, what devices run with).
+	KeepAlive      time.Duration `json:"keepAlive,omitempty"`
+	ResyncInterval time.Duration `json:"resyncInterval,omitempty"`
 	// ConnectRate is how many devices are started per second (0: all at
 	// once). It spreads the first connections, not later reconnects.
 	ConnectRate int `json:"connectRate,omitempty"`
@@ -390,7 +398,7 @@ func (s *Simulator) newAgent(i int, d Device) (*agent, error) {
 	}
 	a, err := edgeagent.New(edgeagent.Options{
 		Device:         d.Name,
-		Broker:         s.cfg.Broker,
+		Broker:         cmp.Or(d.Broker, s.cfg.Broker),
 		Token:          d.Token,
 		Topics:         s.topics,
 		StateDir:       filepath.Join(s.cfg.StateRoot, d.Name),
@@ -398,6 +406,8 @@ func (s *Simulator) newAgent(i int, d Device) (*agent, error) {
 		Logger:         s.log,
 		Version:        "hollow",
 		StatusInterval: s.cfg.StatusInterval,
+		KeepAlive:      s.cfg.KeepAlive,
+		ResyncInterval: s.cfg.ResyncInterval,
 		NodeInfo:       func() *schema.NodeInfo { return nodeInfo },
 		Seed:           seed,
 
