@@ -29,6 +29,8 @@ type Proxy struct {
 	rate        atomic.Int64 // bytes per second each way per connection; 0: unlimited
 	accepted    atomic.Int64
 	refused     atomic.Int64
+	// up and down count the bytes forwarded client → target and back.
+	up, down atomic.Int64
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -74,6 +76,10 @@ func (p *Proxy) Heal() { p.partitioned.Store(false) }
 
 // Partitioned reports whether the proxy refuses connections.
 func (p *Proxy) Partitioned() bool { return p.partitioned.Load() }
+
+// Bytes returns how many bytes the proxy forwarded from its clients
+// (up) and to them (down), over every connection so far.
+func (p *Proxy) Bytes() (up, down int64) { return p.up.Load(), p.down.Load() }
 
 // Stats returns how many connections were forwarded and how many refused.
 func (p *Proxy) Stats() (accepted, refused int64) { return p.accepted.Load(), p.refused.Load() }
@@ -159,15 +165,15 @@ func (p *Proxy) forward(client net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = p.copy(dst, src) // ends when either side closes
+	pipe := func(dst, src net.Conn, count *atomic.Int64) {
+		_, _ = p.copy(dst, src, count) // ends when either side closes
 		// Close both: a half-open MQTT connection is of no use.
 		dst.Close()
 		src.Close()
 		done <- struct{}{}
 	}
-	go pipe(upstream, client)
-	go pipe(client, upstream)
+	go pipe(upstream, client, &p.up)
+	go pipe(client, upstream, &p.down)
 	<-done
 	<-done
 }
@@ -180,7 +186,7 @@ func (p *Proxy) Throttle(bytesPerSecond int64) { p.rate.Store(bytesPerSecond) }
 // copy is io.Copy at the proxy's rate: it forwards at most a tenth of a
 // second's worth of bytes at a time, then waits until the link would have
 // carried them.
-func (p *Proxy) copy(dst io.Writer, src io.Reader) (int64, error) {
+func (p *Proxy) copy(dst io.Writer, src io.Reader, count *atomic.Int64) (int64, error) {
 	buf := make([]byte, 32<<10)
 	var total int64
 	for {
@@ -196,6 +202,7 @@ func (p *Proxy) copy(dst io.Writer, src io.Reader) (int64, error) {
 				return total, werr
 			}
 			total += int64(m)
+			count.Add(int64(m))
 			if rate > 0 {
 				// Pacing, not synchronisation: the link's speed.
 				if d := time.Duration(float64(m)/float64(rate)*float64(time.Second)) - time.Since(start); d > 0 {
