@@ -53,6 +53,7 @@ type options struct {
 	IdleWindow     time.Duration
 	BytesSample    int
 	AgentKeepAlive time.Duration
+	AgentHeartbeat time.Duration
 	Phases         []string
 	JSON           bool
 	Markdown       string
@@ -96,6 +97,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.MemorySettle, "memory-settle", defaultMemorySettle, fmt.Sprintf("hub-memory phase: how long after convergence the hub's RSS is read (the hub gives back the heap a burst left behind once it is quiet; default %v below %d agents, where there is nothing to give back)", smallFleetMemorySettle, smallFleet))
 	fs.DurationVar(&o.IdleWindow, "idle-window", 10*time.Minute, "bytes phase: how long the converged fleet idles while the byte counter watches (the per-day figure is extrapolated from it; keep it several keepalives long)")
 	fs.IntVar(&o.BytesSample, "bytes-sample", 100, "bytes phase: how many agents connect through the byte-counting proxy (the single-change probe is never one of them)")
+	fs.DurationVar(&o.AgentHeartbeat, "agent-heartbeat", 0, "the hollow agents' --status-heartbeat (0: none, the agent's default; 30s is what agents did before issue 31)")
 	fs.DurationVar(&o.AgentKeepAlive, "agent-keepalive", 0, "the hollow agents' MQTT keepalive (0: the agent's default, session.DefaultKeepAlive)")
 	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to report, comma-separated (converge always runs: the others need it)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per phase")
@@ -608,6 +610,7 @@ func (s *suite) startAgents(ctx context.Context) error {
 		StartLatency: s.o.RuntimeLatency, StartSigma: s.o.LatencySigma, StatusInterval: s.o.StatusInterval,
 		ConnectRate: s.o.ConnectRate, NoLatency: []string{s.names[0]}, Seed: 1, LogLevel: s.o.AgentLogLevel,
 		ReconnectAtOnce: s.o.ReconnectAtOnce, KeepAlive: s.o.AgentKeepAlive,
+		Heartbeat: s.o.AgentHeartbeat,
 	}
 	if s.want(phaseBytes) {
 		if err := s.startWire(&cfg); err != nil {

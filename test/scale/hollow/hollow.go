@@ -83,6 +83,8 @@ type Config struct {
 	// resync period (0: the agent's defaults, what devices run with).
 	KeepAlive      time.Duration `json:"keepAlive,omitempty"`
 	ResyncInterval time.Duration `json:"resyncInterval,omitempty"`
+	// Heartbeat is the agents' status heartbeat (0: none, the default).
+	Heartbeat time.Duration `json:"heartbeat,omitempty"`
 	// ConnectRate is how many devices are started per second (0: all at
 	// once). It spreads the first connections, not later reconnects.
 	ConnectRate int `json:"connectRate,omitempty"`
@@ -397,19 +399,20 @@ func (s *Simulator) newAgent(i int, d Device) (*agent, error) {
 		rt.SetImageError(s.cfg.FailImage, ErrPullRefused)
 	}
 	a, err := edgeagent.New(edgeagent.Options{
-		Device:         d.Name,
-		Broker:         cmp.Or(d.Broker, s.cfg.Broker),
-		Token:          d.Token,
-		Topics:         s.topics,
-		StateDir:       filepath.Join(s.cfg.StateRoot, d.Name),
-		Runtime:        rt,
-		Logger:         s.log,
-		Version:        "hollow",
-		StatusInterval: s.cfg.StatusInterval,
-		KeepAlive:      s.cfg.KeepAlive,
-		ResyncInterval: s.cfg.ResyncInterval,
-		NodeInfo:       func() *schema.NodeInfo { return nodeInfo },
-		Seed:           seed,
+		Device:            d.Name,
+		Broker:            cmp.Or(d.Broker, s.cfg.Broker),
+		Token:             d.Token,
+		Topics:            s.topics,
+		StateDir:          filepath.Join(s.cfg.StateRoot, d.Name),
+		Runtime:           rt,
+		Logger:            s.log,
+		Version:           "hollow",
+		StatusInterval:    s.cfg.StatusInterval,
+		KeepAlive:         s.cfg.KeepAlive,
+		ResyncInterval:    s.cfg.ResyncInterval,
+		HeartbeatInterval: s.cfg.Heartbeat,
+		NodeInfo:          func() *schema.NodeInfo { return nodeInfo },
+		Seed:              seed,
 
 		ReconnectBackoff: s.cfg.ReconnectBackoff(),
 		LogIndexInterval: -1, // the Fake writes no logs
