@@ -1,6 +1,7 @@
 package desired
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -211,5 +212,48 @@ func TestLatest(t *testing.T) {
 	from := New("dev1", &schema.DesiredState{Device: "dev1", Store: "s1", Generation: 5})
 	if store, gen, ok := from.Latest(); !ok || store != "s1" || gen != 5 {
 		t.Fatalf("Latest of an inbox started at s1/5 = %s/%d %v", store, gen, ok)
+	}
+}
+
+// BenchmarkOfferNew: a new desired state, the scale suite's pod, signed
+// as the hub signs it, judged on a goroutine of its own as the MQTT
+// client hands each message to one (whose stack starts small).
+func BenchmarkOfferNew(b *testing.B) {
+	_, key, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := schema.PodSpec{Containers: []schema.Container{{
+		Name: "app", Image: "registry.example.com/fleet/scale-app:1.0.0", Args: []string{"--listen", ":8080"},
+		Resources: schema.Resources{Limits: schema.ResourceList{Memory: "64Mi", CPU: "250m"}},
+	}}}
+	schema.DefaultPodSpec(&spec)
+	pod := schema.Pod{Name: "scale", Spec: spec, Hash: schema.PodSpecHash(spec)}
+	payloads := make([][]byte, b.N)
+	for i := range payloads {
+		canonical, err := json.Marshal(schema.DesiredState{
+			TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDesiredState},
+			Device:   "dev1", Generation: int64(i + 1), Store: "00000000-0000-4000-8000-000000000000",
+			Pods: []schema.Pod{pod},
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if payloads[i], err = schema.SignDesiredState(canonical, key, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	in := New("dev1", nil)
+	done := make(chan Outcome)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		go func() {
+			out, _, _ := in.Offer(payloads[i])
+			done <- out
+		}()
+		if out := <-done; out != Accepted {
+			b.Fatal(out)
+		}
 	}
 }

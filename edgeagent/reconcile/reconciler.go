@@ -180,8 +180,12 @@ type Reconciler struct {
 	wanted        map[state.Key]bool
 	observedGen   int64
 	observedStore string
-	listFailures  int
-	adopted       bool
+	// unsaved is the payload of desired while it is not yet persisted:
+	// the pass that accepts it saves it with the agent state, before it
+	// acts on it.
+	unsaved      []byte
+	listFailures int
+	adopted      bool
 
 	busy        map[string]*worker
 	removeRetry map[string]retry
@@ -191,6 +195,10 @@ type Reconciler struct {
 	gc     imageGC
 	wl     *workloads
 	probes *probe.Manager // see probes.go
+	// logDirs are the log directories made (or found) since the start,
+	// so that a create does not make them again; a failed create
+	// forgets its own. Workers use it.
+	logDirs sync.Map
 
 	exitWake chan struct{}
 	ready    chan struct{}
@@ -374,6 +382,7 @@ func (r *Reconciler) pass(ctx context.Context) (time.Time, bool) {
 		if r.listFailures == 1 {
 			r.o.Events.Record(schema.EventWarning, "RuntimeUnavailable", "", "", err.Error())
 		}
+		r.persist() // a state accepted meanwhile
 		r.report(nil, now, err)
 		return now.Add(r.o.Retry.Jittered(r.listFailures-1, r.rnd)), true
 	}
@@ -413,18 +422,21 @@ func (r *Reconciler) pass(ctx context.Context) (time.Time, bool) {
 		r.o.Events.Record(schema.EventWarning, "RolledBack", rb.Pod, rb.Failure.Container, msg)
 	}
 
-	next, hasNext := plan.NextWake()
-	pending := r.dispatch(ctx, plan, now, func(t time.Time) {
-		if !hasNext || t.Before(next) {
-			next, hasNext = t, true
-		}
-	})
-	converged := !pending && len(r.busy) == 0
+	// Nothing to dispatch and nothing in flight: the desired state is
+	// applied. The pass persists before it acts: a newly accepted
+	// desired state and the agent state in one save.
+	converged := !r.hasWork(plan, now)
 	if converged && (r.observedGen != r.desired.Generation || r.observedStore != r.desired.Store) {
 		r.observedGen, r.observedStore = r.desired.Generation, r.desired.Store
 		r.log.Info("desired state applied", "generation", r.observedGen, "store", r.observedStore)
 	}
 	r.persist()
+	next, hasNext := plan.NextWake()
+	r.dispatch(ctx, plan, now, func(t time.Time) {
+		if !hasNext || t.Before(next) {
+			next, hasNext = t, true
+		}
+	})
 	r.report(observed, now, nil)
 	if converged {
 		// After the status: a collection never delays a report.
@@ -450,11 +462,30 @@ func (r *Reconciler) logAdoption(observed []runtime.Container, plan Plan) {
 	r.log.Info("adopted existing containers", "running_kept", kept, "observed", len(observed), "actions", len(plan.Actions))
 }
 
+// hasWork reports whether plan leaves work for dispatch (started now or
+// deferred by it), or workers are in flight: whether the pass has not
+// converged. It is known before dispatch starts anything, so the pass
+// persists the applied generation before it acts.
+func (r *Reconciler) hasWork(plan Plan, now time.Time) bool {
+	if len(r.busy) > 0 {
+		return true
+	}
+	for _, a := range plan.Actions {
+		if a.Kind == Remove || a.Kind == Kill {
+			if rt, ok := r.removeRetry[a.ID]; ok && rt.at.After(now) {
+				continue // deferred: only wakes the loop
+			}
+		}
+		return true
+	}
+	return false
+}
+
 // dispatch starts one worker per pod with work, in plan order: removal of
 // pods no longer desired first; creation of new pods waits while such
-// removals are in flight (memory on a small device is scarce). It returns
-// whether any work is pending (dispatched, deferred or in flight).
-func (r *Reconciler) dispatch(ctx context.Context, plan Plan, now time.Time, wakeAt func(time.Time)) bool {
+// removals are in flight (memory on a small device is scarce). Work it
+// defers is pending all the same (hasWork).
+func (r *Reconciler) dispatch(ctx context.Context, plan Plan, now time.Time, wakeAt func(time.Time)) {
 	type group struct {
 		pod                       string
 		actions                   []Action
@@ -486,14 +517,12 @@ func (r *Reconciler) dispatch(ctx context.Context, plan Plan, now time.Time, wak
 		}
 	}
 
-	pending := len(r.busy) > 0
 	removalInFlight := false
 	for _, w := range r.busy {
 		removalInFlight = removalInFlight || w.removalOnly
 	}
 	for _, g := range groups {
 		hash, desiredPod := plan.Hashes[g.pod]
-		pending = true
 		if w, ok := r.busy[g.pod]; ok {
 			if w.hash != hash {
 				r.log.Info("pod changed while being worked on; cancelling", "pod", g.pod)
@@ -521,7 +550,6 @@ func (r *Reconciler) dispatch(ctx context.Context, plan Plan, now time.Time, wak
 			r.results <- res
 		})
 	}
-	return pending
 }
 
 // work applies one pod's actions in order. It runs in its own goroutine
@@ -586,13 +614,21 @@ func (r *Reconciler) create(ctx context.Context, a Action) outcome {
 		return fail(ReasonErrImagePull, fmt.Errorf("ensure image %s: %w", spec.Image, err))
 	}
 	r.o.Events.Record(schema.EventNormal, "Pulled", a.Key.Pod, a.Key.Container, "image "+spec.Image+" is present")
-	if err := os.MkdirAll(filepath.Dir(spec.LogPath), 0o750); err != nil {
-		log.Warn("cannot create log directory; container output is discarded", "err", err)
-		spec.LogPath = ""
+	logDir := filepath.Dir(spec.LogPath)
+	if _, made := r.logDirs.Load(logDir); !made {
+		if err := os.MkdirAll(logDir, 0o750); err != nil {
+			log.Warn("cannot create log directory; container output is discarded", "err", err)
+			spec.LogPath = ""
+		} else {
+			r.logDirs.Store(logDir, true)
+		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.o.OpTimeout)
 	err = r.o.Runtime.Create(cctx, spec)
 	cancel()
+	if err != nil && !errors.Is(err, runtime.ErrAlreadyExists) {
+		r.logDirs.Delete(logDir) // made again next time, in case it went
+	}
 	switch {
 	case errors.Is(err, runtime.ErrAlreadyExists):
 		// Created by an earlier agent that stopped before starting it (or
@@ -759,15 +795,10 @@ func (r *Reconciler) crashLog(ex Exit) string {
 	return tail
 }
 
+// accept makes ds the desired state; the pass persists payload (see
+// persist) before it acts on it.
 func (r *Reconciler) accept(ds *schema.DesiredState, payload []byte) {
-	if err := r.o.State.SaveDesiredPayload(payload); err != nil {
-		// Keep going with it in memory: the hub's retained copy is
-		// re-read on the next connect, and a reboot falls back to the
-		// previous file.
-		r.log.Error("persist desired state failed", "err", err, "generation", ds.Generation)
-		r.o.Events.Record(schema.EventWarning, "PersistFailed", "", "", err.Error())
-	}
-	r.desired, r.pods = ds, hashedPods(ds)
+	r.desired, r.pods, r.unsaved = ds, hashedPods(ds), payload
 	r.log.Info("accepted desired state", "generation", ds.Generation, "store", ds.Store, "pods", len(ds.Pods))
 }
 
@@ -792,12 +823,22 @@ func podHash(p schema.Pod) string {
 	return schema.PodHash(p)
 }
 
-// persist writes agent.json when its content changed (SaveAgent skips an
-// unchanged one).
+// persist writes a newly accepted desired state and agent.json when its
+// content changed, in one save (state.Dir.Save skips an unchanged
+// agent.json). A desired state that cannot be persisted is applied from
+// memory all the same: the hub's retained copy is re-read on the next
+// connect, and a reboot falls back to the previous file.
 func (r *Reconciler) persist() {
 	a := state.Agent{Version: state.LayoutVersion, Store: r.observedStore, AppliedGeneration: r.observedGen, Containers: r.hist, Rollouts: r.rollouts}
-	if err := r.o.State.SaveAgent(a); err != nil {
-		r.log.Error("persist agent state failed", "err", err)
+	unsaved := r.unsaved
+	r.unsaved = nil
+	if err := r.o.State.Save(unsaved, &a); err != nil {
+		if unsaved == nil {
+			r.log.Error("persist agent state failed", "err", err)
+			return
+		}
+		r.log.Error("persist desired state failed", "err", err, "generation", r.desired.Generation)
+		r.o.Events.Record(schema.EventWarning, "PersistFailed", "", "", err.Error())
 	}
 }
 

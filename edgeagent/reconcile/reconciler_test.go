@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -787,6 +788,126 @@ func TestReconcilerCrashReport(t *testing.T) {
 		lines := strings.Split(strings.TrimSuffix(ev.LogTail, "\n"), "\n")
 		if len(lines) != schema.MaxCrashLogLines || lines[0] != "line 30" || lines[len(lines)-1] != "line 79" {
 			t.Fatalf("log tail = %q", ev.LogTail)
+		}
+	})
+}
+
+// persistChecker is a runtime that, at every call that changes a
+// container, notes which desired generation and applied generation the
+// state directory holds at that moment.
+type persistChecker struct {
+	*runtime.Fake
+	dir *state.Dir
+
+	mu   sync.Mutex
+	seen []string // "op desired-gen applied-gen"
+}
+
+func (p *persistChecker) note(op string) {
+	ds, err := p.dir.LoadDesired()
+	gen := int64(-1)
+	if err == nil && ds != nil {
+		gen = ds.Generation
+	}
+	ag, _ := p.dir.LoadAgent()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen = append(p.seen, fmt.Sprintf("%s %d %d", op, gen, ag.AppliedGeneration))
+}
+
+func (p *persistChecker) Create(ctx context.Context, spec runtime.ContainerSpec) error {
+	p.note("create")
+	return p.Fake.Create(ctx, spec)
+}
+
+func (p *persistChecker) Stop(ctx context.Context, id string, timeout time.Duration) error {
+	p.note("stop")
+	return p.Fake.Stop(ctx, id, timeout)
+}
+
+// TestReconcilerPersistsBeforeActing: the desired state a pass accepted
+// is on disk, with the agent state of the generation before, before the
+// pass touches a container; the generation applied is on disk once the
+// pass that saw it applied ends.
+func TestReconcilerPersistsBeforeActing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		pc := &persistChecker{Fake: h.rt, dir: h.dir}
+		h.run = pc
+		h.start()
+		defer h.stop()
+		h.offer(1, pod("web", schema.RestartAlways, "nginx:1"))
+		h.offer(2)
+		pc.mu.Lock()
+		seen := strings.Join(pc.seen, ", ")
+		pc.mu.Unlock()
+		if want := "create 1 0, stop 2 1"; seen != want {
+			t.Errorf("state on disk at each action: %s; want %s", seen, want)
+		}
+		if ag, err := h.dir.LoadAgent(); err != nil || ag.AppliedGeneration != 2 || len(ag.Containers) != 0 {
+			t.Errorf("agent state at the end: %+v, %v", ag, err)
+		}
+	})
+}
+
+// TestReconcilerRuntimeDownPersistsDesired: a desired state accepted while
+// the runtime cannot be listed is persisted all the same.
+func TestReconcilerRuntimeDownPersistsDesired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		h.rt.SetListError(fmt.Errorf("connection refused"))
+		h.start()
+		defer h.stop()
+		h.offer(1, pod("web", schema.RestartAlways, "nginx:1"))
+		if ds, err := h.dir.LoadDesired(); err != nil || ds == nil || ds.Generation != 1 {
+			t.Fatalf("persisted desired with the runtime down = %+v, %v", ds, err)
+		}
+	})
+}
+
+// createFailer is a runtime whose creates fail while fail is set.
+type createFailer struct {
+	*runtime.Fake
+	fail atomic.Bool
+}
+
+func (c *createFailer) Create(ctx context.Context, spec runtime.ContainerSpec) error {
+	if c.fail.Load() {
+		return fmt.Errorf("create %s: open log: %w", spec.ID, os.ErrNotExist)
+	}
+	return c.Fake.Create(ctx, spec)
+}
+
+// TestReconcilerMakesLogDirectoryAgain: the log directory is made once,
+// and made again when it went away and a create failed for it.
+func TestReconcilerMakesLogDirectoryAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, "", nil, nil)
+		cf := &createFailer{Fake: h.rt}
+		h.run = cf
+		h.start()
+		defer h.stop()
+		h.offer(1, pod("web", schema.RestartAlways, "nginx:1"))
+		logDir := filepath.Dir(h.dir.LogPath("web", "c0"))
+		if fi, err := os.Stat(logDir); err != nil || !fi.IsDir() {
+			t.Fatalf("log directory: %v, %v", fi, err)
+		}
+		if err := os.RemoveAll(logDir); err != nil {
+			t.Fatal(err)
+		}
+		cf.fail.Store(true)
+		web2 := pod("web", schema.RestartAlways, "nginx:2")
+		h.offer(2, web2)
+		if _, err := os.Stat(logDir); err == nil {
+			t.Fatal("the log directory was made again before a create failed: it was not remembered")
+		}
+		cf.fail.Store(false)
+		h.advance(time.Minute) // the retry
+		if got := h.state(idOf(web2, "c0")); got != runtime.StateRunning {
+			t.Fatalf("web v2 is %s", got)
+		}
+		if fi, err := os.Stat(logDir); err != nil || !fi.IsDir() {
+			t.Errorf("log directory not made again: %v, %v", fi, err)
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,6 +71,9 @@ type workloads struct {
 	cfg    *podconfig.Set
 
 	snap atomic.Pointer[workloadSnap]
+	// collected is the key (volumesKey) of the last collection that
+	// removed all it had to: the next one runs when the key changes.
+	collected string
 
 	mu     sync.Mutex
 	warned map[string]string // pod → the last pull-secret problem logged
@@ -190,10 +194,18 @@ func (r *Reconciler) collectVolumes(observed []runtime.Container, plan Plan) {
 	for _, c := range observed {
 		revs[podRev{c.Pod, strings.TrimSuffix(c.PodHash, configDrift)}], pods[c.Pod] = true, true
 	}
+	// Volumes are made only for the revisions kept here: while they stay
+	// the same, a collection that left nothing behind has nothing to do.
+	key := volumesKey(revs, pods)
+	if key == w.collected {
+		return
+	}
 	removed, err := w.vols.Collect(
 		func(pod, hash string) bool { return revs[podRev{pod, hash}] },
 		func(pod string) bool { return pods[pod] })
+	w.collected = key
 	if err != nil {
+		w.collected = ""
 		r.log.Warn("removing volumes failed; retrying later", "err", err)
 	}
 	for _, p := range removed {
@@ -202,6 +214,20 @@ func (r *Reconciler) collectVolumes(observed []runtime.Container, plan Plan) {
 			r.o.Events.Record(schema.EventNormal, "VolumeRemoved", pod, "", fmt.Sprintf("persistent volume %s removed: the pod no longer runs on this device", vol))
 		}
 	}
+}
+
+// volumesKey identifies what collectVolumes keeps: the revisions and the
+// pods, sorted.
+func volumesKey(revs map[podRev]bool, pods map[string]bool) string {
+	keys := make([]string, 0, len(revs)+len(pods))
+	for r := range revs {
+		keys = append(keys, r.name+"/"+r.hash)
+	}
+	for p := range pods {
+		keys = append(keys, p) // no "/": apart from the revisions
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, " ")
 }
 
 func findContainer(list []schema.Container, name string) *schema.Container {

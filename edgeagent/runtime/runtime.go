@@ -13,6 +13,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distribution/reference"
@@ -44,12 +46,38 @@ const LabelPulled = "fleet.pulled"
 // runtime stores it under: "nginx:1.25" is "docker.io/library/nginx:1.25",
 // "nginx" is "docker.io/library/nginx:latest". Two references name the
 // same image when their ImageNames are equal.
+//
+// Names are remembered (up to maxImageNames references): a device names a
+// handful of images and the agent canonicalizes each several times per
+// change (image garbage collection, the runtimes' bookkeeping), where
+// parsing a reference runs a regular expression.
 func ImageName(ref string) (string, error) {
+	if n, ok := imageNames.m.Load(ref); ok {
+		return n.(string), nil
+	}
 	named, err := reference.ParseDockerRef(ref)
 	if err != nil {
 		return "", fmt.Errorf("image reference %q: %w", ref, err)
 	}
-	return named.String(), nil
+	name := named.String()
+	if imageNames.n.Add(1) > maxImageNames {
+		// Forget them all: simpler than an LRU, and a device that names
+		// this many images pays a parse each for a while, no more.
+		imageNames.m.Clear()
+		imageNames.n.Store(1)
+	}
+	imageNames.m.Store(ref, name)
+	return name, nil
+}
+
+// maxImageNames bounds the references ImageName remembers.
+const maxImageNames = 512
+
+// imageNames is ImageName's memory: reference to canonical name, and a
+// count of the stores since it was last cleared.
+var imageNames struct {
+	m sync.Map
+	n atomic.Int64
 }
 
 // Image is an image EnsureImage pulled.

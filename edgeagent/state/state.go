@@ -190,8 +190,11 @@ type Agent struct {
 type Dir struct {
 	root string
 
-	mu        sync.Mutex
-	agentJSON []byte // what SaveAgent last wrote
+	mu sync.Mutex
+	// agentJSON and desired are what was last written to agent.json and
+	// desired.json: the same bytes again are not written.
+	agentJSON []byte
+	desired   []byte
 }
 
 // Open creates (0700) and opens a state directory.
@@ -276,10 +279,7 @@ func Inspect(root string) (desired *schema.DesiredState, agent Agent, err error)
 // decodes, validates and defaults it again. Saving the bytes the agent
 // received spares encoding the decoded state again on every change.
 func (d *Dir) SaveDesiredPayload(payload []byte) error {
-	if err := WriteFileAtomic(filepath.Join(d.versioned(), desiredFile), payload, 0o600); err != nil {
-		return fmt.Errorf("save desired state: %w", err)
-	}
-	return nil
+	return d.Save(payload, nil)
 }
 
 // LoadAgent returns the persisted agent state; a missing file gives the
@@ -310,20 +310,50 @@ func (d *Dir) LoadAgent() (Agent, error) {
 // what its last successful call wrote: the reconciler saves after every
 // pass, and most passes change nothing.
 func (d *Dir) SaveAgent(a Agent) error {
-	a.Version = LayoutVersion
-	b, err := json.Marshal(a)
-	if err != nil {
-		return fmt.Errorf("save agent state: %w", err)
+	return d.Save(nil, &a)
+}
+
+// Save persists what one reconcile pass changed, as SaveDesiredPayload
+// and SaveAgent do, with one fsync of the directory for both files:
+// desired (nil: none to save) is written unless it is the payload last
+// saved, and a (nil: none) unless it encodes to what was last written.
+// Each file is replaced atomically (written and fsynced under a
+// temporary name, renamed), desired.json first; when Save returns nil,
+// both are durable. A crash between the two renames leaves the new
+// desired state with the previous agent state, as two separate saves
+// would. desired is kept, not copied, to compare the next payload with:
+// the caller must not modify it.
+func (d *Dir) Save(desired []byte, a *Agent) error {
+	var agentJSON []byte
+	if a != nil {
+		a.Version = LayoutVersion
+		b, err := json.Marshal(a)
+		if err != nil {
+			return fmt.Errorf("save agent state: %w", err)
+		}
+		agentJSON = b
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if bytes.Equal(b, d.agentJSON) {
+	files := make([]fileWrite, 0, 2)
+	if desired != nil && !bytes.Equal(desired, d.desired) {
+		files = append(files, fileWrite{name: desiredFile, data: desired, perm: 0o600})
+	}
+	if agentJSON != nil && !bytes.Equal(agentJSON, d.agentJSON) {
+		files = append(files, fileWrite{name: agentFile, data: agentJSON, perm: 0o600})
+	}
+	if len(files) == 0 {
 		return nil
 	}
-	if err := WriteFileAtomic(filepath.Join(d.versioned(), agentFile), b, 0o600); err != nil {
-		return fmt.Errorf("save agent state: %w", err)
+	if err := writeFilesAtomic(d.versioned(), files); err != nil {
+		return fmt.Errorf("save state: %w", err) // the error names the file
 	}
-	d.agentJSON = b
+	if desired != nil {
+		d.desired = desired
+	}
+	if agentJSON != nil {
+		d.agentJSON = agentJSON
+	}
 	return nil
 }
 

@@ -153,6 +153,89 @@ func TestSaveAgentSkipsUnchanged(t *testing.T) {
 	}
 }
 
+// TestSaveBothFiles: one Save writes the desired payload and the agent
+// state; a payload already saved, or an agent state already written, is
+// not written again; a failed save leaves the files as they were and is
+// tried again by the next.
+func TestSaveBothFiles(t *testing.T) {
+	d, _ := Open(t.TempDir())
+	inode := func(name string) uint64 {
+		t.Helper()
+		info, err := os.Stat(filepath.Join(d.Root(), "v1", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Sys().(*syscall.Stat_t).Ino
+	}
+	p1 := desiredPayload(t, 1)
+	a := Agent{Store: "s1", AppliedGeneration: 0, Containers: History{}}
+	if err := d.Save(p1, &a); err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := d.LoadDesired(); err != nil || ds.Generation != 1 {
+		t.Fatalf("desired = %+v, %v", ds, err)
+	}
+	if got, err := d.LoadAgent(); err != nil || got.Store != "s1" || got.Version != LayoutVersion {
+		t.Fatalf("agent = %+v, %v", got, err)
+	}
+	desiredIno, agentIno := inode(desiredFile), inode(agentFile)
+	a.AppliedGeneration = 1
+	if err := d.Save(p1, &a); err != nil { // the same payload, a new agent state
+		t.Fatal(err)
+	}
+	if inode(desiredFile) != desiredIno {
+		t.Error("the payload last saved was written again")
+	}
+	if inode(agentFile) == agentIno {
+		t.Error("a changed agent state was not written")
+	}
+	agentIno = inode(agentFile)
+	if err := d.Save(desiredPayload(t, 2), &a); err != nil {
+		t.Fatal(err)
+	}
+	if inode(agentFile) != agentIno || inode(desiredFile) == desiredIno {
+		t.Error("want the new payload written and the unchanged agent state not")
+	}
+	if err := d.Save(nil, nil); err != nil {
+		t.Fatalf("saving nothing: %v", err)
+	}
+
+	// A directory in the way of agent.json's rename: the save fails
+	// after desired.json was replaced, and the next save writes both.
+	if err := os.Remove(filepath.Join(d.Root(), "v1", agentFile)); err != nil {
+		t.Fatal(err)
+	}
+	block := filepath.Join(d.Root(), "v1", agentFile)
+	if err := os.Mkdir(block, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(block, "x"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.AppliedGeneration = 3
+	if err := d.Save(desiredPayload(t, 3), &a); err == nil || !strings.Contains(err.Error(), agentFile) {
+		t.Fatalf("save with agent.json blocked: %v, want an error naming it", err)
+	}
+	if err := os.RemoveAll(block); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Save(desiredPayload(t, 3), &a); err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := d.LoadDesired(); err != nil || ds.Generation != 3 {
+		t.Fatalf("desired after the retry = %+v, %v", ds, err)
+	}
+	if got, err := d.LoadAgent(); err != nil || got.AppliedGeneration != 3 {
+		t.Fatalf("agent after the retry = %+v, %v", got, err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(d.Root(), "v1"))
+	for _, e := range entries {
+		if strings.Contains(e.Name(), ".tmp") {
+			t.Errorf("temporary file left behind: %s", e.Name())
+		}
+	}
+}
+
 func TestCorruptFilesAreSetAsideIndependently(t *testing.T) {
 	d, _ := Open(t.TempDir())
 	if err := d.SaveDesiredPayload(desiredPayload(t, 2)); err != nil {
@@ -311,5 +394,58 @@ func TestClientIDStableAndUnguessable(t *testing.T) {
 	}
 	if id2, _ := other.ClientID("pi-1"); id2 == id {
 		t.Error("two state dirs made the same client id")
+	}
+}
+
+// BenchmarkSave: one reconcile pass's save of agent.json (the usual
+// pass), on /dev/shm when there is one, as the scale suite's state.
+func BenchmarkSave(b *testing.B) {
+	root := b.TempDir()
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		if root, err = os.MkdirTemp("/dev/shm", "state-bench-"); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = os.RemoveAll(root) })
+	}
+	d, err := Open(root)
+	if err != nil {
+		b.Fatal(err)
+	}
+	k := Key{Pod: "scale", Container: "app", Hash: "0123456789abcdef"}
+	a := Agent{Store: "00000000-0000-4000-8000-000000000000", Containers: History{k: {}}}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		a.AppliedGeneration = int64(i + 1)
+		if err := d.Save(nil, &a); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestWriteFilesAtomicAllOrNothingBeforeRename: a file that cannot be
+// written stops the batch before any rename: the files before it keep
+// their old content and no temporary file is left.
+func TestWriteFilesAtomicAllOrNothingBeforeRename(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteFileAtomic(filepath.Join(dir, "a"), []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := writeFilesAtomic(dir, []fileWrite{
+		{name: "a", data: []byte("new"), perm: 0o600},
+		{name: filepath.Join("missing", "b"), data: []byte("b"), perm: 0o600},
+	})
+	if err == nil {
+		t.Fatal("a batch with a file in a missing directory succeeded")
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "a")); string(b) != "old" {
+		t.Errorf("a = %q, want the old content", b)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("directory holds %v, want a only", names)
 	}
 }
