@@ -139,6 +139,8 @@ func (s *suite) bytes(ctx context.Context) Result {
 	}
 	f := &BytesFigures{Devices: s.wireSample, WindowS: s.o.IdleWindow.Seconds(), KeepAliveS: keepalive.Seconds(), ResyncS: (30 * time.Second).Seconds()}
 	r.Bytes = f
+	s.profileStart(ctx, phaseBytes)
+	defer s.profileStop(ctx)
 	cpu := s.cpuStart()
 	start := s.wire.snapshot()
 	t0 := time.Now()
