@@ -651,7 +651,7 @@ func TestFailedPublishRetriedOnce(t *testing.T) {
 		r.Update(schema.DeviceStatus{ObservedGeneration: 1, Pods: []schema.PodStatus{}})
 		synctest.Wait()
 		pub.setErr(nil)
-		r.Republish() // the session connected
+		r.Republish()            // the session connected
 		clk.Advance(time.Second) // MinInterval after the failed attempt
 		synctest.Wait()
 		if n := len(pub.all()); n != 1 {
