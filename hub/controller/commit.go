@@ -89,7 +89,7 @@ func (c *Controller) commit(ctx context.Context, changes []desiredChange) {
 				c.log.Info("device removed: desired state cleared", "device", ch.name, "last_generation", ch.lastGen)
 				continue
 			}
-			c.pub.stored(ch.name, ch.raw)
+			c.pub.stored(ch.name, ch.ds.Generation, ch.raw)
 			delete(c.tombstones, ch.name)
 			c.log.Debug("desired state", "device", ch.name, "generation", ch.ds.Generation, "pods", len(ch.ds.Pods),
 				"configmaps", len(ch.ds.ConfigMaps), "secrets", len(ch.ds.Secrets))

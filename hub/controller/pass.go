@@ -244,7 +244,7 @@ func (c *Controller) incrementalPass(ctx context.Context, statusDevs map[string]
 	if len(changes) > 0 {
 		c.commit(ctx, changes)
 	}
-	c.pub.publishDesired(ctx, c.model.DesiredStates())
+	c.pub.publishUnpublished(ctx, c.model.Desired)
 	if len(passDevs) > 0 || len(touched) > 0 {
 		// Devices or deployments changed: host port claims may too.
 		for _, name := range c.updatePortConflicts(deps) {

@@ -29,21 +29,27 @@ type publisher struct {
 
 	raw       map[string][]byte // JSON of desired, as stored and published
 	published map[string]int64  // generation last published per device
-	clears    map[string]string // topic → device: retained topics of deleted devices to clear
-	depRaw    map[string][]byte // last published deployment status JSON
-	depClears map[string]bool   // deleted deployments whose status must be cleared
-	failed    bool              // a publish failed since takeFailed
+	// unpublished holds the devices whose stored desired state was not
+	// published since it was stored, with its generation: what an
+	// incremental pass looks at (publishUnpublished), where a full pass
+	// looks at every device (publishDesired).
+	unpublished map[string]int64
+	clears      map[string]string // topic → device: retained topics of deleted devices to clear
+	depRaw      map[string][]byte // last published deployment status JSON
+	depClears   map[string]bool   // deleted deployments whose status must be cleared
+	failed      bool              // a publish failed since takeFailed
 }
 
 func newPublisher(opts Options) *publisher {
 	return &publisher{
 		conn: opts.Conn, topics: opts.Topics, workers: opts.PublishWorkers, timeout: opts.PublishTimeout,
 		log: opts.Logger, metrics: opts.Metrics, signer: opts.Signer,
-		raw:       map[string][]byte{},
-		published: map[string]int64{},
-		clears:    map[string]string{},
-		depRaw:    map[string][]byte{},
-		depClears: map[string]bool{},
+		raw:         map[string][]byte{},
+		published:   map[string]int64{},
+		unpublished: map[string]int64{},
+		clears:      map[string]string{},
+		depRaw:      map[string][]byte{},
+		depClears:   map[string]bool{},
 	}
 }
 
@@ -64,8 +70,9 @@ func (p *publisher) takeFailed() bool {
 }
 
 // stored records a device's newly stored desired state.
-func (p *publisher) stored(name string, raw []byte) {
+func (p *publisher) stored(name string, gen int64, raw []byte) {
 	p.raw[name] = raw
+	p.unpublished[name] = gen
 	for _, topic := range p.deviceTopics(name) {
 		delete(p.clears, topic)
 	}
@@ -75,6 +82,7 @@ func (p *publisher) stored(name string, raw []byte) {
 func (p *publisher) removed(name string) {
 	delete(p.raw, name)
 	delete(p.published, name)
+	delete(p.unpublished, name)
 	for _, topic := range p.deviceTopics(name) {
 		p.clears[topic] = name
 	}
@@ -109,10 +117,34 @@ func (p *publisher) publishDesired(ctx context.Context, desired iter.Seq2[string
 		}
 		msgs = append(msgs, p.desiredMessage(name, ds.Generation))
 	}
+	p.countDesired(p.publish(ctx, p.appendClears(msgs)))
+}
+
+// publishUnpublished is publishDesired for the devices whose desired state
+// was stored but not published since (desired gives their states), with
+// the clears of removed devices: what an incremental pass must publish.
+// Any publish that fails makes the next pass a full one (takeFailed), so
+// only what stored recorded can be left behind here, and the pass costs
+// nothing per device of the fleet.
+func (p *publisher) publishUnpublished(ctx context.Context, desired func(name string) *schema.DesiredState) {
+	var msgs []message
+	for name := range p.unpublished {
+		ds := desired(name)
+		if ds == nil || p.published[name] == ds.Generation {
+			delete(p.unpublished, name)
+			continue
+		}
+		msgs = append(msgs, p.desiredMessage(name, ds.Generation))
+	}
+	p.countDesired(p.publish(ctx, p.appendClears(msgs)))
+}
+
+// appendClears adds the clears of removed devices' retained topics.
+func (p *publisher) appendClears(msgs []message) []message {
 	for topic := range p.clears {
 		msgs = append(msgs, message{topic: topic, done: func() { delete(p.clears, topic) }})
 	}
-	p.countDesired(p.publish(ctx, msgs))
+	return msgs
 }
 
 func (p *publisher) countDesired(n int) {
@@ -129,7 +161,12 @@ func (p *publisher) desiredMessage(name string, gen int64) message {
 	return message{
 		topic: p.topics.Device(name, schema.TopicDesired), payload: p.raw[name],
 		sign: p.signer != nil,
-		done: func() { p.published[name] = gen },
+		done: func() {
+			p.published[name] = gen
+			if p.unpublished[name] == gen {
+				delete(p.unpublished, name)
+			}
+		},
 	}
 }
 

@@ -260,7 +260,7 @@ func (in *Ingest) Handle(topic string, payload []byte) {
 
 func (in *Ingest) handleStatus(device, uid string, labels map[string]string, payload []byte) {
 	var st schema.DeviceStatus
-	if err := json.Unmarshal(payload, &st); err != nil {
+	if err := decode(payload, &st); err != nil {
 		in.malformed(schema.TopicStatus, device, fmt.Errorf("decode: %w", err))
 		return
 	}
@@ -358,7 +358,7 @@ func (in *Ingest) handleOnline(device, uid string, payload []byte) {
 
 func (in *Ingest) handleEvent(device, uid string, payload []byte) {
 	var ev schema.Event
-	if err := json.Unmarshal(payload, &ev); err != nil {
+	if err := decode(payload, &ev); err != nil {
 		in.malformed(schema.TopicEvents, device, fmt.Errorf("decode: %w", err))
 		return
 	}
