@@ -71,7 +71,7 @@ type Options struct {
 	// KeepAlive is the MQTT keepalive (default session.DefaultKeepAlive).
 	KeepAlive time.Duration
 	// StatusSettleGrace is how long a status showing work in progress is
-	// held back in case the work finishes first (default 200 ms; negative:
+	// held back in case the work finishes first (default DefaultStatusSettleGrace, 1 s; negative:
 	// publish it at once). See status.ReporterOptions.SettleGrace.
 	StatusSettleGrace time.Duration
 	// CrashLoop is the restart backoff (default 10 s doubling to 5 min,
@@ -180,8 +180,11 @@ type Agent struct {
 }
 
 // DefaultStatusSettleGrace is Options.StatusSettleGrace's default: a
-// container that starts within it is reported once, running.
-const DefaultStatusSettleGrace = 200 * time.Millisecond
+// container that starts within it is reported once, running. A second
+// covers containerd's create and start on a slow device (a Pi Zero) and on
+// a loaded one, where a shorter grace adds a "Pending" status to every
+// change: a message more for the hub and the cellular link (issue 31).
+const DefaultStatusSettleGrace = time.Second
 
 // New checks the options and returns an Agent; Run starts it.
 func New(o Options) (*Agent, error) {
@@ -282,6 +285,7 @@ func New(o Options) (*Agent, error) {
 	}
 	a.events = status.NewEvents(status.EventsOptions{
 		Device: o.Device, Topic: a.topics.events, Publisher: pub, Clock: o.Clock, Logger: a.log,
+		Batch: true, Linger: status.DefaultEventLinger,
 	})
 	a.reporter = status.NewReporter(status.ReporterOptions{
 		Device: o.Device, Topic: a.topics.status, Publisher: pub, Version: o.Version,

@@ -135,7 +135,10 @@ func (b *testBroker) onMessage(_ *mqtt.Client, _ packets.Subscription, pk packet
 			b.badTopic = append(b.badTopic, pk.TopicName)
 			return
 		}
-		b.events[dev] = append(b.events[dev], ev)
+		// A message may carry a batch (Event.More): each event on its own.
+		more := ev.More
+		ev.More = nil
+		b.events[dev] = append(append(b.events[dev], ev), more...)
 	}
 }
 

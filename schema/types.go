@@ -840,4 +840,14 @@ type Event struct {
 	// Dropped counts the events the device dropped before this one
 	// because its queue was full while it was offline.
 	Dropped int `json:"dropped,omitempty"`
+	// More are the events the device recorded right after this one, sent
+	// in the same message to save messages (at most MaxEventBatch, in
+	// order, each a whole Event of the same device without more of its
+	// own). Only on the MQTT events topic: a consumer there that reads
+	// only the top-level event misses them; the hub's API lists every
+	// event on its own.
+	More []Event `json:"more,omitempty"`
 }
+
+// MaxEventBatch bounds Event.More.
+const MaxEventBatch = 32

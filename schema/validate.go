@@ -775,5 +775,23 @@ func ValidateEvent(e *Event) error {
 	if e.Dropped < 0 {
 		errs.add("dropped", "must not be negative")
 	}
+	if len(e.More) > MaxEventBatch {
+		errs.add("more", "at most %d events", MaxEventBatch)
+	} else {
+		for i := range e.More {
+			m := &e.More[i]
+			field := fmt.Sprintf("more[%d]", i)
+			switch {
+			case len(m.More) > 0:
+				errs.add(field+".more", "must be empty: a batch does not nest")
+			case m.Device != e.Device:
+				errs.add(field+".device", "must be %q, the batch's device", truncate(e.Device))
+			default:
+				if err := ValidateEvent(m); err != nil {
+					errs.add(field, "%v", err)
+				}
+			}
+		}
+	}
 	return errs.err(KindEvent, e.Device)
 }

@@ -331,6 +331,7 @@ func typeDocTable() map[string]typeDoc {
 				"exitCode":  {doc: "ExitCode is the exit code of the container an event is about, when it exited (reasons Exited, BackOff)."},
 				"logTail":   {doc: "LogTail is a crash report: the last lines of the container's log (at most MaxCrashLogLines lines and MaxCrashLogBytes bytes), on an event about a container that exited with a code other than 0 or entered backoff."},
 				"dropped":   {doc: "Dropped counts the events the device dropped before this one because its queue was full while it was offline."},
+				"more":      {doc: "More are the events the device recorded right after this one, sent in the same message to save messages (at most MaxEventBatch, in order, each a whole Event of the same device without more of its own). Only on the MQTT events topic: a consumer there that reads only the top-level event misses them; the hub's API lists every event on its own."},
 			},
 		},
 		"ExecAction": {

@@ -674,3 +674,82 @@ func TestFailedPublishRetriedOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestEventsBatch: with Batch and a linger, the events recorded within it
+// go out as one message, the first with the others in "more", in order;
+// a message never exceeds BatchBytes; one failed publish keeps them all
+// queued, and a later one sends them once.
+func TestEventsBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewFake(t0)
+		pub := &fakePub{}
+		e := NewEvents(EventsOptions{Device: "dev1", Topic: "t", Publisher: pub, Clock: clk,
+			Batch: true, Linger: 250 * time.Millisecond, BatchBytes: 1200})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = e.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+
+		e.Record(schema.EventNormal, "Pulled", "web", "c", "image present")
+		synctest.Wait()
+		clk.Advance(70 * time.Millisecond)
+		synctest.Wait()
+		e.Record(schema.EventNormal, "Started", "web", "c", "started")
+		synctest.Wait()
+		if n := len(pub.all()); n != 0 {
+			t.Fatalf("%d messages before the linger ended", n)
+		}
+		clk.Advance(180 * time.Millisecond)
+		synctest.Wait()
+		msgs := pub.all()
+		if len(msgs) != 1 {
+			t.Fatalf("%d messages, want one carrying both events", len(msgs))
+		}
+		var ev schema.Event
+		if err := json.Unmarshal(msgs[0].payload, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if err := schema.ValidateEvent(&ev); err != nil {
+			t.Fatalf("the batch is not a valid Event: %v\n%s", err, msgs[0].payload)
+		}
+		if ev.Reason != "Pulled" || len(ev.More) != 1 || ev.More[0].Reason != "Started" || ev.More[0].ID == ev.ID || ev.More[0].Device != "dev1" {
+			t.Fatalf("batch %s: want Pulled with Started in more", msgs[0].payload)
+		}
+		if e.Pending() != 0 {
+			t.Fatalf("%d pending after the acknowledgement", e.Pending())
+		}
+
+		// Offline: everything stays queued; once back, the batches are
+		// bounded by BatchBytes and carry every event once, in order.
+		pub.setErr(errors.New("offline"))
+		for i := range 8 {
+			e.Record(schema.EventNormal, "Started", fmt.Sprintf("p%d", i), "c", strings.Repeat("x", 200))
+		}
+		clk.Advance(time.Second)
+		synctest.Wait()
+		if e.Pending() != 8 {
+			t.Fatalf("%d pending after a failed publish, want 8", e.Pending())
+		}
+		pub.setErr(nil)
+		e.Flush()
+		clk.Advance(time.Second)
+		synctest.Wait()
+		var pods []string
+		for _, m := range pub.all()[1:] {
+			if len(m.payload) > 1200 {
+				t.Errorf("message of %d bytes, over BatchBytes", len(m.payload))
+			}
+			var b schema.Event
+			if err := json.Unmarshal(m.payload, &b); err != nil {
+				t.Fatal(err)
+			}
+			pods = append(pods, b.Pod)
+			for _, x := range b.More {
+				pods = append(pods, x.Pod)
+			}
+		}
+		if want := "p0 p1 p2 p3 p4 p5 p6 p7"; strings.Join(pods, " ") != want || len(pub.all()) < 3 {
+			t.Fatalf("events after the reconnect %v in %d messages, want %s in several", pods, len(pub.all())-1, want)
+		}
+	})
+}

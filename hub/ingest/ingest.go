@@ -370,6 +370,18 @@ func (in *Ingest) handleEvent(device, uid string, payload []byte) {
 		in.malformed(schema.TopicEvents, device, fmt.Errorf("payload names device %q", truncate(ev.Device)))
 		return
 	}
+	// A message may carry a batch: the event and those recorded right
+	// after it (ValidateEvent checked they are the same device's).
+	more := ev.More
+	ev.More = nil
+	in.addEvent(device, uid, ev)
+	for _, m := range more {
+		in.addEvent(device, uid, m)
+	}
+}
+
+// addEvent keeps one event of a device.
+func (in *Ingest) addEvent(device, uid string, ev schema.Event) {
 	// A device re-delivers what it queued while offline: an event whose
 	// ID the model has seen is dropped there.
 	if !in.model.AddEvent(device, uid, ev, in.opts.EventsPerDevice) {

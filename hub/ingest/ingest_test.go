@@ -513,3 +513,47 @@ func TestCrashReportsPersist(t *testing.T) {
 		return nil
 	})
 }
+
+// TestEventBatch: a message carrying events in "more" adds each, in
+// order, deduplicated by ID (a batch re-sent after a reconnect adds
+// nothing twice), none of them keeping a "more"; a batch naming another
+// device, or nesting, is refused whole and counted.
+func TestEventBatch(t *testing.T) {
+	f := newFixture(t, "pi", "pi2")
+	batch := []byte(`{"id":"a","device":"pi","type":"Normal","reason":"Pulled","pod":"web","time":"2024-01-01T00:00:00Z",` +
+		`"more":[{"id":"b","device":"pi","type":"Normal","reason":"Started","pod":"web","time":"2024-01-01T00:00:01Z"},` +
+		`{"id":"c","device":"pi","type":"Warning","reason":"BackOff","pod":"web","container":"app","exitCode":1,"logTail":"boom\n","time":"2024-01-01T00:00:02Z"}]}`)
+	f.in.Handle(topicPrefix+"pi/events", batch)
+	f.in.Handle(topicPrefix+"pi/events", batch) // re-delivered
+	evs := f.fm.Events("pi", "")
+	var got []string
+	for _, ev := range evs {
+		got = append(got, ev.ID+":"+ev.Reason)
+		if ev.More != nil {
+			t.Errorf("event %s kept a more", ev.ID)
+		}
+	}
+	if strings.Join(got, " ") != "a:Pulled b:Started c:BackOff" {
+		t.Errorf("events %v, want a:Pulled b:Started c:BackOff once each", got)
+	}
+	if crs := f.fm.CrashReports("pi", ""); len(crs) != 1 || crs[0].LogTail != "boom\n" {
+		t.Errorf("crash report from a batched event: %+v", crs)
+	}
+	before := counter(t, f.m.Malformed.WithLabelValues(schema.TopicEvents))
+	for _, bad := range []string{
+		`{"id":"x","device":"pi","type":"Normal","reason":"Pulled","time":"2024-01-01T00:00:00Z","more":[{"id":"y","device":"pi2","type":"Normal","reason":"Started","time":"2024-01-01T00:00:00Z"}]}`,
+		`{"id":"x","device":"pi","type":"Normal","reason":"Pulled","time":"2024-01-01T00:00:00Z","more":[{"id":"y","device":"pi","type":"Normal","reason":"Started","time":"2024-01-01T00:00:00Z","more":[{"id":"z","device":"pi","type":"Normal","reason":"Started","time":"2024-01-01T00:00:00Z"}]}]}`,
+		`{"id":"x","device":"pi","type":"Normal","reason":"Pulled","time":"2024-01-01T00:00:00Z","more":[{"id":"y","device":"pi","type":"Odd","reason":"Started","time":"2024-01-01T00:00:00Z"}]}`,
+	} {
+		f.in.Handle(topicPrefix+"pi/events", []byte(bad))
+	}
+	if n := counter(t, f.m.Malformed.WithLabelValues(schema.TopicEvents)) - before; n != 3 {
+		t.Errorf("%v bad batches counted, want 3", n)
+	}
+	if n := len(f.fm.Events("pi", "")); n != 3 {
+		t.Errorf("%d events after bad batches, want still 3", n)
+	}
+	if n := len(f.fm.Events("pi2", "")); n != 0 {
+		t.Errorf("pi's batch gave pi2 %d events", n)
+	}
+}
