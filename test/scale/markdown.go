@@ -221,13 +221,25 @@ func runKey(o options) string {
 	return strings.ReplaceAll(key, "--", "-") // stays a valid HTML comment
 }
 
-// partialPhases names the phases of a run that has the rollout phase but
-// not all the others, so that its block does not replace the full run's
-// of the same size (runs without the rollout phase keep the keys they had
-// before it existed); "" otherwise.
+// partialPhases names the phases of a partial run, so that its block
+// does not replace the full run's of the same size; "" for a full run:
+// every phase, every phase but the 10-minute bytes phase (make bench), or
+// the five phases runs had before the rollout and bytes phases existed
+// (their blocks keep the keys they had).
 func partialPhases(o options) string {
-	if !slices.Contains(o.Phases, phaseRollout) || slices.Equal(o.Phases, allPhases) {
-		return ""
+	without := func(skip ...string) []string {
+		var out []string
+		for _, p := range allPhases {
+			if !slices.Contains(skip, p) {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	for _, full := range [][]string{allPhases, without(phaseBytes), without(phaseBytes, phaseRollout)} {
+		if slices.Equal(o.Phases, full) {
+			return ""
+		}
 	}
 	return strings.Join(o.Phases, ",")
 }

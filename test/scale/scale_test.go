@@ -598,6 +598,13 @@ func TestRolloutMarkdown(t *testing.T) {
 	if k := runKey(options{Agents: 10, Broker: "embedded", Phases: []string{phaseFloor, phaseConverge, phaseMemory, phaseSingle, phaseStorm}}); strings.Contains(k, "phases") {
 		t.Errorf("a run without the rollout phase changed its key: %s", k)
 	}
+	if k := runKey(options{Agents: 10, Broker: "embedded", Phases: []string{phaseFloor, phaseConverge, phaseMemory, phaseSingle, phaseStorm, phaseRollout}}); strings.Contains(k, "phases") {
+		t.Errorf("make bench's run (every phase but bytes) has a partial key: %s", k)
+	}
+	// The bytes run of make bench must not replace the full run's block.
+	if k := runKey(options{Agents: 10, Broker: "embedded", Phases: []string{phaseConverge, phaseBytes}}); !strings.Contains(k, "phases=converge,bytes") {
+		t.Errorf("a converge+bytes run has the full run's key: %s", k)
+	}
 	var out strings.Builder
 	if err := writeTable(&out, []Result{r}); err != nil || !strings.Contains(out.String(), "rollout: v2 RolledBack at step 3 of 4 (due 3)") {
 		t.Errorf("table: %v\n%s", err, out.String())
