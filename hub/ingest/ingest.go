@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -259,6 +260,10 @@ func (in *Ingest) Handle(topic string, payload []byte) {
 }
 
 func (in *Ingest) handleStatus(device, uid string, labels map[string]string, payload []byte) {
+	// The report keeps the payload (Raw) and strings decoded in place
+	// from it: a copy of its own, whatever the caller does with its
+	// buffer afterwards (one allocation, cheaper than a copy per string).
+	payload = bytes.Clone(payload)
 	var st schema.DeviceStatus
 	if err := decode(payload, &st); err != nil {
 		in.malformed(schema.TopicStatus, device, fmt.Errorf("decode: %w", err))

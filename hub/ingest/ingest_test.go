@@ -557,3 +557,22 @@ func TestEventBatch(t *testing.T) {
 		t.Errorf("pi's batch gave pi2 %d events", n)
 	}
 }
+
+// TestStatusOwnsItsPayload: the caller may reuse its buffer once Handle
+// returns (the fuzzer does); the kept report, decoded in place, must not
+// change with it.
+func TestStatusOwnsItsPayload(t *testing.T) {
+	f := newFixture(t, "pi")
+	buf := []byte(statusJSON("pi", 3, "arm64"))
+	f.in.Handle(topicPrefix+"pi/status", buf)
+	for i := range buf {
+		buf[i] = '"'
+	}
+	st, _ := f.fm.DeviceState("pi", "")
+	if st == nil || st.Device != "pi" || st.Agent.Arch != "arm64" {
+		t.Fatalf("the report changed with the caller's buffer: %+v", st)
+	}
+	if err := schema.ValidateDeviceStatus(st); err != nil {
+		t.Fatalf("the report changed with the caller's buffer: %v", err)
+	}
+}
