@@ -13,14 +13,15 @@ import (
 
 // TestAgentFootprint measures what an operator sizes a device by: the time
 // from an acknowledged apply to the hub reporting the device converged
-// (image already present), and the agent's resident memory idle with five
-// pods. The figures are logged for BENCHMARKS.md; the assertions are only
-// bounds far above the targets (2 s, 20 MB), so a slow machine cannot make
-// them flake but a leak or a stuck rollout still fails.
+// (image already present), and the agent's resident memory idle with
+// three pods (issue 31's figure), then with five. The figures are logged
+// for BENCHMARKS.md; the assertions are only bounds far above the targets
+// (2 s, 15 MiB, 20 MB), so a slow machine cannot make them flake but a
+// leak or a stuck rollout still fails.
 func TestAgentFootprint(t *testing.T) {
 	// The agent releases its binary's start-up pages 5 s after it reached
 	// containerd (the default): after the first measurement, on a normal
-	// run.
+	// run. One agent only: the release skips pages another process maps.
 	f := StartFleet(t, FleetOptions{Agents: 1})
 	dev := f.Devices()[0]
 
@@ -34,17 +35,45 @@ func TestAgentFootprint(t *testing.T) {
 	f.deleteOnCleanup(t, names...)
 
 	start := time.Now()
-	f.applyDeps(t, deps...)
+	f.applyDeps(t, deps[:3]...)
 	converged := f.AwaitConverged(t, 60*time.Second, dev)[dev]
 	elapsed := time.Since(start)
-	if got := len(converged.Status.Pods); got != 5 {
-		t.Fatalf("%s reports %d pods, want 5", dev, got)
+	if got := len(converged.Status.Pods); got != 3 {
+		t.Fatalf("%s reports %d pods, want 3", dev, got)
 	}
-	t.Logf("apply -> converged with 5 new pods (image present): %v", elapsed.Round(time.Millisecond))
+	t.Logf("apply -> converged with 3 new pods (image present): %v", elapsed.Round(time.Millisecond))
 
-	// Single change on an idle device: replace one pod.
-	deps[0].Args = []string{"echo", "v2", "sleep", "forever"}
+	agent := f.Agent(t, dev)
+	pid := agent.PID()
+	const released = "start-up pages released"
+	early := !strings.Contains(agent.Logs(), released)
+	rss, fileBefore := logRSS(t, pid, "idle with 3 pods")
+	if rss > 64<<20 {
+		t.Errorf("fleet-agent RSS %d bytes with 3 pods: far above the 15 MiB target", rss)
+	}
+	// Once start-up is over the agent hands back its binary's pages;
+	// what it goes on using comes back.
+	agent.AwaitLog(t, 0, released, 60*time.Second)
+	_, fileAfter := logRSS(t, pid, "idle with 3 pods, start-up pages released")
+	if early && fileAfter >= fileBefore {
+		t.Errorf("file-backed RSS %d bytes after the release, %d before: nothing was released", fileAfter, fileBefore)
+	}
+	awaitResyncs(t, agent, 2)
+	if rss, _ := logRSS(t, pid, "idle with 3 pods, start-up pages released, two resyncs later"); rss > 64<<20 {
+		t.Errorf("fleet-agent RSS %d bytes with 3 pods: far above the 15 MiB target", rss)
+	}
+
+	// Two more pods, then a single change on an idle device: replace one.
 	gen := converged.Status.DesiredGeneration
+	start = time.Now()
+	f.applyDeps(t, deps...)
+	converged = f.AwaitDevices(t, 60*time.Second, "converged on five pods", func(d schema.Device) bool {
+		return d.Status != nil && d.Status.Converged && d.Status.ObservedGeneration > gen && len(d.Status.Pods) == 5
+	}, dev)[dev]
+	t.Logf("apply -> converged with 2 new pods (5 in all): %v", time.Since(start).Round(time.Millisecond))
+
+	deps[0].Args = []string{"echo", "v2", "sleep", "forever"}
+	gen = converged.Status.DesiredGeneration
 	start = time.Now()
 	f.applyDeps(t, deps...)
 	f.AwaitDevices(t, 60*time.Second, "converged on the changed pod", func(d schema.Device) bool {
@@ -52,28 +81,18 @@ func TestAgentFootprint(t *testing.T) {
 	}, dev)
 	t.Logf("apply -> converged, one pod replaced: %v", time.Since(start).Round(time.Millisecond))
 
-	agent := f.Agent(t, dev)
-	pid := agent.PID()
-	const released = "start-up pages released"
-	early := !strings.Contains(agent.Logs(), released)
-	rss, fileBefore := logRSS(t, pid, "idle with 5 pods")
-	if rss > 64<<20 {
+	awaitResyncs(t, agent, 2)
+	if rss, _ := logRSS(t, pid, "idle with 5 pods, two resyncs later"); rss > 64<<20 {
 		t.Errorf("fleet-agent RSS %d bytes with 5 pods: far above the 20 MB target", rss)
 	}
+}
 
-	// Once start-up is over the agent hands back its binary's pages;
-	// what it goes on using comes back.
-	agent.AwaitLog(t, 0, released, 60*time.Second)
-	_, fileAfter := logRSS(t, pid, "idle with 5 pods, start-up pages released")
-	if early && fileAfter >= fileBefore {
-		t.Errorf("file-backed RSS %d bytes after the release, %d before: nothing was released", fileAfter, fileBefore)
-	}
-	for range 2 {
+// awaitResyncs waits for n more periodic resyncs of the agent.
+func awaitResyncs(t *testing.T, agent *Agent, n int) {
+	t.Helper()
+	for range n {
 		mark := agent.LogMark()
 		agent.AwaitLog(t, mark, "periodic resync", 30*time.Second)
-	}
-	if rss, _ := logRSS(t, pid, "idle with 5 pods, start-up pages released, two resyncs later"); rss > 64<<20 {
-		t.Errorf("fleet-agent RSS %d bytes with 5 pods: far above the 20 MB target", rss)
 	}
 }
 
