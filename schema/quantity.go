@@ -93,6 +93,9 @@ func abs(n int) int {
 // ParseMemory returns a memory quantity ("64Mi", "1G", "1048576") in bytes,
 // rounded up to a whole byte.
 func ParseMemory(s string) (int64, error) {
+	if n, ok := fastQuantity(s, false); ok {
+		return n, nil
+	}
 	r, err := parseQuantity(s)
 	if err != nil {
 		return 0, err
@@ -103,11 +106,63 @@ func ParseMemory(s string) (int64, error) {
 // ParseCPU returns a CPU quantity ("500m", "1.5", "2") in millicores,
 // rounded up.
 func ParseCPU(s string) (int64, error) {
+	if n, ok := fastQuantity(s, true); ok {
+		return n, nil
+	}
 	r, err := parseQuantity(s)
 	if err != nil {
 		return 0, err
 	}
 	return ceilInt64(r.Mul(r, big.NewRat(1000, 1)), s)
+}
+
+// fastQuantity reads the forms limits are written in (digits and at most
+// one suffix: "64Mi", "250m", "2", "1G") with integer arithmetic, in
+// bytes or, with milli, in thousandths; the agent parses a container's
+// limits on every create. It declines (ok false) anything else, and any
+// value that does not fit below math.MaxInt64, for the exact parser to
+// read or refuse; FuzzFastQuantity holds the two to the same answers.
+func fastQuantity(s string, milli bool) (n int64, ok bool) {
+	digits, shift, pow10 := s, 0, 0
+	switch {
+	case len(s) >= 2 && s[len(s)-1] == 'i':
+		i := strings.IndexByte("KMGTPE", s[len(s)-2])
+		if i < 0 {
+			return 0, false
+		}
+		digits, shift = s[:len(s)-2], 10*(i+1)
+	case len(s) >= 1 && s[len(s)-1] == 'm':
+		digits, pow10 = s[:len(s)-1], -3
+	case len(s) >= 1 && strings.IndexByte("kMGTPE", s[len(s)-1]) >= 0:
+		digits, pow10 = s[:len(s)-1], 3*(strings.IndexByte("kMGTPE", s[len(s)-1])+1)
+	}
+	// 18 digits stay below 10^18, so the sums and products below are
+	// checked against overflow one step at a time.
+	if digits == "" || len(digits) > 18 || !isDigits(digits) {
+		return 0, false
+	}
+	for _, c := range digits {
+		n = n*10 + int64(c-'0')
+	}
+	if milli {
+		pow10 += 3
+	}
+	if n != 0 && shift > 0 {
+		if n > math.MaxInt64>>shift {
+			return 0, false
+		}
+		n <<= shift
+	}
+	for ; pow10 > 0; pow10-- {
+		if n > (math.MaxInt64-9)/10 {
+			return 0, false
+		}
+		n *= 10
+	}
+	if pow10 < 0 { // thousandths of a byte: round up
+		n = (n + 999) / 1000
+	}
+	return n, n != math.MaxInt64
 }
 
 func ceilInt64(r *big.Rat, s string) (int64, error) {

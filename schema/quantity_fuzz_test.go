@@ -70,3 +70,30 @@ func ceilDiv(a, b int64) int64 {
 	}
 	return q
 }
+
+// FuzzFastQuantity: where the integer fast path answers, the exact parser
+// gives the same value; where it declines, the exact parser decides.
+func FuzzFastQuantity(f *testing.F) {
+	for _, s := range []string{"64Mi", "250m", "2", "1G", "0", "007Ki", "7Ei", "8Ei", "9223372036854775807", "999999999999999999E", "1m", "999m", "Mi", "m", "1.5Gi", "1e3", "+1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, milli := range []bool{false, true} {
+			fast, ok := fastQuantity(s, milli)
+			if !ok {
+				continue
+			}
+			r, err := parseQuantity(s)
+			if err != nil {
+				t.Fatalf("fastQuantity(%q, %v) = %d, the exact parser refuses it: %v", s, milli, fast, err)
+			}
+			if milli {
+				r.Mul(r, big.NewRat(1000, 1))
+			}
+			exact, err := ceilInt64(r, s)
+			if err != nil || exact != fast {
+				t.Fatalf("fastQuantity(%q, %v) = %d, the exact parser %d, %v", s, milli, fast, exact, err)
+			}
+		}
+	})
+}

@@ -171,21 +171,17 @@ func SplitSignedDesiredState(payload []byte) (canonical []byte, sig *DesiredStat
 		return nil, nil, ErrUnsigned
 	}
 	rest := payload[idx+len(signatureMarker)-1:] // from the member's '{'
+	// The member is strict: a later change to it comes with a new alg,
+	// and no byte of a signed payload can change unnoticed. One decoder
+	// reads it and says where it ends.
+	sig = &DesiredStateSignature{}
 	dec := json.NewDecoder(bytes.NewReader(rest))
-	var raw json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(sig); err != nil {
 		return nil, nil, fmt.Errorf("%w: signature member: %w", ErrBadSignature, err)
 	}
 	if tail := bytes.TrimSpace(rest[dec.InputOffset():]); string(tail) != "}" {
 		return nil, nil, fmt.Errorf("%w: the signature member is not the payload's last member", ErrBadSignature)
-	}
-	// The member is strict: a later change to it comes with a new alg,
-	// and no byte of a signed payload can change unnoticed.
-	sig = &DesiredStateSignature{}
-	strict := json.NewDecoder(bytes.NewReader(raw))
-	strict.DisallowUnknownFields()
-	if err := strict.Decode(sig); err != nil {
-		return nil, nil, fmt.Errorf("%w: signature member: %w", ErrBadSignature, err)
 	}
 	canonical = make([]byte, idx+1)
 	copy(canonical, payload[:idx])

@@ -104,6 +104,10 @@ type Manager struct {
 	mu       sync.Mutex
 	failures map[string]string // volume dir → the last refresh error logged
 	noTmpfs  bool              // a tmpfs mount failed once: secrets go to disk
+	// empty: the last Collect found nothing under pods/ and volumes/, and
+	// Mounts, the only maker of what is there, has made nothing since.
+	// Collect then has nothing to read (a device without volumes).
+	empty bool
 }
 
 // New returns a Manager.
@@ -166,6 +170,7 @@ func (m *Manager) Mounts(p Pod, c *schema.Container, files Files) ([]schema.Moun
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.empty = false
 	mounts := make([]schema.Mount, 0, len(c.VolumeMounts))
 	for i, vm := range c.VolumeMounts {
 		v := findVolume(p.Spec, vm.Name)
@@ -435,10 +440,14 @@ func (m *Manager) Refresh(pods []Pod, files Files) []string {
 func (m *Manager) Collect(keepRevision func(pod, hash string) bool, keepPod func(pod string) bool) ([]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.empty {
+		return nil, nil
+	}
 	var removed []string
 	var errs []error
 	podsDir := filepath.Join(m.root, "pods")
-	for _, pod := range readDirNames(podsDir) {
+	podNames := readDirNames(podsDir)
+	for _, pod := range podNames {
 		podDir := filepath.Join(podsDir, pod)
 		left := 0
 		for _, hash := range readDirNames(podDir) {
@@ -461,7 +470,8 @@ func (m *Manager) Collect(keepRevision func(pod, hash string) bool, keepPod func
 		}
 	}
 	volsDir := filepath.Join(m.root, "volumes")
-	for _, pod := range readDirNames(volsDir) {
+	volPods := readDirNames(volsDir)
+	for _, pod := range volPods {
 		if keepPod(pod) {
 			continue
 		}
@@ -491,6 +501,7 @@ func (m *Manager) Collect(keepRevision func(pod, hash string) bool, keepPod func
 	for _, r := range removed {
 		m.log.Info("removed volume directory", "path", r)
 	}
+	m.empty = len(podNames) == 0 && len(volPods) == 0
 	return removed, errors.Join(errs...)
 }
 

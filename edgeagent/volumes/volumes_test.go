@@ -324,6 +324,33 @@ func TestCollect(t *testing.T) {
 	}
 }
 
+// TestCollectAfterEmpty: a Collect that found nothing skips the next
+// reads, but not past what Mounts makes meanwhile.
+func TestCollectAfterEmpty(t *testing.T) {
+	fm := newFakeMounter()
+	m, root := newManager(t, fm)
+	for range 2 {
+		if removed, err := m.Collect(func(string, string) bool { return false }, func(string) bool { return false }); err != nil || len(removed) != 0 {
+			t.Fatalf("Collect on an empty state dir = %v, %v", removed, err)
+		}
+	}
+	p := testPod()
+	if _, err := m.Mounts(p, &p.Spec.Containers[0], &staticFiles{}); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := m.Collect(func(string, string) bool { return false }, func(string) bool { return false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(removed)
+	if !slices.Equal(removed, []string{"pods/sensor/h1", "volumes/sensor/data"}) {
+		t.Errorf("removed %v", removed)
+	}
+	if _, err := os.Stat(filepath.Join(root, "pods", "sensor")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("pod dir left: %v", err)
+	}
+}
+
 func TestVolumeOwner(t *testing.T) {
 	u := func(uid int64) *schema.SecurityContext { return &schema.SecurityContext{RunAsUser: &uid} }
 	vm := []schema.VolumeMount{{Name: "v", MountPath: "/v"}}
