@@ -55,7 +55,10 @@ spec:
       containers:
       - name: app
         image: ` + image + `
-        command: [/bin/sh, -c, 'echo "starting sensor loop"; echo "fatal: sensor /dev/i2c-1 missing" >&2; exit 3']
+        # The second before the exit: containerd's shim closes a log file
+        # when stdout ends, so stderr written at the very instant of the
+        # exit can be lost (containerd#3118; see the README).
+        command: [/bin/sh, -c, 'echo "starting sensor loop"; echo "fatal: sensor /dev/i2c-1 missing" >&2; sleep 1; exit 3']
 ---
 apiVersion: fleet/v1
 kind: Deployment
