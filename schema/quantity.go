@@ -133,8 +133,10 @@ func fastQuantity(s string, milli bool) (n int64, ok bool) {
 		digits, shift = s[:len(s)-2], 10*(i+1)
 	case len(s) >= 1 && s[len(s)-1] == 'm':
 		digits, pow10 = s[:len(s)-1], -3
-	case len(s) >= 1 && strings.IndexByte("kMGTPE", s[len(s)-1]) >= 0:
-		digits, pow10 = s[:len(s)-1], 3*(strings.IndexByte("kMGTPE", s[len(s)-1])+1)
+	case len(s) >= 1:
+		if i := strings.IndexByte("kMGTPE", s[len(s)-1]); i >= 0 {
+			digits, pow10 = s[:len(s)-1], 3*(i+1)
+		}
 	}
 	// 18 digits stay below 10^18, so the sums and products below are
 	// checked against overflow one step at a time.

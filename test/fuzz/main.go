@@ -149,10 +149,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		r, out, err := fuzz(ctx, exe, filepath.Join(root, filepath.FromSlash(t.dir)), filepath.Join(gocache, "fuzz", importPath), t, *fuzztime, *minimize)
+		runTarget := func() (result, []byte, error) {
+			return fuzz(ctx, exe, filepath.Join(root, filepath.FromSlash(t.dir)), filepath.Join(gocache, "fuzz", importPath), t, *fuzztime, *minimize)
+		}
+		r, out, err := runTarget()
 		for retry := 0; err == nil && r.failed && deadlineRace(out) && retry < maxDeadlineRetries; retry++ {
 			fmt.Fprintf(stderr, "fuzz: ./%s %s: Go's fuzz coordinator raced its own -fuzztime deadline (go.dev/issue/75804: nothing found, no input written); running it again\n", t.dir, t.name)
-			r, out, err = fuzz(ctx, exe, filepath.Join(root, filepath.FromSlash(t.dir)), filepath.Join(gocache, "fuzz", importPath), t, *fuzztime, *minimize)
+			r, out, err = runTarget()
 		}
 		if err != nil {
 			return err
