@@ -201,13 +201,20 @@ spec:
 	f.AwaitDevices(t, e2eConverge, "back online, not ready", podReported("e2e-ready", func(p schema.PodStatus) bool {
 		return p.Phase == schema.PhaseRunning && !p.Ready && p.Message == notReady && p.Restarts == 0
 	}), victim)
-	// The events queued offline reach the hub, stamped while offline.
+	// The events queued offline reach the hub, stamped while offline. They
+	// may come after the status that says the device is back (the agent
+	// lingers to batch events), so the list is polled.
 	var offline []string
-	for _, e := range eventsJSON(t, f, victim) {
-		if e.Pod == "e2e-ready" && (e.Reason == "Unhealthy" || e.Reason == "Ready") && e.Time.After(cut) && e.Time.Before(healed) {
-			offline = append(offline, e.Reason)
+	stamped := func() bool {
+		offline = nil
+		for _, e := range eventsJSON(t, f, victim) {
+			if e.Pod == "e2e-ready" && (e.Reason == "Unhealthy" || e.Reason == "Ready") && e.Time.After(cut) && e.Time.Before(healed) {
+				offline = append(offline, e.Reason)
+			}
 		}
+		return len(offline) >= 3
 	}
+	awaitf(t, e2eConverge, stamped, "three Ready/Unhealthy events stamped during the partition at the hub (have %v)", &offline)
 	if strings.Join(offline, ",") != "Unhealthy,Ready,Unhealthy" {
 		t.Errorf("events stamped during the partition: %v, want Unhealthy, Ready, Unhealthy", offline)
 	}
