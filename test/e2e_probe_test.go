@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -271,13 +272,18 @@ spec:
 	if b, err := os.ReadFile(filepath.Join(shared, "second")); err != nil || string(b) != "2" {
 		t.Errorf("the second init container's file: %q, %v", b, err)
 	}
-	// Their order, as the agent's events tell it.
+	// Their order, as the agent's events tell it (the app's Started event
+	// may come a linger after the status that shows it running).
 	var started []string
-	for _, e := range eventsJSON(t, f, devs[0]) {
-		if e.Pod == "e2e-init" && e.Reason == "Started" {
-			started = append(started, e.Container)
+	awaitf(t, e2eConverge, func() bool {
+		started = nil
+		for _, e := range eventsJSON(t, f, devs[0]) {
+			if e.Pod == "e2e-init" && e.Reason == "Started" {
+				started = append(started, e.Container)
+			}
 		}
-	}
+		return slices.Contains(started, "app")
+	}, "the app's Started event at the hub (have %v)", &started)
 	if strings.Join(started, ",") != "first,second,app" {
 		t.Errorf("started %v, want first, second, app", started)
 	}
