@@ -85,6 +85,14 @@ type Result struct {
 	HubCPUPerChangeUS   float64 `json:"hub_cpu_per_change_us,omitempty"`
 	AgentCPUPerChangeUS float64 `json:"agent_cpu_per_change_us,omitempty"`
 	HubVsBroker         float64 `json:"hub_vs_broker,omitempty"`
+	// BrokerCPUPerMessageUS and ClientCPUPerMessageUS (floor only): the
+	// same two figures under the names they have there, the bare
+	// broker's and the bare clients' CPU per publish-and-echo.
+	BrokerCPUPerMessageUS float64 `json:"broker_cpu_per_message_us,omitempty"`
+	ClientCPUPerMessageUS float64 `json:"client_cpu_per_message_us,omitempty"`
+	// AgentVsClient (converge, single-change): the hollow agents' CPU per
+	// change over the floor's bare clients' per publish-and-echo.
+	AgentVsClient float64 `json:"agent_vs_client,omitempty"`
 	// SuiteCPUMS: CPU time this process used meanwhile, mostly the
 	// monitor decoding every report: the observer's share of the machine.
 	SuiteCPUMS float64 `json:"suite_cpu_ms,omitempty"`
@@ -170,7 +178,7 @@ func writeJSON(w io.Writer, rs []Result) error {
 // perChange fills in the per-change CPU figures of every result, and the
 // hub's ratio to the floor broker's.
 func perChange(rs []Result, o options) {
-	var brokerPerMsg float64
+	var brokerPerMsg, clientPerMsg float64
 	for i := range rs {
 		r := &rs[i]
 		var n float64
@@ -190,15 +198,18 @@ func perChange(rs []Result, o options) {
 		r.HubCPUPerChangeUS = math.Round(r.HubCPUMS*1e3/n*10) / 10
 		r.AgentCPUPerChangeUS = math.Round(r.AgentsCPUMS*1e3/n*10) / 10
 		if r.Name == phaseFloor {
-			brokerPerMsg = r.HubCPUPerChangeUS
+			brokerPerMsg, clientPerMsg = r.HubCPUPerChangeUS, r.AgentCPUPerChangeUS
+			r.BrokerCPUPerMessageUS, r.ClientCPUPerMessageUS = brokerPerMsg, clientPerMsg
 		}
-	}
-	if brokerPerMsg <= 0 {
-		return
 	}
 	for i := range rs {
 		if r := &rs[i]; r.Name == phaseConverge || r.Name == phaseSingle {
-			r.HubVsBroker = math.Round(r.HubCPUPerChangeUS/brokerPerMsg*100) / 100
+			if brokerPerMsg > 0 {
+				r.HubVsBroker = math.Round(r.HubCPUPerChangeUS/brokerPerMsg*100) / 100
+			}
+			if clientPerMsg > 0 {
+				r.AgentVsClient = math.Round(r.AgentCPUPerChangeUS/clientPerMsg*100) / 100
+			}
 		}
 	}
 }

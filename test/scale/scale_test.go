@@ -435,6 +435,37 @@ func TestResultSettle(t *testing.T) {
 	}
 }
 
+// TestPerChange checks the per-change figures and the two ratios to the
+// floor of the same run (issue 31): the hub's CPU per device-change over
+// the bare broker's per publish-and-echo, the hollow agents' over the
+// bare clients'.
+func TestPerChange(t *testing.T) {
+	rs := []Result{
+		{Name: phaseFloor, Agents: 1000, HubCPUMS: 200, AgentsCPUMS: 100},
+		{Name: phaseConverge, Agents: 1000, HubCPUMS: 500, AgentsCPUMS: 450},
+		{Name: phaseSingle, Agents: 1000, HubCPUMS: 40, AgentsCPUMS: 30},
+		{Name: phaseStorm, Agents: 1000, HubCPUMS: 900, AgentsCPUMS: 800},
+		{Name: phaseBytes, Agents: 10, HubCPUMS: 36, AgentsCPUMS: 72, Bytes: &BytesFigures{WindowS: 360}},
+	}
+	perChange(rs, options{Changes: 100})
+	floor, conv, single, storm, idle := rs[0], rs[1], rs[2], rs[3], rs[4]
+	if floor.BrokerCPUPerMessageUS != 200 || floor.ClientCPUPerMessageUS != 100 || floor.HubCPUPerChangeUS != 200 {
+		t.Errorf("floor: broker %v µs, clients %v µs a message (hub field %v): want 200 and 100", floor.BrokerCPUPerMessageUS, floor.ClientCPUPerMessageUS, floor.HubCPUPerChangeUS)
+	}
+	if conv.HubCPUPerChangeUS != 500 || conv.AgentCPUPerChangeUS != 450 || conv.HubVsBroker != 2.5 || conv.AgentVsClient != 4.5 {
+		t.Errorf("converge: hub %v µs, agents %v µs a change, %v× the broker, %v× the clients: want 500, 450, 2.5, 4.5", conv.HubCPUPerChangeUS, conv.AgentCPUPerChangeUS, conv.HubVsBroker, conv.AgentVsClient)
+	}
+	if single.HubCPUPerChangeUS != 400 || single.HubVsBroker != 2 || single.AgentVsClient != 3 {
+		t.Errorf("single-change: hub %v µs a change, %v× the broker, %v× the clients: want 400, 2, 3 (100 changes)", single.HubCPUPerChangeUS, single.HubVsBroker, single.AgentVsClient)
+	}
+	if storm.HubCPUPerChangeUS != 900 || storm.HubVsBroker != 0 || storm.BrokerCPUPerMessageUS != 0 {
+		t.Errorf("storm: hub %v µs a device, ratio %v, broker field %v: want 900 and no floor figures", storm.HubCPUPerChangeUS, storm.HubVsBroker, storm.BrokerCPUPerMessageUS)
+	}
+	if idle.HubCPUPerChangeUS != 36000 || idle.AgentCPUPerChangeUS != 72000 { // 10 devices × 0.1 h = 1 device-hour
+		t.Errorf("bytes: hub %v µs, agents %v µs a device-hour: want 36,000 and 72,000", idle.HubCPUPerChangeUS, idle.AgentCPUPerChangeUS)
+	}
+}
+
 func TestPercentile(t *testing.T) {
 	var lat []time.Duration
 	for i := 1; i <= 100; i++ {
