@@ -104,19 +104,7 @@ func newCredentialListCmd(cli *cliContext) *cobra.Command {
   fleet credential list -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := cli.printer(output, noHeaders)
-			if err != nil {
-				return err
-			}
-			cl, err := cli.Client()
-			if err != nil {
-				return err
-			}
-			l, err := cl.ListCredentials(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return p.PrintCredentials(l.Items)
+			return runCredentialList(cmd.Context(), cli, output, noHeaders, "")
 		},
 	}
 	addOutputFlag(cmd, &output, "", "output format: table (default), json, yaml or name")
@@ -144,21 +132,71 @@ fleet-hub admin-token --rotate.`,
 }
 
 func runCredentialDelete(ctx context.Context, cli *cliContext, names []string, ignoreNotFound bool) error {
+	return deleteCredentials(ctx, cli, names, ignoreNotFound, "")
+}
+
+// runCredentialList prints the hub's credentials, those of role only
+// when it is set ("No resources found." on stderr when a table would be
+// empty).
+func runCredentialList(ctx context.Context, cli *cliContext, output string, noHeaders bool, role string) error {
+	p, err := cli.printer(output, noHeaders)
+	if err != nil {
+		return err
+	}
+	cl, err := cli.Client()
+	if err != nil {
+		return err
+	}
+	l, err := cl.ListCredentials(ctx)
+	if err != nil {
+		return err
+	}
+	items := []schema.Credential{}
+	for _, c := range l.Items {
+		if role == "" || c.Role == role {
+			items = append(items, c)
+		}
+	}
+	if len(items) == 0 && p.Format != printers.JSON && p.Format != printers.YAML {
+		fmt.Fprintln(cli.stderr(), "No resources found.")
+		return nil
+	}
+	return p.PrintCredentials(items)
+}
+
+// deleteCredentials deletes the named credentials, those of role only
+// when it is set (fleet monitor delete: another role is refused by
+// name). Every name is tried; the errors are joined.
+func deleteCredentials(ctx context.Context, cli *cliContext, names []string, ignoreNotFound bool, role string) error {
+	kind := "credential"
+	if role != "" {
+		kind = role
+	}
 	for _, n := range names {
 		if err := schema.ValidateName(n); err != nil {
-			return fmt.Errorf("credential name %w", err)
+			return fmt.Errorf("%s name %w", kind, err)
 		}
 	}
 	cl, err := cli.Client()
 	if err != nil {
 		return err
 	}
+	var existing map[string]schema.Credential
+	if role != "" {
+		if existing, err = credentialsByName(ctx, cl); err != nil {
+			return err
+		}
+	}
 	var errs []error
 	for _, n := range names {
+		if c, ok := existing[n]; ok && c.Role != role {
+			errs = append(errs, fmt.Errorf("credential %q has role %s, not %s: fleet %s delete removes %ss only", n, c.Role, role, kind, kind))
+			continue
+		}
 		err := cl.DeleteCredential(ctx, n)
 		switch {
 		case err == nil:
-			fmt.Fprintf(cli.stdout(), "credential/%s deleted\n", n)
+			fmt.Fprintf(cli.stdout(), "%s/%s deleted\n", kind, n)
 		case client.IsNotFound(err) && ignoreNotFound:
 		default:
 			errs = append(errs, err)

@@ -40,17 +40,17 @@ revisions or credentials. For other roles (viewer, admin) see
 	return cmd
 }
 
-// monitorCredentials lists the credentials and returns them by name.
-func monitorCredentials(ctx context.Context, cli *cliContext, cl *client.Client) (map[string]schema.Credential, []schema.Credential, error) {
+// credentialsByName lists the credentials and returns them by name.
+func credentialsByName(ctx context.Context, cl *client.Client) (map[string]schema.Credential, error) {
 	l, err := cl.ListCredentials(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	byName := map[string]schema.Credential{}
 	for _, c := range l.Items {
 		byName[c.Name] = c
 	}
-	return byName, l.Items, nil
+	return byName, nil
 }
 
 // completeMonitors completes the names of monitor credentials (nothing
@@ -131,7 +131,7 @@ func createCredential(ctx context.Context, cli *cliContext, cmd *cobra.Command, 
 	if err != nil {
 		return nil, "", nil, err
 	}
-	existing, _, err := monitorCredentials(ctx, cli, cl)
+	existing, err := credentialsByName(ctx, cl)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -188,29 +188,7 @@ does not have them.`,
 }
 
 func runMonitorList(ctx context.Context, cli *cliContext, output string, noHeaders bool) error {
-	p, err := cli.printer(output, noHeaders)
-	if err != nil {
-		return err
-	}
-	cl, err := cli.Client()
-	if err != nil {
-		return err
-	}
-	_, all, err := monitorCredentials(ctx, cli, cl)
-	if err != nil {
-		return err
-	}
-	monitors := []schema.Credential{}
-	for _, c := range all {
-		if c.Role == schema.RoleMonitor {
-			monitors = append(monitors, c)
-		}
-	}
-	if len(monitors) == 0 && p.Format != printers.JSON && p.Format != printers.YAML {
-		fmt.Fprintln(cli.stderr(), "No resources found.")
-		return nil
-	}
-	return p.PrintCredentials(monitors)
+	return runCredentialList(ctx, cli, output, noHeaders, schema.RoleMonitor)
 }
 
 // ---- delete ------------------------------------------------------------------
@@ -239,33 +217,5 @@ others are deleted anyway.`,
 }
 
 func runMonitorDelete(ctx context.Context, cli *cliContext, names []string, ignoreNotFound bool) error {
-	for _, n := range names {
-		if err := schema.ValidateName(n); err != nil {
-			return fmt.Errorf("monitor name %w", err)
-		}
-	}
-	cl, err := cli.Client()
-	if err != nil {
-		return err
-	}
-	existing, _, err := monitorCredentials(ctx, cli, cl)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, n := range names {
-		if c, ok := existing[n]; ok && c.Role != schema.RoleMonitor {
-			errs = append(errs, fmt.Errorf("credential %q has role %s, not %s: fleet monitor delete removes monitors only", n, c.Role, schema.RoleMonitor))
-			continue
-		}
-		err := cl.DeleteCredential(ctx, n)
-		switch {
-		case err == nil:
-			fmt.Fprintf(cli.stdout(), "monitor/%s deleted\n", n)
-		case client.IsNotFound(err) && ignoreNotFound:
-		default:
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return deleteCredentials(ctx, cli, names, ignoreNotFound, schema.RoleMonitor)
 }
