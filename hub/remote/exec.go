@@ -110,23 +110,14 @@ func (m *Manager) serveExec(w http.ResponseWriter, r *http.Request) {
 	what := fmt.Sprintf("%q in %s", opts.Command, podContainer(opts.Pod, opts.Container))
 	m.audit(r, device, uid, EventExec, fmt.Sprintf("%s ran %s (tty=%t)", who(r), what, opts.TTY))
 
-	o, err := m.open(r.Context(), device, schema.Request{Op: schema.OpExec, Exec: &opts}, true, m.opts.FirstResponseTimeout)
-	if err != nil {
-		st, _ := statusForErr(device, "exec", err, m.opts.FirstResponseTimeout)
-		api.WriteStatus(w, st)
+	o, first, st := m.begin(r.Context(), device, schema.Request{Op: schema.OpExec, Exec: &opts}, "exec")
+	if st != nil {
+		api.WriteStatus(w, *st)
 		m.audit(r, device, uid, EventExecExited, fmt.Sprintf("%s did not start: %s", what, st.Message))
 		return
 	}
 	result := "canceled"
 	defer func() { m.close(o, result) }()
-	first, err := m.waitFirst(r.Context(), o, m.opts.FirstResponseTimeout)
-	if err != nil {
-		var st schema.Status
-		st, result = statusForErr(device, "exec", err, m.opts.FirstResponseTimeout)
-		api.WriteStatus(w, st)
-		m.audit(r, device, uid, EventExecExited, fmt.Sprintf("%s did not start: %s", what, st.Message))
-		return
-	}
 	if first.Done && first.Code != "" {
 		result = resultOf(first)
 		st := statusForCode(device, first)

@@ -74,22 +74,13 @@ func (m *Manager) serveLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	o, err := m.open(r.Context(), device, schema.Request{Op: schema.OpLogs, Logs: &opts}, true, m.opts.FirstResponseTimeout)
-	if err != nil {
-		st, _ := statusForErr(device, "logs", err, m.opts.FirstResponseTimeout)
-		api.WriteStatus(w, st)
+	o, first, st := m.begin(r.Context(), device, schema.Request{Op: schema.OpLogs, Logs: &opts}, "logs")
+	if st != nil {
+		api.WriteStatus(w, *st)
 		return
 	}
 	result := "canceled"
 	defer func() { m.close(o, result) }()
-
-	first, err := m.waitFirst(r.Context(), o, m.opts.FirstResponseTimeout)
-	if err != nil {
-		var st schema.Status
-		st, result = statusForErr(device, "logs", err, m.opts.FirstResponseTimeout)
-		api.WriteStatus(w, st)
-		return
-	}
 	if first.Done && first.Code != "" {
 		result = resultOf(first)
 		if opts.Previous && first.Code == schema.CodeNotFound {

@@ -351,6 +351,25 @@ func (m *Manager) waitFirst(ctx context.Context, o *op, timeout time.Duration) (
 	}
 }
 
+// begin opens a streaming op of req on device and waits for the
+// device's first response. When either fails, the op is closed and the
+// status says why (what names the operation in its message); otherwise
+// the caller owns o and closes it.
+func (m *Manager) begin(ctx context.Context, device string, req schema.Request, what string) (*op, *schema.Response, *schema.Status) {
+	o, err := m.open(ctx, device, req, true, m.opts.FirstResponseTimeout)
+	if err != nil {
+		st, _ := statusForErr(device, what, err, m.opts.FirstResponseTimeout)
+		return nil, nil, &st
+	}
+	first, err := m.waitFirst(ctx, o, m.opts.FirstResponseTimeout)
+	if err != nil {
+		st, result := statusForErr(device, what, err, m.opts.FirstResponseTimeout)
+		m.close(o, result)
+		return nil, nil, &st
+	}
+	return o, first, nil
+}
+
 // openOps returns how many operations are open (tests).
 func (m *Manager) openOps() int {
 	m.mu.Lock()

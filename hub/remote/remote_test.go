@@ -458,6 +458,34 @@ func TestExecErrors(t *testing.T) {
 	awaitGoroutines(t, base)
 }
 
+// TestExecNoAnswer: a device that does not answer an exec in time gets
+// a 504 for the client, a cancel, a timeout in the metrics and an audit
+// entry saying the command did not start.
+func TestExecNoAnswer(t *testing.T) {
+	f := newFixture(t, func(o *Options) { o.FirstResponseTimeout = 300 * time.Millisecond })
+	base := runtime.NumGoroutine()
+	dev := f.device("pi-1")
+	resp, c := f.dialExec("pi-1", "web", "command=ls", adminToken, true)
+	body, _ := io.ReadAll(resp.Body)
+	if c != nil || resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(body), "did not answer") {
+		t.Errorf("exec: %d %s, want 504 saying the device did not answer", resp.StatusCode, body)
+	}
+	req := dev.expect(schema.OpExec)
+	if cancel := dev.expect(schema.OpCancel); cancel.ID != req.ID {
+		t.Errorf("cancel of %s, want %s", cancel.ID, req.ID)
+	}
+	f.awaitNoOps()
+	if v := counterValue(t, f.met.RemoteRequests.WithLabelValues(schema.OpExec, "timeout")); v != 1 {
+		t.Errorf("exec timeouts counted: %v", v)
+	}
+	evs := f.model.Events("pi-1", "")
+	if last := evs[len(evs)-1]; last.Reason != EventExecExited || !strings.Contains(last.Message, "did not start") || !strings.Contains(last.Message, "did not answer") {
+		t.Errorf("last audit event %+v: want the exec recorded as not started", last)
+	}
+	dev.close()
+	awaitGoroutines(t, base)
+}
+
 // TestStopEndsStreams: the hub's shutdown ends a follow and an exec.
 func TestStopEndsStreams(t *testing.T) {
 	f := newFixture(t, nil)
