@@ -887,11 +887,13 @@ func (s *suite) profileHeap(ctx context.Context, name string) {
 	if s.o.Profile == "" {
 		return
 	}
-	for _, f := range []struct{ query, file string }{
-		{"gc=1", name + ".heap.pprof"},
-		{"debug=1", name + ".heap.txt"},
+	for _, f := range []struct{ path, file string }{
+		{"/debug/pprof/heap?gc=1", name + ".heap.pprof"},
+		{"/debug/pprof/heap?debug=1", name + ".heap.txt"},
+		// Goroutine stacks are a third of the hub's RSS at 10,000.
+		{"/debug/pprof/goroutine?debug=1", name + ".goroutine.txt"},
 	} {
-		if err := s.pprofGet(ctx, "/debug/pprof/heap?"+f.query, filepath.Join(s.o.Profile, f.file)); err != nil {
+		if err := s.pprofGet(ctx, f.path, filepath.Join(s.o.Profile, f.file)); err != nil {
 			s.log.Warn("heap profile", "err", err)
 		}
 	}
