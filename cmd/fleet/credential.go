@@ -124,15 +124,11 @@ fleet-hub admin-token --rotate.`,
   fleet credential delete ci-readonly ops-bob --ignore-not-found`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runCredentialDelete(cmd.Context(), cli, args, ignoreNotFound)
+			return deleteCredentials(cmd.Context(), cli, args, ignoreNotFound, "")
 		},
 	}
 	cmd.Flags().BoolVar(&ignoreNotFound, "ignore-not-found", false, "treat a credential that does not exist as deleted")
 	return cmd
-}
-
-func runCredentialDelete(ctx context.Context, cli *cliContext, names []string, ignoreNotFound bool) error {
-	return deleteCredentials(ctx, cli, names, ignoreNotFound, "")
 }
 
 // runCredentialList prints the hub's credentials, those of role only

@@ -179,16 +179,12 @@ does not have them.`,
   fleet monitor list -o name`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runMonitorList(cmd.Context(), cli, output, noHeaders)
+			return runCredentialList(cmd.Context(), cli, output, noHeaders, schema.RoleMonitor)
 		},
 	}
 	addOutputFlag(cmd, &output, "", "output format: table (default), json, yaml or name")
 	cmd.Flags().BoolVar(&noHeaders, "no-headers", false, "leave out the header line of the table")
 	return cmd
-}
-
-func runMonitorList(ctx context.Context, cli *cliContext, output string, noHeaders bool) error {
-	return runCredentialList(ctx, cli, output, noHeaders, schema.RoleMonitor)
 }
 
 // ---- delete ------------------------------------------------------------------
@@ -209,13 +205,9 @@ others are deleted anyway.`,
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: cli.completeMonitors,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runMonitorDelete(cmd.Context(), cli, args, ignoreNotFound)
+			return deleteCredentials(cmd.Context(), cli, args, ignoreNotFound, schema.RoleMonitor)
 		},
 	}
 	cmd.Flags().BoolVar(&ignoreNotFound, "ignore-not-found", false, "treat a monitor that does not exist as deleted")
 	return cmd
-}
-
-func runMonitorDelete(ctx context.Context, cli *cliContext, names []string, ignoreNotFound bool) error {
-	return deleteCredentials(ctx, cli, names, ignoreNotFound, schema.RoleMonitor)
 }
