@@ -78,7 +78,8 @@ type Result struct {
 	AgentsCPUMS float64 `json:"agents_cpu_ms,omitempty"`
 	// HubCPUPerChangeUS and AgentCPUPerChangeUS: HubCPUMS and AgentsCPUMS
 	// per device-change, in µs (converge and storm: one per device;
-	// single-change: one per change; bytes: per device per idle hour).
+	// single-change: one per change; rollout: two per device given v2,
+	// there and back; bytes: per device per idle hour).
 	// On the floor line they are the bare broker's and the bare clients'
 	// CPU per publish-and-echo. HubVsBroker: the hub's per change over
 	// the floor broker's per message, same run (issue 31: ≤ 2).
@@ -90,7 +91,7 @@ type Result struct {
 	// broker's and the bare clients' CPU per publish-and-echo.
 	BrokerCPUPerMessageUS float64 `json:"broker_cpu_per_message_us,omitempty"`
 	ClientCPUPerMessageUS float64 `json:"client_cpu_per_message_us,omitempty"`
-	// AgentVsClient (converge, single-change): the hollow agents' CPU per
+	// AgentVsClient (converge, single-change, rollout): the hollow agents' CPU per
 	// change over the floor's bare clients' per publish-and-echo.
 	AgentVsClient float64 `json:"agent_vs_client,omitempty"`
 	// SuiteCPUMS: CPU time this process used meanwhile, mostly the
@@ -187,6 +188,11 @@ func perChange(rs []Result, o options) {
 			n = float64(r.Agents)
 		case phaseSingle:
 			n = float64(o.Changes)
+		case phaseRollout:
+			// Each device the hub gave v2 changed twice: to v2 and back.
+			if r.Rollout != nil {
+				n = 2 * float64(r.Rollout.MaxUpdated)
+			}
 		case phaseBytes:
 			if r.Bytes != nil && r.Bytes.WindowS > 0 {
 				n = float64(r.Agents) * r.Bytes.WindowS / 3600 // device-hours
@@ -203,7 +209,7 @@ func perChange(rs []Result, o options) {
 		}
 	}
 	for i := range rs {
-		if r := &rs[i]; r.Name == phaseConverge || r.Name == phaseSingle {
+		if r := &rs[i]; r.Name == phaseConverge || r.Name == phaseSingle || r.Name == phaseRollout {
 			if brokerPerMsg > 0 {
 				r.HubVsBroker = math.Round(r.HubCPUPerChangeUS/brokerPerMsg*100) / 100
 			}

@@ -446,9 +446,17 @@ func TestPerChange(t *testing.T) {
 		{Name: phaseSingle, Agents: 1000, HubCPUMS: 40, AgentsCPUMS: 30},
 		{Name: phaseStorm, Agents: 1000, HubCPUMS: 900, AgentsCPUMS: 800},
 		{Name: phaseBytes, Agents: 10, HubCPUMS: 36, AgentsCPUMS: 72, Bytes: &BytesFigures{WindowS: 360}},
+		{Name: phaseRollout, Agents: 200, HubCPUMS: 60, AgentsCPUMS: 80, Rollout: &RolloutFigures{MaxUpdated: 100}},
+		{Name: phaseMemory, Agents: 1000},
 	}
 	perChange(rs, options{Changes: 100})
-	floor, conv, single, storm, idle := rs[0], rs[1], rs[2], rs[3], rs[4]
+	floor, conv, single, storm, idle, roll, mem := rs[0], rs[1], rs[2], rs[3], rs[4], rs[5], rs[6]
+	if roll.HubCPUPerChangeUS != 300 || roll.AgentCPUPerChangeUS != 400 || roll.HubVsBroker != 1.5 || roll.AgentVsClient != 4 {
+		t.Errorf("rollout: hub %v µs, agents %v µs a change, %v× the broker, %v× the clients: want 300, 400, 1.5, 4 (100 devices there and back)", roll.HubCPUPerChangeUS, roll.AgentCPUPerChangeUS, roll.HubVsBroker, roll.AgentVsClient)
+	}
+	if mem.HubCPUPerChangeUS != 0 || mem.HubVsBroker != 0 {
+		t.Errorf("hub-memory: %v µs a change, ratio %v: want none, it measures no CPU", mem.HubCPUPerChangeUS, mem.HubVsBroker)
+	}
 	if floor.BrokerCPUPerMessageUS != 200 || floor.ClientCPUPerMessageUS != 100 || floor.HubCPUPerChangeUS != 200 {
 		t.Errorf("floor: broker %v µs, clients %v µs a message (hub field %v): want 200 and 100", floor.BrokerCPUPerMessageUS, floor.ClientCPUPerMessageUS, floor.HubCPUPerChangeUS)
 	}
