@@ -607,7 +607,15 @@ func TestLogFile(t *testing.T) {
 		fi, err := os.Stat(spec.LogPath + ".1")
 		return err == nil && fi.Size() > 20000, err
 	})
-	// The shim keeps appending to the truncated file.
+	// The shim keeps appending to the truncated file. Stop only once the
+	// spam is over and the live file is under the cap: under load the
+	// spam can outlast the first rotation, and a rotation after the stop
+	// would move "term" to .1.
+	await(t, "spam over, live file under the cap", func() (bool, error) {
+		old, _ := os.ReadFile(spec.LogPath + ".1")
+		live, err := os.ReadFile(spec.LogPath)
+		return len(live) <= 20000 && strings.Contains(string(old)+string(live), "spammed\n"), err
+	})
 	if err := rt.Stop(context.Background(), "chatty", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
