@@ -44,6 +44,19 @@ var (
 	}
 )
 
+// What the hub's messages to a device earn its buckets back. A device
+// answers each desired state with a status and an event message (twice
+// that when the status settle grace splits them, or a probe flaps in
+// between) and each request with at least one response; without the
+// credit, a burst of legitimate changes (a rollout and its undo, a
+// ConfigMap edited in a loop) cut a device off for answering its own hub.
+// Only the hub earns a device credit, so a device flooding on its own is
+// still cut off at its rate.
+const (
+	desiredCredit = 4
+	requestCredit = 1
+)
+
 // maxPublishBuckets bounds the per-client publish buckets kept; the least
 // recently used (full again by then) goes first.
 const maxPublishBuckets = 1 << 16
@@ -62,6 +75,22 @@ func newPublishLimits(o Options) publishLimits {
 		l.responses = ratelimit.NewKeyed(o.ResponseRate, maxPublishBuckets, nil)
 	}
 	return l
+}
+
+// credit gives a device back, up to its burst, the publishes a message of
+// the hub's on topic will make it send: desiredCredit for a desired
+// state, requestCredit (in the responses bucket) for a request.
+func (l publishLimits) credit(t schema.Topics, topic string) {
+	device, kind, err := t.ParseDevice(topic)
+	if err != nil {
+		return
+	}
+	switch {
+	case kind == schema.TopicDesired && l.publish != nil:
+		l.publish.Credit("n/"+device, desiredCredit)
+	case kind == schema.TopicRequests && l.responses != nil:
+		l.responses.Credit("n/"+device, requestCredit)
+	}
 }
 
 // OnConnect refuses, before any credential is checked, a client whose

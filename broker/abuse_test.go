@@ -3,6 +3,7 @@ package broker_test
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -290,5 +291,47 @@ func TestEmbeddedLoginRefusedReported(t *testing.T) {
 	}
 	if count[broker.LoginRefused] != ratelimit.DefaultAuthBurst || count[broker.LoginThrottled] != n-ratelimit.DefaultAuthBurst || len(got) != n {
 		t.Fatalf("refusals %v (%d), want %d refused and %d throttled", count, len(got), ratelimit.DefaultAuthBurst, n-ratelimit.DefaultAuthBurst)
+	}
+}
+
+// TestHubTrafficCreditsDevice: a device answering a burst of its hub's
+// desired states (a status and an event each, four times its burst in
+// all) is not cut off, because each message the hub sends it earns the
+// answers back; the same device flooding ten times its burst on its own
+// still is, at once.
+func TestHubTrafficCreditsDevice(t *testing.T) {
+	auth := broker.NewStaticAuth()
+	for _, a := range testAccounts() {
+		auth.Set(a.Identity, a.Password)
+	}
+	var cut cutOffs
+	const burst = 20
+	b := brokertest.Start(t, broker.Options{
+		Addr: "127.0.0.1:0", Auth: auth, Topics: topics, Logger: testLogger(t),
+		PublishRate:    ratelimit.Rate{Burst: burst, PerSecond: 0.001},
+		OnClientCutOff: cut.add,
+	})
+	dev := mustDial(t, brokerURL(b), dev1)
+	desiredTopic := topics.Device(dev1.Name, schema.TopicDesired)
+	dev.mustSubscribe(desiredTopic)
+	for i := range 2 * burst {
+		payload := fmt.Sprintf(`{"generation":%d}`, i+1)
+		if err := b.Publish(desiredTopic, []byte(payload), false); err != nil {
+			t.Fatal(err)
+		}
+		dev.expect(desiredTopic, payload)
+		dev.publish(topics.Device(dev1.Name, schema.TopicStatus), 1, true, payload)
+		dev.publish(topics.Device(dev1.Name, schema.TopicEvents), 1, false, payload)
+	}
+	if n := cut.get(broker.CutOffPublishRate); n != 0 || !dev.c.IsConnectionOpen() {
+		t.Fatalf("device answering its hub: %d cut-offs (connected %v), want none", n, dev.c.IsConnectionOpen())
+	}
+
+	for i := range 10 * burst {
+		dev.c.Publish(topics.Device(dev1.Name, schema.TopicEvents), 0, false, fmt.Sprint("flood ", i))
+	}
+	dev.awaitLost()
+	if n := cut.get(broker.CutOffPublishRate); n != 1 {
+		t.Fatalf("%d publish_rate cut-offs after a flood of ten bursts, want 1", n)
 	}
 }

@@ -170,13 +170,23 @@ func (h *hook) admitBootstrap(cl *mqtt.Client, pk packets.Packet, log *slog.Logg
 	return true
 }
 
-// OnPublish drops the retain flag of a bootstrap client's publish: an
-// enrollment request is for the hub, now, never for later subscribers.
+// OnPublish credits a device's publish buckets for what the hub sends it
+// (publishLimits.credit), and drops the retain flag of a bootstrap
+// client's publish: an enrollment request is for the hub, now, never for
+// later subscribers.
 func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if cl.Net.Inline || !pk.FixedHeader.Retain {
+	if cl.Net.Inline {
+		h.b.limits.credit(h.b.opts.Topics, pk.TopicName)
 		return pk, nil
 	}
-	if v, ok := h.b.idents.Load(cl.ID); ok && v.(identEntry).id.Role == RoleBootstrap {
+	v, ok := h.b.idents.Load(cl.ID)
+	if !ok {
+		return pk, nil
+	}
+	switch v.(identEntry).id.Role {
+	case RoleHub:
+		h.b.limits.credit(h.b.opts.Topics, pk.TopicName)
+	case RoleBootstrap:
 		pk.FixedHeader.Retain = false
 	}
 	return pk, nil

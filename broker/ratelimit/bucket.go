@@ -77,6 +77,13 @@ func (b *Bucket) Charge(r Rate, now time.Time, n float64) {
 	b.tokens = math.Max(-r.Burst, b.tokens-n)
 }
 
+// Credit gives n tokens back, up to Burst: traffic the bucket's owner
+// was asked for (see Keyed.Credit).
+func (b *Bucket) Credit(r Rate, now time.Time, n float64) {
+	b.refill(r, now)
+	b.tokens = math.Min(r.Burst, b.tokens+n)
+}
+
 // full reports whether the bucket holds Burst tokens: it then behaves as
 // a new one and need not be kept.
 func (b *Bucket) full(r Rate, now time.Time) bool {
@@ -151,6 +158,17 @@ func (k *Keyed) Charge(key string, n float64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.get(key).b.Charge(k.rate, now, n)
+}
+
+// Credit gives n tokens back to key's bucket, up to the burst, as
+// Bucket.Credit. A key without a bucket is full already: it creates none.
+func (k *Keyed) Credit(key string, n float64) {
+	now := k.now()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if el, ok := k.m[key]; ok {
+		el.Value.(*keyedEntry).b.Credit(k.rate, now, n)
+	}
 }
 
 // Len returns the number of buckets held.

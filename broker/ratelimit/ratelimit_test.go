@@ -279,3 +279,41 @@ func TestSource(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyedCredit: a credit gives tokens back, never beyond the burst, and
+// creates no bucket for a key that has none (it is full already).
+func TestKeyedCredit(t *testing.T) {
+	clk := newFakeClock()
+	k := ratelimit.NewKeyed(ratelimit.Rate{Burst: 3, PerSecond: 0.001}, 8, clk.Now)
+	k.Credit("new", 5)
+	if k.Len() != 0 {
+		t.Fatalf("credit of a key without a bucket created one (%d buckets)", k.Len())
+	}
+	for range 3 {
+		if ok, _ := k.Take("a", 1); !ok {
+			t.Fatal("take within the burst refused")
+		}
+	}
+	if ok, _ := k.Take("a", 1); ok {
+		t.Fatal("take beyond the burst allowed")
+	}
+	k.Credit("a", 2)
+	for i := range 2 {
+		if ok, _ := k.Take("a", 1); !ok {
+			t.Fatalf("credited token %d refused", i+1)
+		}
+	}
+	if ok, _ := k.Take("a", 1); ok {
+		t.Fatal("more taken than credited")
+	}
+	k.Credit("a", 100)
+	n := 0
+	for ; n < 10; n++ {
+		if ok, _ := k.Take("a", 1); !ok {
+			break
+		}
+	}
+	if n != 3 {
+		t.Errorf("after a credit of 100: %d tokens, want the burst, 3", n)
+	}
+}
