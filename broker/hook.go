@@ -32,7 +32,22 @@ func (h *hook) Provides(b byte) bool {
 		mqtt.OnClientExpired,
 		mqtt.OnPublish,
 		mqtt.OnWill,
+		mqtt.OnPacketEncode,
 	}, []byte{b})
+}
+
+// OnPacketEncode keeps server DISCONNECT packets from MQTT 3.1.1 clients,
+// where the protocol defines none (3.1.1 §3.14: only a client sends
+// DISCONNECT; a server closes the connection). mochi sends one on a
+// session takeover, a refused QoS 1 publish, its shutdown and our
+// cut-offs, whatever the client's version. A packet of the reserved type 0
+// is one mochi's WritePacket will not encode: it writes nothing, and
+// DisconnectClient closes the connection as it would have anyway.
+func (h *hook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Disconnect && cl.Properties.ProtocolVersion < 5 {
+		pk.FixedHeader.Type = packets.Reserved
+	}
+	return pk
 }
 
 // droppedWillTopic is where OnWill sends a will it drops: a $ topic, which
