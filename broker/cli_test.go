@@ -44,14 +44,14 @@ func TestEmbeddedWithMosquittoClients(t *testing.T) {
 
 	for _, v := range []string{"mqttv311", "mqttv5"} {
 		out, err := mosquittoCLI(t, port, "mosquitto_sub", "-V", v, "-u", dev1.Name, "-P", passwordOf(dev1.Name),
-			"-i", "cli-"+v, "-t", desired1, "-q", "1", "-C", "1", "-W", "10")
+			"-i", dev1.Name, "-t", desired1, "-q", "1", "-C", "1", "-W", "10")
 		if err != nil || strings.TrimSpace(out) != `{"generation":3}` {
 			t.Fatalf("mosquitto_sub %s: %v: %q", v, err, out)
 		}
 
 		payload := `{"device":"pi-1","via":"` + v + `"}`
 		if out, err := mosquittoCLI(t, port, "mosquitto_pub", "-V", v, "-u", dev1.Name, "-P", passwordOf(dev1.Name),
-			"-t", status1, "-q", "1", "-r", "-m", payload); err != nil {
+			"-i", dev1.Name, "-t", status1, "-q", "1", "-r", "-m", payload); err != nil {
 			t.Fatalf("mosquitto_pub %s: %v: %s", v, err, out)
 		}
 		select {
@@ -68,7 +68,7 @@ func TestEmbeddedWithMosquittoClients(t *testing.T) {
 	if out, err := mosquittoCLI(t, port, "mosquitto_pub", "-u", dev1.Name, "-P", "wrong", "-t", status1, "-m", "x"); err == nil {
 		t.Fatalf("mosquitto_pub with a wrong password succeeded: %s", out)
 	}
-	out, err := mosquittoCLI(t, port, "mosquitto_sub", "-u", dev1.Name, "-P", passwordOf(dev1.Name),
+	out, err := mosquittoCLI(t, port, "mosquitto_sub", "-u", dev1.Name, "-P", passwordOf(dev1.Name), "-i", dev1.Name,
 		"-t", topics.Device(dev2.Name, schema.TopicDesired), "-q", "1", "-E")
 	if !strings.Contains(out, "denied") { // mosquitto_sub -E exits 0 here
 		t.Fatalf("mosquitto_sub to another device's desired: err=%v, output %q; want a denial", err, out)

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"log/slog"
 	"math/big"
 	"net"
@@ -84,7 +85,7 @@ func dialTLS(t *testing.T, addr string, roots *x509.CertPool, username string, c
 	t.Helper()
 	o := paho.NewClientOptions().
 		AddBroker("ssl://" + addr).
-		SetClientID("cc-" + username + "-" + strings.ReplaceAll(time.Now().Format("150405.000000000"), ".", "")).
+		SetClientID(fmt.Sprintf("%s-%016x", username, time.Now().UnixNano())).
 		SetUsername(username).SetPassword("pw-" + username).
 		SetProtocolVersion(4).SetAutoReconnect(false).SetConnectRetry(false).
 		SetConnectTimeout(5 * time.Second).

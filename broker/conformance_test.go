@@ -141,22 +141,22 @@ func TestNoServerDisconnectToMQTT311(t *testing.T) {
 	foreign := topics.Device(dev2.Name, schema.TopicStatus)
 
 	t.Run("refused publish, 3.1.1", func(t *testing.T) {
-		s := rawConnect(t, addr, dev1, 4, "pi-1-refused-v4")
+		s := rawConnect(t, addr, dev1, 4, dev1.Name)
 		s.publishQoS1(4, foreign, "{}")
 		if got := s.untilClosed(); len(got) != 0 {
 			t.Errorf("3.1.1 client got packets %v before the close, want none (no DISCONNECT in 3.1.1)", got)
 		}
 	})
 	t.Run("session taken over, 3.1.1", func(t *testing.T) {
-		old := rawConnect(t, addr, dev1, 4, "pi-1-takeover")
-		rawConnect(t, addr, dev1, 4, "pi-1-takeover")
+		old := rawConnect(t, addr, dev1, 4, "pi-1-00000000000000aa")
+		rawConnect(t, addr, dev1, 4, "pi-1-00000000000000aa")
 		if got := old.untilClosed(); len(got) != 0 {
 			t.Errorf("3.1.1 client got packets %v before the close, want none", got)
 		}
 	})
 	t.Run("session taken over, 5", func(t *testing.T) {
-		old := rawConnect(t, addr, dev1, 5, "pi-1-takeover-v5")
-		rawConnect(t, addr, dev1, 5, "pi-1-takeover-v5")
+		old := rawConnect(t, addr, dev1, 5, dev1.Name)
+		rawConnect(t, addr, dev1, 5, dev1.Name)
 		got := old.untilClosed()
 		if len(got) == 0 || got[len(got)-1] != packets.Disconnect {
 			t.Errorf("MQTT 5 client got packets %v, want a DISCONNECT last", got)

@@ -142,18 +142,63 @@ func TestKickPublishesTheWill(t *testing.T) {
 	}
 }
 
-func TestEmbeddedClientIDNotSharedAcrossIdentities(t *testing.T) {
-	b, _ := startBroker(t)
+// TestEmbeddedClientIDsBoundToIdentity: a device may connect only with a
+// client ID of its own (its name, or its name, '-' and 16 hex digits), so
+// it cannot hold another device's session; a monitor squatting a device's
+// client ID while the device is away is disconnected when the device comes
+// back, which connects; the refusals reach OnLoginRefused with the real
+// reason.
+func TestEmbeddedClientIDsBoundToIdentity(t *testing.T) {
+	auth := broker.NewStaticAuth()
+	for _, a := range testAccounts() {
+		auth.Set(a.Identity, a.Password)
+	}
+	refusals := make(chan broker.LoginRefusal, 10)
+	b := brokertest.Start(t, broker.Options{Addr: "127.0.0.1:0", Auth: auth, Topics: topics, Logger: testLogger(t),
+		OnLoginRefused: func(r broker.LoginRefusal) { refusals <- r }})
 	url := brokerURL(b)
-	if _, err := dial(t, url, dev1.Name, passwordOf(dev1.Name), clientOpts{clientID: "shared"}); err != nil {
+	own := dev1.Name + "-0123456789abcdef"
+	for _, id := range []string{dev2.Name, dev2.Name + "-0123456789abcdef", "shared", dev1.Name + "-b", own + "0"} {
+		if _, err := dial(t, url, dev1.Name, passwordOf(dev1.Name), clientOpts{clientID: id}); err == nil {
+			t.Errorf("device %s connected with client ID %q", dev1.Name, id)
+			continue
+		}
+		select {
+		case r := <-refusals:
+			if r.Username != dev1.Name || !strings.Contains(r.Reason, "not the device's own") {
+				t.Errorf("client ID %q: refusal %+v, want one naming the client ID", id, r)
+			}
+		case <-time.After(waitTimeout):
+			t.Fatalf("client ID %q: no refusal reported", id)
+		}
+	}
+	for _, id := range []string{dev1.Name, own} {
+		if _, err := dial(t, url, dev1.Name, passwordOf(dev1.Name), clientOpts{clientID: id}); err != nil {
+			t.Errorf("device with its own client ID %q: %v", id, err)
+		}
+	}
+
+	// A monitor holds dev2's client ID while dev2 is away; dev2 takes it
+	// back, and the monitor, refused it in turn, cannot take it again.
+	squat := dev2.Name + "-fedcba9876543210"
+	squatter, err := dial(t, url, monitorID.Name, passwordOf(monitorID.Name), clientOpts{clientID: squat})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dial(t, url, dev2.Name, passwordOf(dev2.Name), clientOpts{clientID: "shared"}); err == nil {
-		t.Fatal("device took over another device's session")
+	if _, err := dial(t, url, dev2.Name, passwordOf(dev2.Name), clientOpts{clientID: squat}); err != nil {
+		t.Fatalf("device refused its own client ID held by a monitor: %v", err)
 	}
-	// The same identity may take its own session over.
-	if _, err := dial(t, url, dev1.Name, passwordOf(dev1.Name), clientOpts{clientID: "shared"}); err != nil {
-		t.Fatalf("same device reconnecting with its client ID: %v", err)
+	squatter.awaitLost()
+	if _, err := dial(t, url, monitorID.Name, passwordOf(monitorID.Name), clientOpts{clientID: squat}); err == nil {
+		t.Fatal("monitor took a connected device's client ID")
+	}
+	select {
+	case r := <-refusals:
+		if r.Username != monitorID.Name || !strings.Contains(r.Reason, "held by another identity") {
+			t.Errorf("monitor refusal %+v, want the client ID held by another identity", r)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("monitor refusal not reported")
 	}
 }
 

@@ -112,7 +112,9 @@ func dial(t testing.TB, url, username, password string, o clientOpts) (*client, 
 	}
 	cl := &client{t: t, name: username, msgs: make(chan message, o.buffer), lost: make(chan error, 1), seen: map[[2]string]bool{}}
 	if o.clientID == "" {
-		o.clientID = fmt.Sprintf("test-%s-%d", username, time.Now().UnixNano())
+		// A device's own shape (broker.DeviceClientID); any client
+		// may use it.
+		o.clientID = fmt.Sprintf("%s-%016x", username, time.Now().UnixNano())
 	}
 	po := paho.NewClientOptions().
 		AddBroker(url).
@@ -320,7 +322,7 @@ func testAccess(t *testing.T, tg target) {
 	t.Run("DeviceReceivesRetainedDesired", func(t *testing.T) {
 		hub := mustDial(t, tg.url, hubID)
 		hub.publish(desired1, 1, true, `{"generation":1}`)
-		c, err := dial(t, tg.url, dev1.Name, passwordOf(dev1.Name), clientOpts{clientID: "any-client-id"})
+		c, err := dial(t, tg.url, dev1.Name, passwordOf(dev1.Name), clientOpts{clientID: dev1.Name})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 
@@ -146,16 +147,64 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		log.Warn("mqtt connection refused: will topic not allowed", "will_topic", pk.Connect.WillTopic)
 		return false
 	}
-	// mochi hands an existing session, with its queued messages, to any
-	// client presenting the same client ID. Never across identities.
-	if existing, ok := b.server.Clients.Get(cl.ID); ok && existing != cl && string(existing.Properties.Username) != username {
-		log.Warn("mqtt connection refused: client ID is held by another identity's session")
+	if id.Role == RoleDevice && !DeviceClientID(id.Name, cl.ID) {
+		why := fmt.Sprintf("client ID %q is not the device's own (its name, or its name, '-' and 16 hex digits)", truncateID(cl.ID))
+		log.Warn("mqtt connection refused: " + why)
+		b.loginRefused(username, cl.Net.Remote, LoginRefused, why)
 		return false
+	}
+	// mochi hands an existing session, with its queued messages, to any
+	// client presenting the same client ID. Never across identities: a
+	// device takes its own client ID back from whoever holds it (only a
+	// monitor, the hub or a bootstrap client can, devices being held to
+	// their own); anyone else is refused and told why.
+	if existing, ok := b.server.Clients.Get(cl.ID); ok && existing != cl && string(existing.Properties.Username) != username {
+		holder := string(existing.Properties.Username)
+		if id.Role != RoleDevice {
+			why := "client ID is held by another identity's session"
+			log.Warn("mqtt connection refused: "+why, "holder", holder)
+			b.loginRefused(username, cl.Net.Remote, LoginRefused, why)
+			return false
+		}
+		log.Warn("mqtt client ID held by another identity's session: its device takes it back", "holder", holder)
+		if !existing.Closed() && existing.Net.Conn != nil {
+			_ = existing.Net.Conn.Close()
+		}
+		b.forgetSession(existing)
 	}
 
 	b.idents.Store(cl.ID, identEntry{cl: cl, id: id})
 	log.Debug("mqtt client authenticated")
 	return true
+}
+
+// DeviceClientID reports whether clientID is one the device named name may
+// connect with: its name, or its name, '-' and 16 lower-case hex digits
+// (the agent's own, edgeagent/state.Dir.ClientID). No other device's
+// client ID has that shape, so a device cannot hold another's session.
+func DeviceClientID(name, clientID string) bool {
+	if clientID == name {
+		return true
+	}
+	suffix, ok := strings.CutPrefix(clientID, name+"-")
+	if !ok || len(suffix) != 16 {
+		return false
+	}
+	for i := range len(suffix) {
+		if c := suffix[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// truncateID shortens a client ID for a log line or a refusal reason.
+func truncateID(id string) string {
+	const maxLen = 80
+	if len(id) <= maxLen {
+		return id
+	}
+	return id[:maxLen] + "…"
 }
 
 // admitBootstrap checks what a bootstrap client's connection must be: its

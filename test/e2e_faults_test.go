@@ -300,7 +300,7 @@ func e2eHubCrashBurst(t *testing.T, f *Fleet) {
 	want := f.AwaitDevices(t, 30*time.Second, "given a desired generation", func(d schema.Device) bool {
 		return d.Status != nil && d.Status.DesiredGeneration > 0
 	}, d1)[d1].Status.DesiredGeneration
-	sub := mustDialMQTT(t, f.BrokerURL, d1, f.Token(d1), dialOpts{clientID: d1 + "-e2e-subscriber"})
+	sub := mustDialMQTT(t, f.BrokerURL, d1, f.Token(d1), dialOpts{})
 	sub.subscribe(topics.Device(d1, schema.TopicDesired))
 	ds := sub.awaitDesired(d1, func(ds schema.DesiredState) bool { return true })
 	var pod *schema.Pod

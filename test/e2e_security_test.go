@@ -232,7 +232,7 @@ func e2eBadPayloads(t *testing.T, f *Fleet) {
 	// (A second connection with the same username: close the first, which
 	// Mosquitto with one session per username would otherwise drop.)
 	m.c.Disconnect(250)
-	huge := mustDialMQTT(t, f.BrokerURL, e2eIntruder, tok, dialOpts{clientID: e2eIntruder + "-huge"})
+	huge := mustDialMQTT(t, f.BrokerURL, e2eIntruder, tok, dialOpts{})
 	_ = huge.publish(statusTopic, 1, false, bytes.Repeat([]byte("x"), 300<<10)) // refused either way
 	huge.awaitLost(30 * time.Second)
 

@@ -427,7 +427,7 @@ func TestE2ETLSClientCertsRequired(t *testing.T) {
 		t.Fatal("no CA in " + h.CAFile)
 	}
 	connect := func(certs []tls.Certificate, password string) error {
-		c := paho.NewClient(paho.NewClientOptions().AddBroker(h.MQTTTLSURL).SetClientID(dev + "-probe").
+		c := paho.NewClient(paho.NewClientOptions().AddBroker(h.MQTTTLSURL).SetClientID(dev).
 			SetUsername(dev).SetPassword(password).SetAutoReconnect(false).SetConnectTimeout(10 * time.Second).
 			SetTLSConfig(&tls.Config{RootCAs: pool, Certificates: certs, ServerName: "localhost", MinVersion: tls.VersionTLS12}))
 		tok := c.Connect()

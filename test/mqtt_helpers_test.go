@@ -54,7 +54,9 @@ func dialMQTT(t testing.TB, url, username, password string, o dialOpts) (*mqttCl
 	t.Helper()
 	cl := &mqttClient{t: t, name: username, wake: make(chan struct{}, 1), lost: make(chan error, 1)}
 	if o.clientID == "" {
-		o.clientID = fmt.Sprintf("t-%s-%d", username, time.Now().UnixNano())
+		// A device's own shape (broker.DeviceClientID); any client
+		// may use it.
+		o.clientID = fmt.Sprintf("%s-%016x", username, time.Now().UnixNano())
 	}
 	po := paho.NewClientOptions().
 		AddBroker(url).

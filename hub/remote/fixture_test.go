@@ -224,7 +224,7 @@ func (f *fixture) device(name string) *fakeDevice {
 	d := &fakeDevice{t: f.t, name: name, reqs: make(chan *schema.Request, 4096), top: f.topics}
 	po := paho.NewClientOptions().
 		AddBroker("tcp://" + f.b.Addr().String()).
-		SetClientID("fake-" + name).
+		SetClientID(name).
 		SetUsername(name).SetPassword("pw-" + name).
 		SetProtocolVersion(4).SetCleanSession(true).
 		SetAutoReconnect(false).SetConnectRetry(false).
