@@ -28,9 +28,11 @@ deps: ## install the system packages the tests need (apt-get, as root or with su
 	@$(GO) run ./test/sysdeps/install
 
 # Root runs the containerd tests, and must: a missing containerd fails them.
-# In CI (CI=true) the test image cache starts empty, so no image left by an
-# earlier run can hide a broken build path.
-TEST_ENV := $(if $(filter 0,$(shell id -u)),FLEET_REQUIRE_CONTAINERD=1)
+# So does CI (CI set), root or not: a runner that cannot run them (no root,
+# no containerd) fails instead of skipping every containerd and e2e suite
+# and passing green. In CI the test image cache starts empty, so no image
+# left by an earlier run can hide a broken build path.
+TEST_ENV := $(if $(or $(filter 0,$(shell id -u)),$(CI)),FLEET_REQUIRE_CONTAINERD=1)
 TEST_ENV += $(if $(CI),FLEET_TESTIMAGE_CACHE=$$(mktemp -d))
 
 test: deps lint ## every test with -race, then every fuzz target for 2s; installs what the tests need first (see deps)
