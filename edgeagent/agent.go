@@ -166,6 +166,8 @@ type Agent struct {
 	key    *devicekey.Key // nil when unusable (keyErr)
 	keyErr error
 
+	// mu guards last, the reconciler's latest status; the admission
+	// keeps the refusal status shows under its own lock.
 	mu   sync.Mutex
 	last reconcile.Status
 }
