@@ -1,7 +1,6 @@
 package edgeagent
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
@@ -130,11 +129,9 @@ type Options struct {
 }
 
 // ReplayGrace is how long after accepting a desired state an older one
-// from the same store counts as overtaken on the way (paho hands each
-// message to its own goroutine, so two states published back to back can
-// be judged in either order) rather than replayed. A state older than one
-// the agent already superseded is a replay whenever it comes.
-const ReplayGrace = time.Second
+// from the same store counts as overtaken on the way rather than
+// replayed: desired.ReplayGrace, where the rule lives.
+const ReplayGrace = desired.ReplayGrace
 
 // Stats counts what the agent did with desired-state payloads.
 type Stats struct {
@@ -151,11 +148,13 @@ type Agent struct {
 	log    *slog.Logger
 	topics struct{ status, events string }
 
-	inbox    *desired.Inbox
-	reporter *status.Reporter
-	events   *status.Events
-	session  *session.Session // nil without a broker
-	remote   *remote.Server   // nil without a broker
+	// admission judges desired-state payloads; made by Run, from the
+	// persisted state.
+	admission *desired.Admission
+	reporter  *status.Reporter
+	events    *status.Events
+	session   *session.Session // nil without a broker
+	remote    *remote.Server   // nil without a broker
 
 	counts struct {
 		accepted, duplicate, stale, other, invalid, cleared atomic.Int64
@@ -167,16 +166,10 @@ type Agent struct {
 	key    *devicekey.Key // nil when unusable (keyErr)
 	keyErr error
 
-	mu      sync.Mutex
-	last    reconcile.Status
-	refused refusal
-	// lastAccept is the newest state accepted from the network: its
-	// store and generation, the generation it superseded, and when.
-	lastAccept struct {
-		store     string
-		gen, prev int64
-		at        time.Time
-	}
+	// mu guards last, the reconciler's latest status; the admission
+	// keeps the refusal status shows under its own lock.
+	mu   sync.Mutex
+	last reconcile.Status
 }
 
 // DefaultStatusSettleGrace is Options.StatusSettleGrace's default: a
@@ -194,6 +187,43 @@ func New(o Options) (*Agent, error) {
 	if o.Runtime == nil {
 		return nil, errors.New("edgeagent: a Runtime is required")
 	}
+	o.ensureDefaults()
+	a := &Agent{o: o, log: o.Logger.With("device", o.Device), key: o.DeviceKey}
+	if a.key == nil {
+		a.key, a.keyErr = devicekey.LoadOrCreate(o.StateDir)
+		if a.keyErr != nil {
+			a.log.Error("device key unusable: Secrets sent to this device cannot be unsealed", "err", a.keyErr)
+		}
+	}
+	if err := a.loadPin(); err != nil {
+		return nil, err
+	}
+	a.topics.status = o.Topics.Device(o.Device, schema.TopicStatus)
+	a.topics.events = o.Topics.Device(o.Device, schema.TopicEvents)
+
+	var pub status.Publisher = offlinePublisher{}
+	if o.Broker != "" {
+		if err := a.connect(); err != nil {
+			return nil, err
+		}
+		pub = a.session
+	}
+	a.events = status.NewEvents(status.EventsOptions{
+		Device: o.Device, Topic: a.topics.events, Publisher: pub, Clock: o.Clock, Logger: a.log,
+		Batch: true, Linger: status.DefaultEventLinger,
+	})
+	a.reporter = status.NewReporter(status.ReporterOptions{
+		Device: o.Device, Topic: a.topics.status, Publisher: pub, Version: o.Version,
+		NodeInfo: o.NodeInfo, StateDir: o.StateDir, Clock: o.Clock, Logger: a.log,
+		MinInterval: o.StatusInterval, Heartbeat: o.HeartbeatInterval, SettleGrace: o.StatusSettleGrace,
+		Seed: o.Seed,
+	})
+	return a, nil
+}
+
+// ensureDefaults fills in the defaults New documents and the other parts
+// do not apply themselves.
+func (o *Options) ensureDefaults() {
 	if o.StateDir == "" {
 		o.StateDir = DefaultStateDir
 	}
@@ -212,88 +242,74 @@ func New(o Options) (*Agent, error) {
 	case o.StatusSettleGrace < 0:
 		o.StatusSettleGrace = 0
 	}
-	a := &Agent{o: o, log: o.Logger.With("device", o.Device), key: o.DeviceKey}
-	if a.key == nil {
-		a.key, a.keyErr = devicekey.LoadOrCreate(o.StateDir)
-		if a.keyErr != nil {
-			a.log.Error("device key unusable: Secrets sent to this device cannot be unsealed", "err", a.keyErr)
+}
+
+// loadPin pins Options.HubSigningKey, if given, and loads the pinned key.
+func (a *Agent) loadPin() error {
+	if a.o.HubSigningKey != nil {
+		if err := trust.Save(a.o.StateDir, a.o.HubSigningKey); err != nil {
+			return fmt.Errorf("edgeagent: %w", err)
 		}
 	}
-	if o.HubSigningKey != nil {
-		if err := trust.Save(o.StateDir, o.HubSigningKey); err != nil {
-			return nil, fmt.Errorf("edgeagent: %w", err)
-		}
-	}
-	pin, err := trust.Load(o.StateDir)
+	pin, err := trust.Load(a.o.StateDir)
 	if err != nil {
-		return nil, fmt.Errorf("edgeagent: %w (pass --hub-signing-key, or remove the file to pin the hub's key again on first use)", err)
+		return fmt.Errorf("edgeagent: %w (pass --hub-signing-key, or remove the file to pin the hub's key again on first use)", err)
 	}
 	a.pin = pin
 	if k := pin.Key(); k != nil {
 		a.log.Info("hub signing key pinned", "key", schema.SigningKeyID(k))
 	}
-	a.topics.status = o.Topics.Device(o.Device, schema.TopicStatus)
-	a.topics.events = o.Topics.Device(o.Device, schema.TopicEvents)
+	return nil
+}
 
-	var pub status.Publisher = offlinePublisher{}
-	if o.Broker != "" {
-		dir, err := state.Open(o.StateDir)
-		if err != nil {
-			return nil, fmt.Errorf("edgeagent: %w", err)
-		}
-		clientID, err := dir.ClientID(o.Device)
-		if err != nil {
-			return nil, fmt.Errorf("edgeagent: %w", err)
-		}
-		s, err := session.New(session.Options{
-			Broker:    o.Broker,
-			Device:    o.Device,
-			ClientID:  clientID,
-			Token:     o.Token,
-			TLSConfig: o.TLSConfig,
-			Topics:    o.Topics,
-			Logger:    a.log,
-			Clock:     o.Clock,
-			Backoff:   o.ReconnectBackoff,
-			KeepAlive: o.KeepAlive,
-			Seed:      o.Seed,
-			OnDesired: a.onDesired,
-			OnRequest: a.onRequest,
-			OnConnect: a.onConnect,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("edgeagent: %w", err)
-		}
-		a.session, pub = s, s
-		// The hub's requests (logs, exec, top) are answered over the
-		// same session.
-		a.remote, err = remote.New(remote.Options{
-			Device:    o.Device,
-			Topics:    o.Topics,
-			Publisher: s,
-			Runtime:   o.Runtime,
-			LogPath:   dir.LogPath,
-			Pods:      a.podContainers,
-			Logger:    a.log.With("part", "remote"),
-			StateDir:  o.StateDir,
-
-			IndexInterval: o.LogIndexInterval,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("edgeagent: %w", err)
-		}
+// connect makes the MQTT session and the server answering the hub's
+// requests (logs, exec, top) over it.
+func (a *Agent) connect() error {
+	o := a.o
+	dir, err := state.Open(o.StateDir)
+	if err != nil {
+		return fmt.Errorf("edgeagent: %w", err)
 	}
-	a.events = status.NewEvents(status.EventsOptions{
-		Device: o.Device, Topic: a.topics.events, Publisher: pub, Clock: o.Clock, Logger: a.log,
-		Batch: true, Linger: status.DefaultEventLinger,
+	clientID, err := dir.ClientID(o.Device)
+	if err != nil {
+		return fmt.Errorf("edgeagent: %w", err)
+	}
+	s, err := session.New(session.Options{
+		Broker:    o.Broker,
+		Device:    o.Device,
+		ClientID:  clientID,
+		Token:     o.Token,
+		TLSConfig: o.TLSConfig,
+		Topics:    o.Topics,
+		Logger:    a.log,
+		Clock:     o.Clock,
+		Backoff:   o.ReconnectBackoff,
+		KeepAlive: o.KeepAlive,
+		Seed:      o.Seed,
+		OnDesired: a.onDesired,
+		OnRequest: a.onRequest,
+		OnConnect: a.onConnect,
 	})
-	a.reporter = status.NewReporter(status.ReporterOptions{
-		Device: o.Device, Topic: a.topics.status, Publisher: pub, Version: o.Version,
-		NodeInfo: o.NodeInfo, StateDir: o.StateDir, Clock: o.Clock, Logger: a.log,
-		MinInterval: o.StatusInterval, Heartbeat: o.HeartbeatInterval, SettleGrace: o.StatusSettleGrace,
-		Seed: o.Seed,
+	if err != nil {
+		return fmt.Errorf("edgeagent: %w", err)
+	}
+	a.session = s
+	a.remote, err = remote.New(remote.Options{
+		Device:    o.Device,
+		Topics:    o.Topics,
+		Publisher: s,
+		Runtime:   o.Runtime,
+		LogPath:   dir.LogPath,
+		Pods:      a.podContainers,
+		Logger:    a.log.With("part", "remote"),
+		StateDir:  o.StateDir,
+
+		IndexInterval: o.LogIndexInterval,
 	})
-	return a, nil
+	if err != nil {
+		return fmt.Errorf("edgeagent: %w", err)
+	}
+	return nil
 }
 
 type offlinePublisher struct{}
@@ -350,17 +366,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	if ds != nil {
 		a.log.Info("loaded persisted desired state", "generation", ds.Generation, "store", ds.Store, "pods", len(ds.Pods))
 	}
-	a.inbox = desired.New(a.o.Device, ds)
-	if ds != nil {
-		a.mu.Lock()
-		a.lastAccept.store, a.lastAccept.gen = ds.Store, ds.Generation
-		a.mu.Unlock()
-	}
+	a.admission = desired.NewAdmission(desired.AdmissionOptions{
+		Device: a.o.Device, Current: ds, Pin: a.pin, Clock: a.o.Clock, Logger: a.log,
+	})
 
 	rec, err := reconcile.New(reconcile.Options{
 		Runtime:        a.o.Runtime,
 		State:          dir,
-		Inbox:          a.inbox,
+		Inbox:          a.admission.Inbox(),
 		Desired:        ds,
 		Agent:          ag,
 		Clock:          a.o.Clock,
@@ -462,173 +475,45 @@ func (a *Agent) onConnect() {
 }
 
 // onDesired runs on a goroutine paho starts for the message, off paho's
-// router, and judges the payload there. Nothing is queued: each payload
-// is decoded, validated, logged and counted as it arrives, and the inbox,
-// the agent's one slot for desired state, keeps only the newest accepted
-// state for the reconcile loop, which does the work.
-//
-// Messages may be handled concurrently and out of order, so nothing here
-// may depend on arrival order: the inbox orders desired states by
-// generation, and a refusal is shown in status only while no newer state
-// has been accepted (see refuse).
+// router. Nothing is queued: the admission judges each payload as it
+// arrives (signature, order, pin, refusal: desired.Admission), and the
+// inbox, the agent's one slot for desired state, keeps only the newest
+// accepted state for the reconcile loop, which does the work. Here the
+// verdict fans out: counted, raised as an event, shown in status.
 func (a *Agent) onDesired(payload []byte) {
-	var verdict trust.Verdict
-	if len(bytes.TrimSpace(payload)) > 0 && len(payload) <= schema.MaxManifestBytes {
-		// The signature first: nothing of a forged state is looked at.
-		v, err := a.pin.Check(payload)
-		if err != nil {
-			a.refuseSignature(err)
-			return
-		}
-		verdict = v
+	v := a.admission.Admit(payload)
+	a.count(v.Outcome)
+	if v.Event != nil {
+		a.events.RecordEvent(*v.Event)
 	}
-	out, ds, err := a.inbox.Offer(payload)
-	switch out {
+	if v.StatusChanged {
+		a.pushStatus()
+	}
+}
+
+// count adds an admission's outcome to Stats.
+func (a *Agent) count(o desired.Outcome) {
+	c := &a.counts
+	switch o {
 	case desired.Accepted:
-		a.log.Info("received desired state", "generation", ds.Generation, "store", ds.Store, "pods", len(ds.Pods), "key", verdict.KeyID())
-		a.accepted(ds)
-		a.pinKey(verdict)
-		a.counts.accepted.Add(1)
+		c.accepted.Add(1)
 	case desired.Duplicate:
-		a.log.Debug("desired state unchanged", "generation", ds.Generation)
-		a.pinKey(verdict) // the same state, re-signed after a rotation
-		a.counts.duplicate.Add(1)
+		c.duplicate.Add(1)
 	case desired.Stale:
-		a.counts.stale.Add(1)
-		if !a.replayed(ds) {
-			a.log.Info("ignoring stale desired state", "generation", ds.Generation, "store", ds.Store)
-			break
-		}
-		_, gen, _ := a.inbox.Latest()
-		msg := fmt.Sprintf("refused a replayed desired state: generation %d is older than generation %d already applied", ds.Generation, gen)
-		a.log.Warn(msg+"; last good state keeps running", "store", ds.Store)
-		a.events.Record(schema.EventWarning, "DesiredStateReplayed", "", "", msg)
-		a.refuse(msg, nil)
-		a.counts.replayed.Add(1)
+		c.stale.Add(1)
+	case desired.Replayed:
+		c.stale.Add(1)
+		c.replayed.Add(1)
 	case desired.OtherDevice:
-		msg := fmt.Sprintf("refused a desired state addressed to device %q", ds.Device)
-		a.log.Warn(msg + "; last good state keeps running")
-		a.events.Record(schema.EventWarning, "DesiredStateOtherDevice", "", "", msg)
-		a.refuse(msg, nil)
-		a.counts.other.Add(1)
+		c.other.Add(1)
 	case desired.Invalid:
-		a.log.Warn("invalid desired state ignored; last good state keeps running", "err", err)
-		a.events.Record(schema.EventWarning, "InvalidDesiredState", "", "", err.Error())
-		a.refuse("refused the last desired state: "+err.Error(), ds)
-		a.counts.invalid.Add(1)
+		c.invalid.Add(1)
 	case desired.Cleared:
-		// The hub clears the retained topic when the device is deleted.
-		// Removing every workload because a retained message vanished
-		// (a broker that lost its retained store, an operator's mistake)
-		// would break the autonomy guarantee, so the agent keeps running
-		// its last state and says so. To stop workloads the hub publishes
-		// a DesiredState with no pods.
-		a.log.Warn("hub cleared the desired state topic; keeping the last desired state")
-		a.events.Record(schema.EventWarning, "DesiredStateCleared", "", "", "desired state topic cleared (device removed?); keeping the last desired state running")
-		a.refuse("desired state topic cleared by the hub; running the last desired state", nil)
-		a.counts.cleared.Add(1)
-	}
-}
-
-// refuseSignature reports a state refused for its signature: an event,
-// the status message, a count. The last good state keeps running.
-func (a *Agent) refuseSignature(err error) {
-	reason, msg := "DesiredStateBadSignature", "refused a desired state with a bad signature: "+err.Error()
-	if errors.Is(err, trust.ErrUnsigned) {
-		reason, msg = "DesiredStateUnsigned", "refused an unsigned desired state: "+err.Error()
-		a.counts.unsigned.Add(1)
-	} else {
-		a.counts.badSignature.Add(1)
-	}
-	a.log.Warn(msg + "; last good state keeps running")
-	a.events.Record(schema.EventWarning, reason, "", "", msg)
-	a.refuse(msg, nil)
-}
-
-// pinKey pins the key of an accepted state's verdict when it is new: on
-// first use, or a rotation the pinned key endorsed.
-func (a *Agent) pinKey(v trust.Verdict) {
-	changed, err := a.pin.Commit(v)
-	if err != nil {
-		a.log.Error("could not pin the hub's signing key", "key", v.KeyID(), "err", err)
-		return
-	}
-	if !changed {
-		return
-	}
-	if v.FirstUse {
-		msg := "pinned the hub's signing key " + v.KeyID() + " on first use"
-		a.log.Info(msg)
-		a.events.Record(schema.EventNormal, "HubSigningKeyPinned", "", "", msg)
-		return
-	}
-	msg := fmt.Sprintf("the hub rotated its signing key: pinned key %s, endorsed by key %s", v.KeyID(), schema.SigningKeyID(v.Pinned))
-	a.log.Info(msg)
-	a.events.Record(schema.EventNormal, "HubSigningKeyRotated", "", "", msg)
-}
-
-// replayed reports whether a stale state is a replay rather than one
-// overtaken on the way (ReplayGrace).
-func (a *Agent) replayed(ds *schema.DesiredState) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	l := a.lastAccept
-	if l.at.IsZero() || l.store != ds.Store {
-		return true // older than the state the agent started from
-	}
-	return ds.Generation <= l.prev || a.o.Clock.Now().Sub(l.at) > ReplayGrace
-}
-
-// refusal is the message shown in status about a payload the agent did
-// not apply, with the generation it carried (if it decoded that far).
-type refusal struct {
-	msg      string
-	store    string
-	gen      int64
-	knownGen bool
-}
-
-// refuse records a refusal unless the payload is older than a state
-// already accepted from the same store. It reads the inbox's newest state
-// under a.mu, and accepted runs after the inbox has taken a state, also
-// under a.mu: whichever runs first, a refusal never outlives the
-// acceptance of a newer state.
-func (a *Agent) refuse(msg string, ds *schema.DesiredState) {
-	a.mu.Lock()
-	r := refusal{msg: msg}
-	if ds != nil && ds.Generation > 0 {
-		r.store, r.gen, r.knownGen = ds.Store, ds.Generation, true
-		if store, gen, ok := a.inbox.Latest(); ok && ds.Store == store && ds.Generation <= gen {
-			a.mu.Unlock()
-			return
-		}
-	}
-	changed := a.refused.msg != msg
-	a.refused = r
-	a.mu.Unlock()
-	if changed {
-		a.pushStatus()
-	}
-}
-
-// accepted clears a refusal that the newly accepted state ds supersedes.
-func (a *Agent) accepted(ds *schema.DesiredState) {
-	a.mu.Lock()
-	if l := &a.lastAccept; ds.Store != l.store || ds.Generation > l.gen {
-		prev := l.gen
-		if ds.Store != l.store {
-			prev = 0
-		}
-		l.store, l.gen, l.prev, l.at = ds.Store, ds.Generation, prev, a.o.Clock.Now()
-	}
-	r := a.refused
-	clear := r.msg != "" && (!r.knownGen || r.store != ds.Store || r.gen <= ds.Generation)
-	if clear {
-		a.refused = refusal{}
-	}
-	a.mu.Unlock()
-	if clear {
-		a.pushStatus()
+		c.cleared.Add(1)
+	case desired.Unsigned:
+		c.unsigned.Add(1)
+	case desired.BadSignature:
+		c.badSignature.Add(1)
 	}
 }
 
@@ -641,8 +526,9 @@ func (a *Agent) onStatus(st reconcile.Status) {
 
 func (a *Agent) pushStatus() {
 	a.mu.Lock()
-	st, refused := a.last, a.refused.msg
+	st := a.last
 	a.mu.Unlock()
+	refused := a.admission.Refusal()
 	var msgs []string
 	var keyMsg string
 	if a.keyErr != nil {

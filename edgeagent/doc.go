@@ -2,19 +2,23 @@
 // the device's desired state, reconciles the container runtime toward it
 // in a level-triggered loop, and reports status over MQTT.
 //
-// The parts are small packages: state (persistence), desired (the one
-// slot a DesiredState payload waits in, from MQTT to the reconciler),
-// reconcile (the pure Diff and the loop), session (the MQTT connection),
-// status (status and events), probe (the containers' liveness, readiness
-// and startup probes), devicekey (the device's own key pair), podconfig
-// (env and files from the desired state's ConfigMaps and Secrets),
-// volumes (the pods' volumes on the device), trust (the hub's pinned
-// signing key), clock, backoff and wake,
-// and runtime (the
-// container runtime interface, its Fake and, in runtime/containerd, the
-// real one). Agent wires them; many agents can run in one process (tests,
-// hollow agents of the scale suite), each with its own Runtime and state
-// directory:
+// The parts are small packages: state (persistence), desired
+// (Admission, which judges a DesiredState payload from MQTT, its
+// signature and its order, pins the hub's key and records the refusal
+// status shows, all in one Verdict; and Inbox, the one slot an accepted
+// state waits in for the reconciler), reconcile (the pure Diff and the loop), session
+// (the MQTT connection), status (status and events), probe (the
+// containers' liveness, readiness and startup probes), devicekey (the
+// device's own key pair), podconfig (env and files from the desired
+// state's ConfigMaps and Secrets), volumes (the pods' volumes on the
+// device), trust (the hub's pinned signing key), clock, backoff and wake,
+// and runtime (the container runtime interface, its Fake and, in
+// runtime/containerd, the real one). Agent wires them; many agents can
+// run in one process (tests, hollow agents of the scale suite), each with
+// its own Runtime and state directory. A desired-state payload goes from
+// the session to desired.Admission.Admit; the agent fans the Verdict out
+// (counters, the event, a status republish) and the reconciler takes the
+// accepted state from the inbox:
 //
 //	a, err := edgeagent.New(edgeagent.Options{Device: "pi-1", Broker: "tcp://hub:1883",
 //		Token: tok, StateDir: dir, Runtime: rt, Logger: log})
@@ -36,7 +40,7 @@
 //     logged, raised as an InvalidDesiredState event and named in the
 //     status message, and so are the other two (DesiredStateOtherDevice,
 //     and DesiredStateReplayed unless the older state was merely
-//     overtaken on the way: ReplayGrace). A different store is a new hub
+//     overtaken on the way: desired.ReplayGrace). A different store is a new hub
 //     database: accepted.
 //   - The hub's signing key is pinned (package trust: from enrollment,
 //     --hub-signing-key, or the first signed state). With a key pinned,

@@ -1,10 +1,20 @@
-// Package desired receives DesiredState payloads from MQTT and keeps only
-// the latest acceptable one for the reconciler: a "latest" slot plus a
-// capacity-1 wake channel, so the MQTT router never blocks and
-// intermediate states that arrive while the reconciler is busy are skipped.
-// It is the agent's one buffer of desired state: every payload is judged
-// (decoded, validated, ordered by generation) as it arrives, and only the
-// newest accepted state waits for the reconciler.
+// Package desired decides which DesiredState payloads from MQTT the agent
+// accepts, and keeps only the latest accepted one for the reconciler.
+//
+// Admission is the whole policy, one type with one answer: Admit verifies
+// a payload's signature against the hub's pinned key (package trust),
+// orders it against what was accepted (generation, and the replay rule:
+// ReplayGrace), pins the signing key of an accepted state (first use, or
+// a rotation the pinned key endorsed) and records the refusal status
+// shows, and returns it all as one Verdict for the agent to fan out
+// (event, counters, status).
+//
+// Inbox is the agent's one buffer of desired state: a "latest" slot plus
+// a capacity-1 wake channel, so the MQTT router never blocks and
+// intermediate states that arrive while the reconciler is busy are
+// skipped. Every payload is decoded, validated and ordered by generation
+// as it arrives, and only the newest accepted state waits for the
+// reconciler.
 package desired
 
 import (
@@ -17,7 +27,7 @@ import (
 	"github.com/fleetmq/fleet/schema"
 )
 
-// Outcome says what Offer did with a payload.
+// Outcome says what Offer, or Admit, did with a payload.
 type Outcome int
 
 const (
@@ -34,6 +44,15 @@ const (
 	// Cleared: an empty payload, the hub's way of clearing the retained
 	// topic when the device is removed. The agent keeps its last state.
 	Cleared
+	// Replayed: Stale, and not merely overtaken on the way (ReplayGrace):
+	// refused. Only Admit says it.
+	Replayed
+	// Unsigned: a key is pinned and the payload carries no signature;
+	// refused. Only Admit says it.
+	Unsigned
+	// BadSignature: the signature is malformed, does not verify, or is
+	// by a key neither pinned nor endorsed; refused. Only Admit says it.
+	BadSignature
 )
 
 func (o Outcome) String() string {
@@ -50,6 +69,12 @@ func (o Outcome) String() string {
 		return "invalid"
 	case Cleared:
 		return "cleared"
+	case Replayed:
+		return "replayed"
+	case Unsigned:
+		return "unsigned"
+	case BadSignature:
+		return "bad-signature"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }

@@ -9,7 +9,9 @@
 // an unsigned state, a bad signature and a signature by another key are
 // refused, unless the pinned key endorses that other key (a rotation on
 // the hub): the state is then checked with the new key, which is pinned
-// once the state is accepted.
+// once the state is accepted. The agent's desired.Admission is the caller:
+// it runs Check before anything else of a payload is looked at, and
+// Commit once the state is accepted (or is the applied one, re-signed).
 package trust
 
 import (
