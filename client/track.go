@@ -63,8 +63,8 @@ type tracked struct {
 	done bool
 }
 
-// TrackHandler receives what a Tracker sees. Seen and Gone are called only
-// for objects not Done.
+// TrackHandler receives what a Tracker sees. Seen and Gone are required,
+// and called only for objects not Done.
 type TrackHandler struct {
 	// Seen passes the latest state of an object: never one older than the
 	// state passed before.
