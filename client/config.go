@@ -113,28 +113,10 @@ func ResolveConfig(s ConfigSources) (Config, error) {
 		getenv = os.Getenv
 	}
 	var c Config
-	pick := func(dst, src *string, val, name string) {
-		if *dst == "" && strings.TrimSpace(val) != "" {
-			*dst, *src = strings.TrimSpace(val), name
-		}
-	}
 	pick(&c.Hub, &c.HubSource, s.Hub, "--hub")
 	pick(&c.Token, &c.TokenSource, s.Token, "--token")
 	pick(&c.Hub, &c.HubSource, getenv(EnvHub), EnvHub)
 	pick(&c.Token, &c.TokenSource, getenv(EnvToken), EnvToken)
-	// fill takes what a file or context holds for the values still unset.
-	// The CA goes with the hub it was written for.
-	fill := func(hub, token string, ca []byte, src string) error {
-		if c.Hub != "" && c.Token == "" && token != "" && !sameHub(c.Hub, hub) {
-			return fmt.Errorf("no token for hub %s (from %s): pass --token or set %s; the token in %s is for hub %q", c.Hub, c.HubSource, EnvToken, src, hub)
-		}
-		if c.CA == nil && len(ca) > 0 && (c.Hub == "" || sameHub(c.Hub, hub)) {
-			c.CA, c.CASource = ca, src
-		}
-		pick(&c.Hub, &c.HubSource, hub, src)
-		pick(&c.Token, &c.TokenSource, token, src)
-		return nil
-	}
 
 	ctxName, ctxSource := strings.TrimSpace(s.Context), "--context"
 	if ctxName == "" {
@@ -172,50 +154,88 @@ func ResolveConfig(s ConfigSources) (Config, error) {
 		}
 		if need {
 			c.Context = ctxName
-			if err := fill(cx.Hub, cx.Token, cx.CA, fmt.Sprintf("context %q in %s", ctxName, path)); err != nil {
+			if err := c.fill(cx.Hub, cx.Token, cx.CA, fmt.Sprintf("context %q in %s", ctxName, path)); err != nil {
 				return Config{}, err
 			}
 		}
 	case !need:
 	case explicit:
-		if err := fill(f.Hub, f.Token, f.CA, path); err != nil {
+		if err := c.fill(f.Hub, f.Token, f.CA, path); err != nil {
 			return Config{}, err
 		}
 	default:
-		wd := s.WorkDir
-		if wd == "" {
-			if wd, err = os.Getwd(); err != nil {
-				return Config{}, fmt.Errorf("find config: %w", err)
-			}
-		}
-		local := filepath.Join(wd, DataDirConfig)
-		lc, err := LoadConfigFile(local)
-		switch {
-		case err == nil:
-			err = fill(lc.Hub, lc.Token, lc.CA, local)
-		case errors.Is(err, fs.ErrNotExist):
-			err = nil
-			if f != nil {
-				err = fill(f.Hub, f.Token, f.CA, path)
-			}
-		}
-		if err != nil {
+		if err := c.fillLocal(s.WorkDir, f, path); err != nil {
 			return Config{}, err
 		}
 	}
-	if c.Hub == "" {
-		if f != nil && len(f.Contexts) > 0 && ctxName == "" {
-			return Config{}, fmt.Errorf("%w\n%s has the contexts %s but no current-context: pass --context NAME, set %s, or run \"fleet config use-context NAME\"", ErrNoHub, path, strings.Join(f.ContextNames(), ", "), EnvContext)
-		}
-		return Config{}, ErrNoHub
-	}
-	if _, err := ParseHubURL(c.Hub); err != nil {
-		return Config{}, fmt.Errorf("%w (from %s)", err, c.HubSource)
-	}
-	if c.Token == "" {
-		return Config{}, fmt.Errorf("no token for hub %s (from %s): pass --token, set %s, or use the admin.conf fleet-hub wrote in its data directory (--config, or \"fleet config import\")", c.Hub, c.HubSource, EnvToken)
+	if err := c.complete(f, path, ctxName); err != nil {
+		return Config{}, err
 	}
 	return c, nil
+}
+
+// pick sets *dst to val, and *src to where it came from, unless *dst is
+// set already or val is blank.
+func pick(dst, src *string, val, name string) {
+	if *dst == "" && strings.TrimSpace(val) != "" {
+		*dst, *src = strings.TrimSpace(val), name
+	}
+}
+
+// fill takes what a file or context holds for the values still unset. The
+// CA goes with the hub it was written for.
+func (c *Config) fill(hub, token string, ca []byte, src string) error {
+	if c.Hub != "" && c.Token == "" && token != "" && !sameHub(c.Hub, hub) {
+		return fmt.Errorf("no token for hub %s (from %s): pass --token or set %s; the token in %s is for hub %q", c.Hub, c.HubSource, EnvToken, src, hub)
+	}
+	if c.CA == nil && len(ca) > 0 && (c.Hub == "" || sameHub(c.Hub, hub)) {
+		c.CA, c.CASource = ca, src
+	}
+	pick(&c.Hub, &c.HubSource, hub, src)
+	pick(&c.Token, &c.TokenSource, token, src)
+	return nil
+}
+
+// fillLocal fills from ./fleet-data/admin.conf in wd ("" for the working
+// directory) when it exists, else from the user's file f (at path; nil
+// when there is none).
+func (c *Config) fillLocal(wd string, f *ConfigFile, path string) error {
+	if wd == "" {
+		var err error
+		if wd, err = os.Getwd(); err != nil {
+			return fmt.Errorf("find config: %w", err)
+		}
+	}
+	local := filepath.Join(wd, DataDirConfig)
+	lc, err := LoadConfigFile(local)
+	switch {
+	case err == nil:
+		return c.fill(lc.Hub, lc.Token, lc.CA, local)
+	case errors.Is(err, fs.ErrNotExist):
+		if f != nil {
+			return c.fill(f.Hub, f.Token, f.CA, path)
+		}
+		return nil
+	}
+	return err
+}
+
+// complete checks that the sources gave a hub, a valid one, and a token;
+// f is the user's file (at path) and ctxName the context asked for.
+func (c *Config) complete(f *ConfigFile, path, ctxName string) error {
+	if c.Hub == "" {
+		if f != nil && len(f.Contexts) > 0 && ctxName == "" {
+			return fmt.Errorf("%w\n%s has the contexts %s but no current-context: pass --context NAME, set %s, or run \"fleet config use-context NAME\"", ErrNoHub, path, strings.Join(f.ContextNames(), ", "), EnvContext)
+		}
+		return ErrNoHub
+	}
+	if _, err := ParseHubURL(c.Hub); err != nil {
+		return fmt.Errorf("%w (from %s)", err, c.HubSource)
+	}
+	if c.Token == "" {
+		return fmt.Errorf("no token for hub %s (from %s): pass --token, set %s, or use the admin.conf fleet-hub wrote in its data directory (--config, or \"fleet config import\")", c.Hub, c.HubSource, EnvToken)
+	}
+	return nil
 }
 
 // UserConfigPath returns the user's config file, the one the "fleet config"

@@ -9,7 +9,9 @@
 // credentials and the hub's info (the MQTT URL devices use). ModifyDevice
 // is a read-modify-write that retries on Conflict; LabelEdit applies
 // kubectl-style label changes; Follow lists then watches, resuming after a
-// dropped stream. Errors from the hub are *APIError values that carry the
+// dropped stream; a Tracker follows a set of objects level-based (their
+// latest state from lists, watch events and re-reads of status, which is
+// no watch event), as fleet wait does. Errors from the hub are *APIError values that carry the
 // hub's schema.Status; test them with IsNotFound, IsConflict, IsInvalid,
 // IsUnauthorized, IsForbidden and IsExpired.
 //

@@ -158,13 +158,6 @@ func ValidateLabelValue(v string) error {
 	return nil
 }
 
-func truncate(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "..."
-	}
-	return s
-}
-
 func validateLabels(labels map[string]string, field string, errs *errList) {
 	for k, v := range labels {
 		if err := ValidateLabelKey(k); err != nil {

@@ -1,7 +1,9 @@
 // Package printers is how the fleet CLI shows Fleet objects to people and
 // scripts, the way kubectl does: aligned tables (-o table, wide), json,
 // yaml, name, jsonpath and custom-columns templates, --sort-by, watch
-// streams, the multi-line text of `fleet describe`, and the credentials
+// streams, FieldPath (the one-field paths of fleet wait
+// --for=jsonpath, in the same JSONPath dialect), the multi-line text of
+// `fleet describe`, and the credentials
 // and setup hints of `fleet device add` and `fleet monitor add`. Any Go
 // program that wants the CLI's output can use it. It does no I/O besides
 // writing to the io.Writer it is given.

@@ -162,6 +162,16 @@ func relaxedPath(expr string) (string, error) {
 // jsonValue is v as its JSON decodes into plain Go values, whole numbers
 // as int64 and others as float64, the form templates run over.
 func jsonValue(v any) (any, error) {
+	out, err := decodeJSON(v)
+	if err != nil {
+		return nil, err
+	}
+	return numbers(out), nil
+}
+
+// decodeJSON is v as its JSON decodes into plain Go values, numbers as
+// json.Number.
+func decodeJSON(v any) (any, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("encode json: %w", err)
@@ -172,7 +182,7 @@ func jsonValue(v any) (any, error) {
 	if err := dec.Decode(&out); err != nil {
 		return nil, fmt.Errorf("decode json: %w", err)
 	}
-	return numbers(out), nil
+	return out, nil
 }
 
 func numbers(v any) any {

@@ -241,194 +241,37 @@ func describePod(ctx context.Context, cli *cliContext, cl *client.Client, w io.W
 	if err != nil {
 		return err
 	}
-	now := cli.now()
-	var status *schema.PodStatus
+	p := printers.PodDescription{Name: pod, Device: dev, Crashes: map[string]schema.CrashReport{}}
 	if dev.Status != nil {
 		for i := range dev.Status.Pods {
 			if dev.Status.Pods[i].Name == pod {
-				status = &dev.Status.Pods[i]
+				p.Status = &dev.Status.Pods[i]
 			}
 		}
 	}
-	desired := false
 	if dep, err := cl.GetDeployment(rctx, pod); err == nil {
-		desired = dep.Spec.Selector.Matches(dev.Metadata.Labels)
+		p.Desired = dep.Spec.Selector.Matches(dev.Metadata.Labels)
 	}
-	crashes := map[string]schema.CrashReport{} // the latest per container
-	var crashErr error
 	if crs, err := cl.CrashReports(rctx, device); err == nil {
-		for _, cr := range crs {
-			if cr.Pod != pod {
-				continue
-			}
-			if old, ok := crashes[cr.Container]; !ok || cr.Time.After(old.Time) {
-				crashes[cr.Container] = cr
+		for _, cr := range crs { // the latest per container
+			if old, ok := p.Crashes[cr.Container]; cr.Pod == pod && (!ok || cr.Time.After(old.Time)) {
+				p.Crashes[cr.Container] = cr
 			}
 		}
 	} else {
-		crashErr = err
+		p.CrashesForbidden = client.IsForbidden(err)
 	}
-	var events []schema.Event
 	if evs, err := cl.DeviceEvents(rctx, device); err == nil {
 		for _, ev := range evs {
 			if ev.Pod == pod {
-				events = append(events, ev)
+				p.Events = append(p.Events, ev)
 			}
 		}
 	}
-	if status == nil && !desired && len(crashes) == 0 && len(events) == 0 {
+	if p.Status == nil && !p.Desired && len(p.Crashes) == 0 && len(p.Events) == 0 {
 		return fmt.Errorf("pod %q not found on device %q: the device has not reported it and no deployment %q targets the device", pod, device, pod)
 	}
-
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	line := func(level int, format string, args ...any) {
-		fmt.Fprintf(tw, strings.Repeat("  ", level)+format+"\n", args...)
-	}
-	line(0, "Name:\t%s", pod)
-	line(0, "Device:\t%s (%s)", device, deviceState(dev, now))
-	if desired {
-		line(0, "Deployment:\t%s", pod)
-	} else {
-		line(0, "Deployment:\t%s (no deployment %s targets this device: the agent removes the pod)", none, pod)
-	}
-	var names []string
-	if status == nil {
-		line(0, "Status:\t%s (the device has not reported this pod)", none)
-	} else {
-		line(0, "Phase:\t%s", status.Phase)
-		line(0, "Ready:\t%t", status.Ready)
-		line(0, "Restarts:\t%d", status.Restarts)
-		if status.Message != "" {
-			line(0, "Message:\t%s", oneLineText(status.Message))
-		}
-		for _, c := range status.Containers {
-			names = append(names, c.Name)
-		}
-	}
-	for _, c := range slices.Sorted(mapsKeys(crashes)) {
-		if !slices.Contains(names, c) {
-			names = append(names, c)
-		}
-	}
-	if len(names) == 0 {
-		line(0, "Containers:\t%s", none)
-	} else {
-		line(0, "Containers:")
-	}
-	for _, name := range names {
-		line(1, "%s:", name)
-		var cs *schema.ContainerStatus
-		if status != nil {
-			for i := range status.Containers {
-				if status.Containers[i].Name == name {
-					cs = &status.Containers[i]
-				}
-			}
-		}
-		if cs == nil {
-			line(2, "State:\t%s (not reported)", none)
-		} else {
-			state := cs.State
-			if cs.State == schema.ContainerExited {
-				state += fmt.Sprintf(" (exit code %d)", cs.ExitCode)
-			}
-			if cs.Reason != "" {
-				state += ": " + oneLineText(cs.Reason)
-			}
-			line(2, "Image:\t%s", cs.Image)
-			line(2, "State:\t%s", state)
-			if cs.Ready != nil {
-				line(2, "Ready:\t%t", *cs.Ready)
-			}
-			if cs.StartedAt != nil {
-				line(2, "Started:\t%s", describeTime(*cs.StartedAt, now))
-			}
-			line(2, "Restarts:\t%d", cs.Restarts)
-		}
-		cr, ok := crashes[name]
-		if !ok {
-			continue
-		}
-		how := cr.Reason
-		if cr.ExitCode != nil {
-			how = fmt.Sprintf("exited %d", *cr.ExitCode)
-			if cr.Reason != "" {
-				how += " (" + cr.Reason + ")"
-			}
-		}
-		line(2, "Last crash:\t%s at %s", how, describeTime(cr.Time, now))
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		// The log tail is written as it is, outside the aligned block.
-		tail := strings.TrimRight(cr.LogTail, "\n")
-		if tail == "" {
-			fmt.Fprintf(w, "      <no log lines>\n")
-			continue
-		}
-		for _, l := range strings.Split(tail, "\n") {
-			fmt.Fprintf(w, "      %s\n", strings.TrimRight(l, "\r"))
-		}
-	}
-	if client.IsForbidden(crashErr) {
-		line(0, "Crash Reports:\t<an admin credential is needed to read them>")
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(events) == 0 {
-		_, err := io.WriteString(w, "Events:  <none>\n")
-		return err
-	}
-	io.WriteString(w, "Events:\n")
-	rows := make([][]string, 0, len(events))
-	for _, ev := range events {
-		from := ev.Pod
-		if ev.Container != "" {
-			from += "/" + ev.Container
-		}
-		rows = append(rows, []string{ev.Type, ev.Reason, printers.Age(&ev.Time, now), from, oneLineText(ev.Message)})
-	}
-	var b bytes.Buffer
-	if err := printers.WriteTable(&b, []string{"TYPE", "REASON", "AGE", "FROM", "MESSAGE"}, rows); err != nil {
-		return err
-	}
-	for _, l := range strings.SplitAfter(strings.TrimRight(b.String(), "\n"), "\n") {
-		fmt.Fprintf(w, "  %s", strings.TrimRight(l, "\n")+"\n")
-	}
-	return nil
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
-
-// deviceState is "online, last seen 12s ago" or "offline, …".
-func deviceState(dev *schema.Device, now time.Time) string {
-	st := dev.Status
-	if st == nil || st.LastSeen == nil {
-		return "offline, never seen"
-	}
-	on := "offline"
-	if st.Online && !st.Stale {
-		on = "online"
-	}
-	return fmt.Sprintf("%s, last seen %s ago", on, printers.Age(st.LastSeen, now))
-}
-
-func describeTime(t time.Time, now time.Time) string {
-	return fmt.Sprintf("%s (%s ago)", t.Local().Format(time.RFC1123Z), printers.HumanDuration(now.Sub(t)))
-}
-
-// oneLineText joins the lines of s with spaces, for one table cell.
-func oneLineText(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+	return printers.DescribePod(w, p, cli.now())
 }
 
 // writeWithResources writes a device's description with a Resources

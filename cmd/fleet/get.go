@@ -23,12 +23,8 @@ type getOptions struct {
 	watchEvents bool
 }
 
-func newGetCmd(cli *cliContext) *cobra.Command {
-	var o getOptions
-	cmd := &cobra.Command{
-		Use:   "get (deployments|devices|configmaps|secrets|pods) [NAME...] [-l SELECTOR] [-o FORMAT] [--sort-by PATH] [-w]",
-		Short: "List deployments, devices, configmaps, secrets or the pods on devices",
-		Long: `List deployments, devices, configmaps, secrets or pods, or show the named
+// getLong is the help of fleet get.
+const getLong = `List deployments, devices, configmaps, secrets or pods, or show the named
 ones.
 
 Resource types: deployments (also deployment, deploy), devices (also device,
@@ -90,8 +86,9 @@ every format: numbers by value, text in natural order (pi-2 before pi-10),
 items without a value first.
 
 -w prints the list, then a line (or a JSON/YAML object, or the template) per
-change until interrupted.`,
-		Example: `  # All deployments, and all devices with more columns
+change until interrupted.`
+
+const getExample = `  # All deployments, and all devices with more columns
   fleet get deployments
   fleet get devices -o wide
 
@@ -133,8 +130,16 @@ change until interrupted.`,
   fleet get devices -o custom-columns=NAME:.metadata.name,SITE:.metadata.labels.site,ARCH:.status.agent.arch --sort-by=.status.lastSeen
 
   # The images of every deployment
-  fleet get deployments -o custom-columns='NAME:.metadata.name,IMAGES:.spec.template.spec.containers[*].image'`,
-		Args: cobra.MinimumNArgs(1),
+  fleet get deployments -o custom-columns='NAME:.metadata.name,IMAGES:.spec.template.spec.containers[*].image'`
+
+func newGetCmd(cli *cliContext) *cobra.Command {
+	var o getOptions
+	cmd := &cobra.Command{
+		Use:     "get (deployments|devices|configmaps|secrets|pods) [NAME...] [-l SELECTOR] [-o FORMAT] [--sort-by PATH] [-w]",
+		Short:   "List deployments, devices, configmaps, secrets or the pods on devices",
+		Long:    getLong,
+		Example: getExample,
+		Args:    cobra.MinimumNArgs(1),
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
 			if _, ok, _ := podArgs(args); ok {
 				return nil, cobra.ShellCompDirectiveNoFileComp

@@ -1,21 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmq/fleet/client"
-	"github.com/fleetmq/fleet/client/printers"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -25,10 +20,6 @@ import (
 // pod becoming ready, a deployment's counts) is not a write and sends no
 // event (hub/API.md), so the watch alone would miss it.
 var waitResync = rolloutPoll
-
-// waitListAbove is the number of unmet objects of one group above which a
-// resync lists them instead of reading them one by one.
-const waitListAbove = 5
 
 const defaultWaitTimeout = 30 * time.Second
 
@@ -118,7 +109,8 @@ func runWait(ctx context.Context, cli *cliContext, args []string, o waitOptions)
 	if err != nil {
 		return err
 	}
-	if w.cl, err = cli.Client(); err != nil {
+	cl, err := cli.Client()
+	if err != nil {
 		return err
 	}
 	wait := ctx
@@ -131,174 +123,16 @@ func runWait(ctx context.Context, cli *cliContext, args []string, o waitOptions)
 		wait, cancel = context.WithTimeout(ctx, w.timeout)
 		defer cancel()
 	}
-	err = w.run(wait)
+	err = w.run(wait, cl)
 	if err != nil && ctx.Err() != nil {
 		return &exitError{code: 130} // interrupted: the user stopped waiting
 	}
 	return err
 }
 
-// ---- conditions ----------------------------------------------------------------
-
-// checkFunc says whether an object meets a condition and, if not, why not.
-type checkFunc func(obj schema.Object, now time.Time) (met bool, why string)
-
-// waitCondition is what --for asks of every object.
-type waitCondition struct {
-	// text is the condition as messages name it: "condition=Online".
-	text string
-	// deletion: the object must be gone; check is nil.
-	deletion bool
-	check    map[client.Kind]checkFunc
-}
-
-// namedCondition is one condition=NAME of one kind.
-type namedCondition struct {
-	name  string
-	kind  client.Kind
-	check checkFunc
-}
-
-var waitConditions = []namedCondition{
-	{"Online", client.Devices, deviceOnline},
-	{"Converged", client.Devices, deviceConverged},
-	{"Available", client.Deployments, deploymentRolledOut},
-	{"Complete", client.Deployments, deploymentRolledOut},
-}
-
-const forUsage = "want condition=NAME[=true|false], delete or jsonpath='{.path}'=VALUE"
-
-// parseWaitFor reads --for for objects of kinds.
-func parseWaitFor(s string, kinds []client.Kind) (waitCondition, error) {
-	typ, rest, _ := strings.Cut(s, "=")
-	switch strings.ToLower(typ) {
-	case "delete":
-		if rest != "" {
-			return waitCondition{}, fmt.Errorf("--for %q: delete takes no value", s)
-		}
-		return waitCondition{text: "delete", deletion: true}, nil
-	case "condition":
-		return parseConditionFor(s, rest, kinds)
-	case "jsonpath":
-		return parseJSONPathFor(s, rest, kinds)
-	}
-	return waitCondition{}, fmt.Errorf("--for %q: %s", s, forUsage)
-}
-
-func parseConditionFor(s, rest string, kinds []client.Kind) (waitCondition, error) {
-	name, value, hasValue := strings.Cut(rest, "=")
-	want := true
-	if hasValue {
-		b, err := strconv.ParseBool(value)
-		if err != nil {
-			return waitCondition{}, fmt.Errorf("--for %q: the value of a condition is true or false", s)
-		}
-		want = b
-	}
-	if name == "" {
-		return waitCondition{}, fmt.Errorf("--for %q: name the condition, e.g. condition=Online", s)
-	}
-	c := waitCondition{check: map[client.Kind]checkFunc{}}
-	for _, k := range kinds {
-		i := slices.IndexFunc(waitConditions, func(nc namedCondition) bool { return nc.kind == k && strings.EqualFold(nc.name, name) })
-		if i < 0 {
-			var names []string
-			for _, nc := range waitConditions {
-				if nc.kind == k {
-					names = append(names, nc.name)
-				}
-			}
-			return waitCondition{}, fmt.Errorf("--for %q: %s have no condition %q; theirs are %s", s, k, name, strings.Join(names, ", "))
-		}
-		nc := waitConditions[i]
-		c.text = "condition=" + nc.name
-		check := nc.check
-		if !want {
-			c.text += "=false"
-			check = func(obj schema.Object, now time.Time) (bool, string) {
-				if met, _ := nc.check(obj, now); met {
-					return false, nc.name + " is still true"
-				}
-				return true, ""
-			}
-		}
-		c.check[k] = check
-	}
-	return c, nil
-}
-
-func deviceOnline(obj schema.Object, now time.Time) (bool, string) {
-	st := obj.(*schema.Device).Status
-	switch {
-	case st == nil || !st.Online && st.LastSeen == nil:
-		return false, "its agent has never reported"
-	case st.Stale:
-		return false, "stale: nothing heard from it" + lastSeen(st, now)
-	case !st.Online:
-		return false, "offline" + lastSeen(st, now)
-	}
-	return true, ""
-}
-
-func lastSeen(st *schema.DeviceObservedInfo, now time.Time) string {
-	if st.LastSeen == nil {
-		return ""
-	}
-	return ", last seen " + printers.HumanDuration(now.Sub(*st.LastSeen)) + " ago"
-}
-
-// deviceConverged is the hub's own verdict (status.converged, computed by
-// the controller from the device's report); the reason says what is
-// missing.
-func deviceConverged(obj schema.Object, now time.Time) (bool, string) {
-	d := obj.(*schema.Device)
-	st := d.Status
-	if st == nil {
-		return false, "its agent has never reported"
-	}
-	if st.Converged {
-		return true, ""
-	}
-	var why string
-	if st.ObservedGeneration < st.DesiredGeneration {
-		why = fmt.Sprintf("has applied generation %d of %d", st.ObservedGeneration, st.DesiredGeneration)
-	} else {
-		var pods []string
-		for _, p := range printers.PodsOf(d, nil) {
-			if !p.Ready && p.Phase != schema.PhaseSucceeded {
-				pods = append(pods, fmt.Sprintf("%s (%s)", p.Name, printers.PodStatusText(p)))
-			}
-		}
-		why = "pods not ready: " + strings.Join(pods, ", ")
-		if len(pods) == 0 {
-			why = "not every pod it should run is reported yet"
-		}
-	}
-	if online, _ := deviceOnline(obj, now); !online {
-		why += " (offline" + lastSeen(st, now) + ")"
-	}
-	return false, why
-}
-
-// deploymentRolledOut is "fleet rollout status"'s verdict.
-func deploymentRolledOut(obj schema.Object, _ time.Time) (bool, string) {
-	d := obj.(*schema.Deployment)
-	if _, done := rolloutProgress(d); done {
-		return true, ""
-	}
-	if d.Status == nil || d.Status.ObservedGeneration < d.Metadata.Generation {
-		return false, fmt.Sprintf("the hub has not yet observed generation %d", d.Metadata.Generation)
-	}
-	return false, rolloutShortfall(d)
-}
-
-// ---- the wait ------------------------------------------------------------------
-
-// waitTarget is one object waited for.
+// waitTarget is what wait knows of one object beyond what the tracker does.
 type waitTarget struct {
-	ref  ref
 	uid  string
-	rv   uint64
 	why  string // why the condition is not met, for the timeout message
 	done bool
 	// printed: "condition met" was printed. Those met by the first
@@ -306,38 +140,20 @@ type waitTarget struct {
 	printed bool
 }
 
-// waitGroup is the objects of one kind, followed by one watch.
-type waitGroup struct {
-	kind client.Kind
-	// selector is what the watch selects; user is the user's -l (or
-	// "" for --all and for named objects), for messages.
-	selector, user string
-	// named: the targets were named; else they are what the first list
-	// selects.
-	named  bool
-	listed bool
-}
-
-// waitUpdate is what a group's watch passes to the wait's loop.
-type waitUpdate struct {
-	group  *waitGroup
-	list   []schema.Object
-	isList bool
-	ev     client.Event
-	err    error // the watch ended for good
-	lost   error // the watch ended and is being opened again
-}
-
-// waiter waits for one set of objects. Only run's goroutine touches it.
+// waiter waits for one set of objects, which a client.Tracker follows.
+// Only the tracker's goroutine touches it.
 type waiter struct {
 	cli     *cliContext
-	cl      *client.Client
 	cond    waitCondition
 	timeout time.Duration
 	once    bool // --timeout=0: check once
-	groups  []*waitGroup
-	targets []*waitTarget // in the order of the arguments, or of the first list
-	byRef   map[ref]*waitTarget
+	// named are the objects named, in the order of the arguments; else
+	// kind and selector select them.
+	named    []client.ObjectRef
+	kind     client.Kind
+	selector string
+	tr       *client.Tracker
+	targets  map[client.ObjectRef]*waitTarget
 	// warned: a request or the watch failed, and the user was told.
 	warned bool
 }
@@ -350,7 +166,8 @@ func newWaiter(cli *cliContext, args []string, o waitOptions) (*waiter, error) {
 	if err := checkSelector(o.selector); err != nil {
 		return nil, err
 	}
-	w := &waiter{cli: cli, timeout: o.timeout, once: o.timeout == 0, byRef: map[ref]*waitTarget{}}
+	w := &waiter{cli: cli, timeout: o.timeout, once: o.timeout == 0, targets: map[client.ObjectRef]*waitTarget{}}
+	var kinds []client.Kind
 	switch {
 	case len(refs) > 0 && (o.selector != "" || o.all):
 		return nil, errors.New("name objects, or select them with -l or --all, not both")
@@ -359,28 +176,15 @@ func newWaiter(cli *cliContext, args []string, o waitOptions) (*waiter, error) {
 	case len(refs) == 0 && o.selector == "" && !o.all:
 		return nil, fmt.Errorf("name the %s to wait for, or select them with -l key=value or --all", kind)
 	case len(refs) == 0:
-		sel := strings.TrimSpace(o.selector)
-		w.groups = []*waitGroup{{kind: kind, selector: sel, user: sel}}
+		w.kind, w.selector = kind, strings.TrimSpace(o.selector)
+		kinds = []client.Kind{kind}
 	default:
 		for _, r := range refs {
-			if w.byRef[r] != nil {
-				continue
-			}
-			w.add(r)
-			if g := w.group(r.kind); g == nil {
-				w.groups = append(w.groups, &waitGroup{kind: r.kind, named: true})
+			w.named = append(w.named, client.ObjectRef{Kind: r.kind, Name: r.name})
+			if !slices.Contains(kinds, r.kind) {
+				kinds = append(kinds, r.kind)
 			}
 		}
-		// One device: its watch and lists carry only it.
-		for _, g := range w.groups {
-			if names := w.names(g); g.kind == client.Devices && len(names) == 1 {
-				g.selector = schema.LabelDevice + "=" + names[0]
-			}
-		}
-	}
-	kinds := make([]client.Kind, len(w.groups))
-	for i, g := range w.groups {
-		kinds[i] = g.kind
 	}
 	if o.forCond == "" {
 		return nil, fmt.Errorf("--for is required: %s", forUsage)
@@ -391,321 +195,95 @@ func newWaiter(cli *cliContext, args []string, o waitOptions) (*waiter, error) {
 	return w, nil
 }
 
-func (w *waiter) group(k client.Kind) *waitGroup {
-	for _, g := range w.groups {
-		if g.kind == k {
-			return g
-		}
+// run follows the objects until every one meets the condition, ctx ends or
+// one can no longer meet it.
+func (w *waiter) run(ctx context.Context, cl *client.Client) error {
+	if w.named != nil {
+		w.tr = cl.Track(w.named)
+	} else {
+		w.tr = cl.TrackSelected(w.kind, w.selector)
+	}
+	w.tr.Retry = waitResync
+	if !w.cond.deletion {
+		// A deletion needs no re-reads: it is a watch event.
+		w.tr.Resync = waitResync
+	}
+	err := w.tr.Run(ctx, client.TrackHandler{Seen: w.observe, Gone: w.gone, Lost: w.warn, Step: w.step})
+	if err != nil && ctx.Err() != nil {
+		// The wait ended, during a request or not.
+		return w.notMet(ctx)
+	}
+	return err
+}
+
+// step prints the objects met since the last step; with --timeout=0, the
+// wait ends at the first, that of the first lists.
+func (w *waiter) step() error {
+	w.print()
+	if w.once {
+		return w.notMet(context.Background())
 	}
 	return nil
 }
 
-func (w *waiter) names(g *waitGroup) []string {
-	var names []string
-	for _, t := range w.targets {
-		if t.ref.kind == g.kind {
-			names = append(names, t.ref.name)
-		}
+func (w *waiter) target(r client.ObjectRef) *waitTarget {
+	t := w.targets[r]
+	if t == nil {
+		t = &waitTarget{}
+		w.targets[r] = t
 	}
-	return names
+	return t
 }
 
-func (w *waiter) add(r ref) {
-	t := &waitTarget{ref: r}
-	w.targets = append(w.targets, t)
-	w.byRef[r] = t
-}
-
-// run follows every group until every target is done, ctx ends or one
-// target can no longer meet the condition.
-func (w *waiter) run(ctx context.Context) error {
-	fctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	updates := make(chan waitUpdate)
-	send := func(u waitUpdate) error {
-		select {
-		case updates <- u:
-			return nil
-		case <-fctx.Done():
-			return fctx.Err()
-		}
-	}
-	for _, g := range w.groups {
-		wg.Go(func() { w.follow(fctx, g, send) })
-	}
-	tick := time.NewTicker(waitResync)
-	defer tick.Stop()
-	for {
-		var err error
-		select {
-		case u := <-updates:
-			err = w.apply(ctx, u)
-		case <-tick.C:
-			err = w.resync(ctx)
-		case <-ctx.Done():
-			return w.notMet(ctx)
-		}
-		if w.started() {
-			w.print()
-		}
-		switch {
-		case err != nil && ctx.Err() != nil:
-			// The wait ended during a request.
-			return w.notMet(ctx)
-		case err != nil:
-			return err
-		case !w.started():
-		case w.finished():
-			return nil
-		case w.once:
-			return w.notMet(ctx)
-		}
-	}
-}
-
-// follow passes what the group's watch sees to send. Client.Follow
-// reconnects by itself; when it gives up on a hub that stays unreachable
-// (restarting, say), follow starts again, until the wait ends. A hub that
-// never answered, or that refuses, ends the wait.
-func (w *waiter) follow(ctx context.Context, g *waitGroup, send func(waitUpdate) error) {
-	listed := false
-	for {
-		err := w.cl.Follow(ctx, g.kind, g.selector, client.FollowHandler{
-			List: func(objs []schema.Object) error {
-				listed = true
-				return send(waitUpdate{group: g, list: objs, isList: true})
-			},
-			Event: func(ev client.Event) error { return send(waitUpdate{group: g, ev: ev}) },
-		})
-		if ctx.Err() != nil || !listed || refused(err) {
-			send(waitUpdate{group: g, err: err})
-			return
-		}
-		if send(waitUpdate{group: g, lost: err}) != nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(waitResync):
-		}
-	}
-}
-
-func (w *waiter) started() bool {
-	return !slices.ContainsFunc(w.groups, func(g *waitGroup) bool { return !g.listed })
-}
-
-func (w *waiter) finished() bool {
-	return !slices.ContainsFunc(w.targets, func(t *waitTarget) bool { return !t.done })
-}
-
-func (w *waiter) apply(ctx context.Context, u waitUpdate) error {
-	g := u.group
-	switch {
-	case u.err != nil:
-		return u.err
-	case u.lost != nil:
-		w.warn(fmt.Errorf("watch %s: %w", g.kind, u.lost))
-		return nil
-	case u.isList:
-		return w.list(ctx, g, u.list)
-	}
-	t := w.byRef[ref{g.kind, u.ev.Object.GetMetadata().Name}]
-	if t == nil || t.done {
-		return nil
-	}
-	if u.ev.Type == schema.WatchDeleted {
-		// Deleted, or (with a selector) relabelled out of it.
-		return w.confirm(ctx, t)
-	}
-	w.observe(t, u.ev.Object)
-	return nil
-}
-
-// list takes a full list of a group's objects: the first one decides which
-// objects a selector means.
-func (w *waiter) list(ctx context.Context, g *waitGroup, objs []schema.Object) error {
-	first := !g.listed
-	g.listed = true
-	byName := map[string]schema.Object{}
-	for _, o := range objs {
-		name := o.GetMetadata().Name
-		byName[name] = o
-		if first && !g.named {
-			w.add(ref{g.kind, name})
-		}
-	}
-	if first && !g.named && len(objs) == 0 {
-		if g.user == "" {
-			return fmt.Errorf("no %s found", g.kind)
-		}
-		return fmt.Errorf("no %s match the selector %s", g.kind, g.user)
-	}
-	for _, t := range w.targets {
-		if t.ref.kind != g.kind || t.done {
-			continue
-		}
-		if o, ok := byName[t.ref.name]; ok {
-			w.observe(t, o)
-			continue
-		}
-		if first {
-			if err := w.gone(t, true); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := w.confirm(ctx, t); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// confirm reads a target the watch says is gone: it may only have stopped
-// matching the selector.
-func (w *waiter) confirm(ctx context.Context, t *waitTarget) error {
-	o, err := w.cl.Get(ctx, t.ref.kind, t.ref.name)
-	switch {
-	case client.IsNotFound(err):
-		return w.gone(t, false)
-	case err != nil:
-		return err
-	}
-	w.observe(t, o)
-	return nil
-}
-
-// observe takes the latest state of a target.
-func (w *waiter) observe(t *waitTarget, o schema.Object) {
-	if t.done {
-		return
-	}
+// observe takes the latest state of an object.
+func (w *waiter) observe(r client.ObjectRef, o schema.Object) {
+	t := w.target(r)
 	md := o.GetMetadata()
-	rv, _ := strconv.ParseUint(md.ResourceVersion, 10, 64)
-	if rv < t.rv {
-		return // older than what was seen: a resync racing the watch
-	}
-	t.rv = rv
 	if t.uid == "" {
 		t.uid = md.UID
 	}
 	if w.cond.deletion {
 		if md.UID != t.uid {
 			// Deleted and created again: the object waited for is gone.
-			w.met(t)
+			w.met(r)
 		}
 		t.why = "still exists"
 		return
 	}
-	met, why := w.cond.check[t.ref.kind](o, w.cli.now())
+	met, why := w.cond.check[r.Kind](o, w.cli.now())
 	if met {
-		w.met(t)
+		w.met(r)
 	}
 	t.why = why
 }
 
-// gone handles a target that does not exist: the condition of a deletion,
+// gone handles an object that does not exist: the condition of a deletion,
 // the failure of any other.
-func (w *waiter) gone(t *waitTarget, initially bool) error {
+func (w *waiter) gone(r client.ObjectRef, initially bool) error {
 	switch {
 	case w.cond.deletion:
-		w.met(t)
+		w.met(r)
 		return nil
 	case initially:
-		return fmt.Errorf("%s %q not found", singular(t.ref.kind), t.ref.name)
+		return fmt.Errorf("%s %q not found", singular(r.Kind), r.Name)
 	}
-	return fmt.Errorf("%s was deleted while waiting for %s", t.ref, w.cond.text)
+	return fmt.Errorf("%s was deleted while waiting for %s", ref{r.Kind, r.Name}, w.cond.text)
 }
 
-func (w *waiter) met(t *waitTarget) { t.done = true }
+func (w *waiter) met(r client.ObjectRef) {
+	w.target(r).done = true
+	w.tr.Done(r)
+}
 
-// print prints the targets met since the last call, as kubectl does:
+// print prints the objects met since the last call, as kubectl does:
 // "device/pi-1 condition met".
 func (w *waiter) print() {
-	for _, t := range w.targets {
-		if t.done && !t.printed {
-			fmt.Fprintf(w.cli.stdout(), "%s condition met\n", t.ref)
+	for _, r := range w.tr.Objects() {
+		if t := w.target(r); t.done && !t.printed {
+			fmt.Fprintf(w.cli.stdout(), "%s condition met\n", ref{r.Kind, r.Name})
 			t.printed = true
 		}
 	}
-}
-
-// resync re-reads the targets not done yet, since their status changes
-// are not watch events. A deletion needs none: it is one.
-func (w *waiter) resync(ctx context.Context) error {
-	if !w.started() || w.cond.deletion {
-		return nil
-	}
-	for _, g := range w.groups {
-		var pending []*waitTarget
-		for _, t := range w.targets {
-			if t.ref.kind == g.kind && !t.done {
-				pending = append(pending, t)
-			}
-		}
-		if len(pending) > waitListAbove {
-			objs, _, err := w.cl.List(ctx, g.kind, g.selector)
-			if err != nil {
-				if err := w.resyncFailed(ctx, err); err != nil {
-					return err
-				}
-				continue
-			}
-			byName := map[string]schema.Object{}
-			for _, o := range objs {
-				byName[o.GetMetadata().Name] = o
-			}
-			// The ones the list lacks are read one by one: deleted,
-			// or relabelled out of the selector.
-			pending = slices.DeleteFunc(pending, func(t *waitTarget) bool {
-				o, ok := byName[t.ref.name]
-				if ok {
-					w.observe(t, o)
-				}
-				return ok
-			})
-		}
-		for _, t := range pending {
-			o, err := w.cl.Get(ctx, t.ref.kind, t.ref.name)
-			switch {
-			case client.IsNotFound(err):
-				if err := w.gone(t, false); err != nil {
-					return err
-				}
-			case err != nil:
-				if err := w.resyncFailed(ctx, err); err != nil {
-					return err
-				}
-			default:
-				w.observe(t, o)
-			}
-		}
-	}
-	return nil
-}
-
-// resyncFailed lets a resync carry on after a failed request (a hub
-// restarting, a dropped connection: the next one may work), and says so
-// once. A refusal of the hub (a token it no longer accepts, say) ends the
-// wait.
-func (w *waiter) resyncFailed(ctx context.Context, err error) error {
-	if ctx.Err() != nil || refused(err) {
-		return err
-	}
-	w.warn(err)
-	return nil
-}
-
-// refused reports whether err is the hub's answer to a request it will
-// never accept (4xx); a 5xx, such as the 503 of a hub shutting down, may
-// pass.
-func refused(err error) bool {
-	var ae *client.APIError
-	return errors.As(err, &ae) && ae.Status.Code < 500
 }
 
 // warn says once that the hub cannot be reached and wait keeps trying.
@@ -716,10 +294,10 @@ func (w *waiter) warn(err error) {
 	}
 }
 
-// notMet is the error of a wait that ended with targets not done: one line
-// per target, with why.
+// notMet is the error of a wait that ended with objects not met: one line
+// per object, with why.
 func (w *waiter) notMet(ctx context.Context) error {
-	if !w.started() {
+	if !w.tr.Started() {
 		if err := context.Cause(ctx); !errors.Is(err, context.DeadlineExceeded) {
 			return err
 		}
@@ -727,13 +305,14 @@ func (w *waiter) notMet(ctx context.Context) error {
 	}
 	w.print()
 	var errs []error
-	for _, t := range w.targets {
+	for _, r := range w.tr.Objects() {
+		t := w.target(r)
 		if t.done {
 			continue
 		}
-		msg := fmt.Sprintf("timed out after %s waiting for %s on %s", w.timeout, w.cond.text, t.ref)
+		msg := fmt.Sprintf("timed out after %s waiting for %s on %s", w.timeout, w.cond.text, ref{r.Kind, r.Name})
 		if w.once {
-			msg = fmt.Sprintf("%s is not met on %s", w.cond.text, t.ref)
+			msg = fmt.Sprintf("%s is not met on %s", w.cond.text, ref{r.Kind, r.Name})
 		}
 		if t.why != "" {
 			msg += ": " + t.why
@@ -744,144 +323,4 @@ func (w *waiter) notMet(ctx context.Context) error {
 		return nil
 	}
 	return errors.Join(errs...)
-}
-
-// ---- jsonpath ------------------------------------------------------------------
-
-// pathStep is one step of a field path: a field name, or a list index
-// (key "").
-type pathStep struct {
-	key   string
-	index int
-}
-
-func parseJSONPathFor(s, rest string, kinds []client.Kind) (waitCondition, error) {
-	expr, value, hasValue := rest, "", false
-	if strings.HasPrefix(rest, "{") {
-		end := strings.IndexByte(rest, '}')
-		if end < 0 {
-			return waitCondition{}, fmt.Errorf("--for %q: no } closes the path", s)
-		}
-		expr = rest[1:end]
-		if after := rest[end+1:]; after != "" {
-			if !strings.HasPrefix(after, "=") {
-				return waitCondition{}, fmt.Errorf("--for %q: want jsonpath='{.path}'=VALUE", s)
-			}
-			value, hasValue = after[1:], true
-		}
-	} else {
-		expr, value, hasValue = strings.Cut(rest, "=")
-	}
-	path, err := parseFieldPath(expr)
-	if err != nil {
-		return waitCondition{}, fmt.Errorf("--for %q: %w", s, err)
-	}
-	c := waitCondition{text: "jsonpath={" + expr + "}", check: map[client.Kind]checkFunc{}}
-	if hasValue {
-		c.text += "=" + value
-	}
-	check := func(obj schema.Object, _ time.Time) (bool, string) {
-		got, ok := lookupPath(obj, path)
-		switch {
-		case !ok || got == nil:
-			return false, expr + " is not set"
-		case !hasValue:
-			return true, ""
-		case jsonText(got) == value:
-			return true, ""
-		}
-		return false, fmt.Sprintf("%s is %s", expr, jsonText(got))
-	}
-	for _, k := range kinds {
-		c.check[k] = check
-	}
-	return c, nil
-}
-
-// parseFieldPath reads a path such as .status.pods[0].ready; a dot in a
-// field name is written \. (.metadata.labels.example\.com/tier).
-func parseFieldPath(expr string) ([]pathStep, error) {
-	var steps []pathStep
-	for i := 0; i < len(expr); {
-		switch expr[i] {
-		case '.':
-			i++
-			var b strings.Builder
-			for i < len(expr) && expr[i] != '.' && expr[i] != '[' {
-				if expr[i] == '\\' && i+1 < len(expr) {
-					i++
-				}
-				b.WriteByte(expr[i])
-				i++
-			}
-			if b.Len() == 0 {
-				return nil, fmt.Errorf("path %q: a field name is empty", expr)
-			}
-			steps = append(steps, pathStep{key: b.String()})
-		case '[':
-			end := strings.IndexByte(expr[i:], ']')
-			if end < 0 {
-				return nil, fmt.Errorf("path %q: no ] closes the index", expr)
-			}
-			n, err := strconv.Atoi(expr[i+1 : i+end])
-			if err != nil || n < 0 {
-				return nil, fmt.Errorf("path %q: an index is a number, such as [0]", expr)
-			}
-			steps = append(steps, pathStep{index: n})
-			i += end + 1
-		default:
-			return nil, fmt.Errorf("path %q: want dotted field names, such as .status.online", expr)
-		}
-	}
-	if len(steps) == 0 {
-		return nil, errors.New("the path is empty: want one such as .status.online")
-	}
-	return steps, nil
-}
-
-// lookupPath returns the value at path in obj as -o json shows it.
-func lookupPath(obj schema.Object, path []pathStep) (any, bool) {
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return nil, false
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if dec.Decode(&v) != nil {
-		return nil, false
-	}
-	for _, st := range path {
-		switch cur := v.(type) {
-		case map[string]any:
-			next, ok := cur[st.key]
-			if st.key == "" || !ok {
-				return nil, false
-			}
-			v = next
-		case []any:
-			if st.key != "" || st.index >= len(cur) {
-				return nil, false
-			}
-			v = cur[st.index]
-		default:
-			return nil, false
-		}
-	}
-	return v, true
-}
-
-// jsonText is a JSON value as a --for value is written: a string without
-// quotes, a number or boolean as such, anything else as JSON.
-func jsonText(v any) string {
-	switch v := v.(type) {
-	case string:
-		return v
-	case json.Number:
-		return v.String()
-	case bool:
-		return strconv.FormatBool(v)
-	}
-	b, _ := json.Marshal(v)
-	return string(b)
 }

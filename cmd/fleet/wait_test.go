@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -435,26 +434,5 @@ func TestWaitRefusals(t *testing.T) {
 	fresh.run("", "wait", "device/pi-1", "--for=bogus")
 	if reqs := fresh.hub.Requests(); len(reqs) != 0 {
 		t.Errorf("a bad --for made requests: %v", reqs)
-	}
-}
-
-func TestParseFieldPath(t *testing.T) {
-	for _, tc := range []struct {
-		expr string
-		want []pathStep
-	}{
-		{".status.online", []pathStep{{key: "status"}, {key: "online"}}},
-		{".status.pods[2].ready", []pathStep{{key: "status"}, {key: "pods"}, {index: 2}, {key: "ready"}}},
-		{`.metadata.labels.example\.com/tier`, []pathStep{{key: "metadata"}, {key: "labels"}, {key: "example.com/tier"}}},
-	} {
-		got, err := parseFieldPath(tc.expr)
-		if err != nil || !slices.Equal(got, tc.want) {
-			t.Errorf("parseFieldPath(%q) = %v, %v; want %v", tc.expr, got, err, tc.want)
-		}
-	}
-	for _, bad := range []string{"", ".", "status", ".a..b", ".a[", ".a[-1]"} {
-		if got, err := parseFieldPath(bad); err == nil {
-			t.Errorf("parseFieldPath(%q) = %v, want an error", bad, got)
-		}
 	}
 }

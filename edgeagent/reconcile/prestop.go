@@ -45,7 +45,7 @@ func (r *Reconciler) preStop(ctx context.Context, a Action, cmdJSON string, grac
 		log.Warn(msg)
 		r.o.Events.Record(schema.EventWarning, "FailedPreStopHook", a.Key.Pod, a.Key.Container, msg)
 	case code != 0:
-		msg := fmt.Sprintf("preStop hook %q exited with code %d: %s", cmd[0], code, truncate(string(out), 256))
+		msg := fmt.Sprintf("preStop hook %q exited with code %d: %s", cmd[0], code, schema.Truncate(string(out), 256, "…"))
 		log.Warn(msg)
 		r.o.Events.Record(schema.EventWarning, "FailedPreStopHook", a.Key.Pod, a.Key.Container, msg)
 	default:

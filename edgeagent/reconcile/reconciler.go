@@ -709,7 +709,7 @@ func (r *Reconciler) handle(res result) {
 			rec.Failures++
 			rec.RetryAt = o.at.Add(r.o.Retry.Jittered(int(rec.Failures-1), r.rnd))
 			rec.Reason = o.reason
-			rec.Message = truncate(o.err.Error(), 512)
+			rec.Message = schema.Truncate(o.err.Error(), 512, "…")
 			if a.Kind != Prepare && isStartFailure(o.reason) {
 				rec.FailedStarts++
 			}
@@ -865,11 +865,4 @@ func (r *Reconciler) report(observed []runtime.Container, now time.Time, listErr
 		st.Message = "cannot list containers: " + listErr.Error()
 	}
 	r.o.OnStatus(st)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

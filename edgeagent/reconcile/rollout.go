@@ -201,7 +201,7 @@ func revisionFailure(p schema.Pod, hash string, hist state.History, now time.Tim
 		switch {
 		case rec.Failures > 0 && isStartFailure(rec.Reason):
 			f.Reason = rec.Reason
-			f.Message = fmt.Sprintf("%s: %s: %s, %s", what, rec.Reason, truncate(rec.Message, 256), times(rec.FailedStarts))
+			f.Message = fmt.Sprintf("%s: %s: %s, %s", what, rec.Reason, schema.Truncate(rec.Message, 256, "…"), times(rec.FailedStarts))
 		case never:
 			f.Reason, f.ExitCode = ReasonError, rec.LastExitCode
 			f.Message = fmt.Sprintf("%s: exit code %d, restart policy %s", what, rec.LastExitCode, schema.RestartNever)

@@ -363,7 +363,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("since"); v != "" {
 		t, err := parseSince(v, time.Now())
 		if err != nil {
-			WriteError(w, r, s.log, invalidParam("since", "%q: %v", truncate(v), err))
+			WriteError(w, r, s.log, invalidParam("since", "%q: %v", schema.Truncate(v, 80, "..."), err))
 			return
 		}
 		query.Since = t
@@ -373,7 +373,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			WriteError(w, r, s.log, invalidParam("limit", "%q: want a number ≥ 0", truncate(v)))
+			WriteError(w, r, s.log, invalidParam("limit", "%q: want a number ≥ 0", schema.Truncate(v, 80, "...")))
 			return
 		}
 		query.Limit = n

@@ -85,7 +85,7 @@ func (s *Server) listOrWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	case "", "false", "0":
 	default:
-		WriteError(w, r, s.log, invalidParam("watch", "unsupported value %q: want true or false", truncate(v)))
+		WriteError(w, r, s.log, invalidParam("watch", "unsupported value %q: want true or false", schema.Truncate(v, 80, "...")))
 		return
 	}
 	s.list(w, r, kind, sel)
@@ -261,7 +261,7 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if got := obj.GetMetadata().Name; got != name {
 		WriteError(w, r, s.log, &schema.ValidationError{Kind: kind, Name: got, Errors: []schema.FieldError{
-			{Field: "metadata.name", Message: fmt.Sprintf("%q does not match the name in the path, %q", truncate(got), truncate(name))},
+			{Field: "metadata.name", Message: fmt.Sprintf("%q does not match the name in the path, %q", schema.Truncate(got, 80, "..."), schema.Truncate(name, 80, "..."))},
 		}})
 		return
 	}

@@ -81,7 +81,7 @@ func kindOf(r *http.Request) (string, error) {
 	res := r.PathValue("kind")
 	kind, ok := store.KindForResource(res)
 	if !ok {
-		return "", notFound("no resource %q: want %s", truncate(res), strings.Join(store.Resources(), ", "))
+		return "", notFound("no resource %q: want %s", schema.Truncate(res, 80, "..."), strings.Join(store.Resources(), ", "))
 	}
 	return kind, nil
 }
@@ -114,7 +114,7 @@ func invalidParam(name, format string, args ...any) error {
 func ParseSelector(s string) (schema.LabelSelector, error) {
 	sel, err := selector.Parse(s)
 	if err != nil {
-		return schema.LabelSelector{}, invalidParam("labelSelector", "%q: %v", truncate(s), err)
+		return schema.LabelSelector{}, invalidParam("labelSelector", "%q: %v", schema.Truncate(s, 80, "..."), err)
 	}
 	return sel, nil
 }
@@ -127,14 +127,7 @@ func parseRV(r *http.Request) (uint64, bool, error) {
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
 	if err != nil {
-		return 0, false, invalidParam("resourceVersion", "%q must be a decimal number, as returned by the hub", truncate(v))
+		return 0, false, invalidParam("resourceVersion", "%q must be a decimal number, as returned by the hub", schema.Truncate(v, 80, "..."))
 	}
 	return n, true, nil
-}
-
-func truncate(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "..."
-	}
-	return s
 }

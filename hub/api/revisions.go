@@ -39,7 +39,7 @@ func (s *Server) getRevision(w http.ResponseWriter, r *http.Request) {
 	v := r.PathValue("revision")
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 1 {
-		WriteError(w, r, s.log, invalidParam("revision", "%q must be a revision number, 1 or more (fleet rollout history lists them)", truncate(v)))
+		WriteError(w, r, s.log, invalidParam("revision", "%q must be a revision number, 1 or more (fleet rollout history lists them)", schema.Truncate(v, 80, "...")))
 		return
 	}
 	rev, err := s.store.DeploymentRevision(r.Context(), r.PathValue("name"), n)

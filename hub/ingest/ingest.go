@@ -274,7 +274,7 @@ func (in *Ingest) handleStatus(device, uid string, labels map[string]string, pay
 		return
 	}
 	if st.Device != device {
-		in.malformed(schema.TopicStatus, device, fmt.Errorf("payload names device %q", truncate(st.Device)))
+		in.malformed(schema.TopicStatus, device, fmt.Errorf("payload names device %q", schema.Truncate(st.Device, 64, "...")))
 		return
 	}
 	var rejected, notify, full bool
@@ -340,7 +340,7 @@ func (in *Ingest) handleOnline(device, uid string, payload []byte) {
 		online = true
 	case schema.Offline:
 	default:
-		in.malformed(schema.TopicOnline, device, fmt.Errorf("payload %q: want %q or %q", truncate(string(payload)), schema.Online, schema.Offline))
+		in.malformed(schema.TopicOnline, device, fmt.Errorf("payload %q: want %q or %q", schema.Truncate(string(payload), 64, "..."), schema.Online, schema.Offline))
 		return
 	}
 	var changed bool
@@ -372,7 +372,7 @@ func (in *Ingest) handleEvent(device, uid string, payload []byte) {
 		return
 	}
 	if ev.Device != device {
-		in.malformed(schema.TopicEvents, device, fmt.Errorf("payload names device %q", truncate(ev.Device)))
+		in.malformed(schema.TopicEvents, device, fmt.Errorf("payload names device %q", schema.Truncate(ev.Device, 64, "...")))
 		return
 	}
 	// A message may carry a batch: the event and those recorded right
@@ -421,13 +421,6 @@ func (in *Ingest) malformed(kind, device string, err error) {
 	in.lastLog[kind], in.suppressed[kind] = now, 0
 	in.logMu.Unlock()
 	in.log.Warn("malformed mqtt payload ignored", "device", device, "topic_kind", kind, "err", err, "suppressed_since_last_log", n)
-}
-
-func truncate(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
 }
 
 // older reports whether st is an older report than cur from the same hub

@@ -61,7 +61,7 @@ func (m *Manager) device(w http.ResponseWriter, r *http.Request) (name, uid stri
 	name = r.PathValue("device")
 	uid, _, ok = m.model.Device(name)
 	if !ok {
-		api.WriteStatus(w, api.NewStatus(http.StatusNotFound, api.ReasonNotFound, fmt.Sprintf("device %q not found", truncate(name)), nil))
+		api.WriteStatus(w, api.NewStatus(http.StatusNotFound, api.ReasonNotFound, fmt.Sprintf("device %q not found", schema.Truncate(name, 64, "...")), nil))
 	}
 	return name, uid, ok
 }
@@ -178,7 +178,7 @@ func (q *query) boolean(name string) bool {
 	}
 	b, err := strconv.ParseBool(s)
 	if err != nil {
-		q.fail(name, "%q: want true or false", truncate(s))
+		q.fail(name, "%q: want true or false", schema.Truncate(s, 64, "..."))
 	}
 	return b
 }
@@ -191,7 +191,7 @@ func (q *query) count(name string) (n int64, set bool) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 {
-		q.fail(name, "%q: want a number ≥ 0", truncate(s))
+		q.fail(name, "%q: want a number ≥ 0", schema.Truncate(s, 64, "..."))
 		return 0, false
 	}
 	return n, true

@@ -179,7 +179,7 @@ func (m *Manager) DeviceOnline(device string) {
 func (m *Manager) Handle(topic string, payload []byte) {
 	device, kind, err := m.opts.Topics.ParseDevice(topic)
 	if err != nil || kind != schema.TopicResponses {
-		m.drop(dropMalformed, "", fmt.Errorf("topic %q: not a responses topic", truncate(topic)))
+		m.drop(dropMalformed, "", fmt.Errorf("topic %q: not a responses topic", schema.Truncate(topic, 64, "...")))
 		return
 	}
 	if len(payload) > maxResponsePayload {
@@ -192,7 +192,7 @@ func (m *Manager) Handle(topic string, payload []byte) {
 		return
 	}
 	if r.Device != device {
-		m.drop(dropMismatch, device, fmt.Errorf("response %s names device %q", r.ID, truncate(r.Device)))
+		m.drop(dropMismatch, device, fmt.Errorf("response %s names device %q", r.ID, schema.Truncate(r.Device, 64, "...")))
 		return
 	}
 	m.mu.Lock()
@@ -228,13 +228,6 @@ func (m *Manager) drop(reason, device string, err error) {
 	m.lastLog[reason], m.suppressed[reason] = now, 0
 	m.logMu.Unlock()
 	m.log.Warn("device response dropped", "device", device, "reason", reason, "err", err, "suppressed_since_last_log", n)
-}
-
-func truncate(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
 }
 
 // errUnreachable: the hub could not publish the request (no broker).

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fleetmq/fleet/schema"
 )
 
 // roleEnv marks a re-executed copy of this binary (or of its test binary)
@@ -101,7 +103,7 @@ func (c *child) await(ctx context.Context, op string, v any) error {
 				Error string `json:"error"`
 			}
 			if err := json.Unmarshal(line, &head); err != nil {
-				return fmt.Errorf("%s: bad reply %q: %w", c.name, truncate(string(line), 200), err)
+				return fmt.Errorf("%s: bad reply %q: %w", c.name, schema.Truncate(string(line), 200, "..."), err)
 			}
 			switch head.Op {
 			case op:
@@ -166,11 +168,4 @@ func tail(path string, n int64) string {
 	b := make([]byte, fi.Size()-off)
 	_, _ = f.ReadAt(b, off)
 	return string(b)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
