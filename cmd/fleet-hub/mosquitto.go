@@ -14,7 +14,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/client"
 	"github.com/fleetmq/fleet/hub"
+	"github.com/fleetmq/fleet/hub/mosquitto"
+	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -103,7 +106,7 @@ Without --out, the three files are printed to standard output.`,
 				{conf.ACLFile, files.acl, 0o644},
 				{filepath.Join(dir, "mosquitto.conf"), cf, 0o644},
 			} {
-				if err := hub.WriteFileAtomic(f.path, f.data, f.mode); err != nil {
+				if err := store.WriteFileAtomic(f.path, f.data, f.mode); err != nil {
 					return fmt.Errorf("write %s: %w", f.path, err)
 				}
 			}
@@ -140,14 +143,14 @@ func mosquittoFiles(ctx context.Context, s *settings) (renderedFiles, []string, 
 	}
 	topics := schema.Topics{Prefix: s.MQTT.TopicPrefix}
 	account := broker.MosquittoAccount{Identity: broker.Identity{Name: s.MQTT.BrokerUsername, Role: broker.RoleHub}, Password: pw}
-	passwd, acl, warnings, storeErr := hub.MosquittoFilesFromStore(ctx, s.DataDir, topics, account)
+	passwd, acl, warnings, storeErr := mosquitto.FilesFromStore(ctx, s.DataDir, topics, account)
 	if storeErr == nil {
 		return renderedFiles{passwd: passwd, acl: acl, source: "store in " + s.DataDir}, warnings, nil
 	}
-	if !errors.Is(storeErr, hub.ErrStoreBusy) {
+	if !errors.Is(storeErr, mosquitto.ErrStoreBusy) {
 		return renderedFiles{}, nil, storeErr
 	}
-	conf, err := hub.ReadAdminConfig(hub.AdminConfigPath(s.DataDir))
+	conf, err := client.ReadAdminConfig(client.AdminConfigPath(s.DataDir))
 	if err != nil {
 		return renderedFiles{}, nil, fmt.Errorf("the hub is running (its store is locked) and its API cannot be used: %w", err)
 	}
@@ -167,7 +170,7 @@ func mosquittoFiles(ctx context.Context, s *settings) (renderedFiles, []string, 
 }
 
 // getText GETs a text answer of the hub's API.
-func getText(ctx context.Context, conf hub.AdminConfig, path string) ([]byte, error) {
+func getText(ctx context.Context, conf client.AdminConfig, path string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(conf.Hub, "/")+path, nil)

@@ -15,6 +15,7 @@ import (
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/hub"
 	"github.com/fleetmq/fleet/hub/controller"
+	"github.com/fleetmq/fleet/hub/pki"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -223,6 +224,7 @@ func serveHub(cmd *cobra.Command, s settings) error {
 	}
 	return hub.Run(cmd.Context(), hub.Options{
 		DataDir:           s.DataDir,
+		AdminConfigFormat: adminConfigFormat{},
 		HTTPAddr:          orOff(s.HTTPAddr),
 		HTTPSAddr:         orOff(s.HTTPSAddr),
 		TLSSANs:           s.TLSSANs,
@@ -234,7 +236,7 @@ func serveHub(cmd *cobra.Command, s settings) error {
 			fmt.Fprintf(out, "fleet-hub %s: API on %s; MQTT for devices at %s; admin config (hub URL and token for the fleet CLI) in %s\n",
 				version(), strings.Join(nonEmpty(i.URL, i.HTTPSURL), " and "), i.MQTTURL, i.AdminConfig)
 			if i.CAHash != "" {
-				fmt.Fprintf(out, "hub CA %s (in %s)\n", i.CAHash, filepath.Join(s.DataDir, hub.CACertName))
+				fmt.Fprintf(out, "hub CA %s (in %s)\n", i.CAHash, filepath.Join(s.DataDir, pki.CACertName))
 			}
 		},
 		MQTTAddr:           orOff(m.Addr),
