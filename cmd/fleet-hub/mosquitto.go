@@ -67,52 +67,8 @@ Without --out, the three files are printed to standard output.`,
   fleet-hub mosquitto-config --out /etc/mosquitto/fleet && pkill -HUP -x mosquitto`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			files, warnings, err := mosquittoFiles(cmd.Context(), s)
-			if err != nil {
-				return err
-			}
-			for _, w := range warnings {
-				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
-			}
 			conf := broker.MosquittoConf{Port: port, Bind: bind, PersistenceDir: persistence, User: user}
-			if out == "" {
-				conf.PasswordFile, conf.ACLFile = "/etc/mosquitto/fleet/passwd", "/etc/mosquitto/fleet/acl"
-				cf, err := broker.MosquittoConfFile(conf)
-				if err != nil {
-					return err
-				}
-				w := cmd.OutOrStdout()
-				fmt.Fprintf(w, "# ---- passwd (mode 0600) ----\n%s\n# ---- acl ----\n%s\n# ---- mosquitto.conf ----\n%s", files.passwd, files.acl, cf)
-				return nil
-			}
-			dir, err := filepath.Abs(out)
-			if err != nil {
-				return fmt.Errorf("--out: %w", err)
-			}
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return fmt.Errorf("--out: %w", err)
-			}
-			conf.PasswordFile, conf.ACLFile = filepath.Join(dir, "passwd"), filepath.Join(dir, "acl")
-			cf, err := broker.MosquittoConfFile(conf)
-			if err != nil {
-				return err
-			}
-			for _, f := range []struct {
-				path string
-				data []byte
-				mode os.FileMode
-			}{
-				{conf.PasswordFile, files.passwd, 0o600},
-				{conf.ACLFile, files.acl, 0o644},
-				{filepath.Join(dir, "mosquitto.conf"), cf, 0o644},
-			} {
-				if err := store.WriteFileAtomic(f.path, f.data, f.mode); err != nil {
-					return fmt.Errorf("write %s: %w", f.path, err)
-				}
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s, %s and %s (from the %s); reload a running Mosquitto with SIGHUP\n",
-				conf.PasswordFile, conf.ACLFile, filepath.Join(dir, "mosquitto.conf"), files.source)
-			return nil
+			return writeMosquittoConfig(cmd, s, out, conf)
 		},
 	}
 	f := cmd.Flags()
@@ -122,6 +78,56 @@ Without --out, the three files are printed to standard output.`,
 	f.StringVar(&persistence, "mosquitto-persistence-dir", "", "turn on Mosquitto persistence in this directory")
 	f.StringVar(&user, "mosquitto-user", "", "account Mosquitto switches to when started as root")
 	return cmd
+}
+
+// writeMosquittoConfig renders the files and prints them (out "") or
+// writes them into the directory out, with conf's listener settings.
+func writeMosquittoConfig(cmd *cobra.Command, s *settings, out string, conf broker.MosquittoConf) error {
+	files, warnings, err := mosquittoFiles(cmd.Context(), s)
+	if err != nil {
+		return err
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+	}
+	if out == "" {
+		conf.PasswordFile, conf.ACLFile = "/etc/mosquitto/fleet/passwd", "/etc/mosquitto/fleet/acl"
+		cf, err := broker.MosquittoConfFile(conf)
+		if err != nil {
+			return err
+		}
+		w := cmd.OutOrStdout()
+		fmt.Fprintf(w, "# ---- passwd (mode 0600) ----\n%s\n# ---- acl ----\n%s\n# ---- mosquitto.conf ----\n%s", files.passwd, files.acl, cf)
+		return nil
+	}
+	dir, err := filepath.Abs(out)
+	if err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	conf.PasswordFile, conf.ACLFile = filepath.Join(dir, "passwd"), filepath.Join(dir, "acl")
+	cf, err := broker.MosquittoConfFile(conf)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		path string
+		data []byte
+		mode os.FileMode
+	}{
+		{conf.PasswordFile, files.passwd, 0o600},
+		{conf.ACLFile, files.acl, 0o644},
+		{filepath.Join(dir, "mosquitto.conf"), cf, 0o644},
+	} {
+		if err := store.WriteFileAtomic(f.path, f.data, f.mode); err != nil {
+			return fmt.Errorf("write %s: %w", f.path, err)
+		}
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "wrote %s, %s and %s (from the %s); reload a running Mosquitto with SIGHUP\n",
+		conf.PasswordFile, conf.ACLFile, filepath.Join(dir, "mosquitto.conf"), files.source)
+	return nil
 }
 
 type renderedFiles struct {
