@@ -1,5 +1,5 @@
 // Package enrollment is the hub's side of device enrollment
-// (schema/enroll.go, hub/API.md "Enrollment"): a bootstrap client, logged
+// (schema/enroll.go, hub/API.md "Self-enrollment"): a bootstrap client, logged
 // in to the broker as bootstrap.<id> with a bootstrap token, publishes an
 // EnrollRequest on its own request topic; the Handler answers on the
 // matching response topic, at QoS 1, never retained.

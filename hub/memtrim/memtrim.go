@@ -15,7 +15,7 @@ const DefaultInterval = 10 * time.Second
 // trimMinSurplus is the least surplus heap worth a forced collection.
 const trimMinSurplus = 64 << 20
 
-// heapSample is what trimMemory reads of the runtime.
+// heapSample is what Run reads of the runtime.
 type heapSample struct {
 	cycles  uint64 // completed GC cycles
 	live    uint64 // live heap as of the last GC
