@@ -2,10 +2,7 @@ package hub
 
 import (
 	"context"
-	"maps"
 	"net"
-	"slices"
-	"strings"
 
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/schema"
@@ -55,16 +52,4 @@ func hostOf(addr string) string {
 		return addr
 	}
 	return host
-}
-
-// formatLabels is k=v,k2=v2 in key order ("none" for none).
-func formatLabels(l map[string]string) string {
-	if len(l) == 0 {
-		return "none"
-	}
-	parts := make([]string, 0, len(l))
-	for _, k := range slices.Sorted(maps.Keys(l)) {
-		parts = append(parts, k+"="+l[k])
-	}
-	return strings.Join(parts, ",")
 }

@@ -23,4 +23,24 @@
 // the other. New wires the parts in that order: model, metrics, broker,
 // controller, ingest (told to wake the controller on a changed report),
 // API.
+//
+// The root only wires; every service is a leaf package it calls:
+//
+//	options.go   Options, their defaults and the checks New runs first
+//	hub.go       New: keys, store, listeners, admin credential, parts
+//	run.go       Run: the parts' lifecycle and a clean shutdown
+//	routes.go    the hub's own routes on the API
+//	admin.go     operations on a stopped hub's data directory
+//	mqtt.go      the broker's authenticator, URLs, the deferred connection
+//	mosquitto.go, audit.go, abuse.go, backlog.go: glue between parts
+//
+//	hub/pki         CA, server certificate, devices' client certificates, signing key
+//	hub/enrollment  answers bootstrap clients' enrollment requests
+//	hub/mosquitto   an external Mosquitto's passwd and acl, kept in sync
+//	hub/adminconf   admin.conf and the admin credential
+//	hub/memtrim     gives the heap a burst left behind back to the OS
+//
+// The hub must not import package client (the CLI's library), which owns
+// admin.conf's format: Options.AdminConfigFormat hands it in, and
+// deps_test.go checks.
 package hub

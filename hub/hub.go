@@ -5,180 +5,26 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/hub/adminconf"
 	"github.com/fleetmq/fleet/hub/api"
 	"github.com/fleetmq/fleet/hub/controller"
+	"github.com/fleetmq/fleet/hub/enrollment"
 	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/hub/ingest"
 	"github.com/fleetmq/fleet/hub/metrics"
+	"github.com/fleetmq/fleet/hub/pki"
 	"github.com/fleetmq/fleet/hub/remote"
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
-
-// Defaults of Options.
-const (
-	DefaultDataDir  = "./fleet-data"
-	DefaultHTTPAddr = "127.0.0.1:8080"
-	// DefaultMQTTAddr is the plain MQTT listener: loopback only, for
-	// local scripts and agents; devices use MQTT over TLS.
-	DefaultMQTTAddr = "127.0.0.1:1883"
-	// DefaultMQTTTLSAddr is the MQTT-over-TLS listener fleet-hub opens
-	// by default (and Options does when a TLS certificate is given).
-	DefaultMQTTTLSAddr = broker.DefaultTLSAddr
-	// DefaultHTTPSAddr is the HTTPS API listener fleet-hub opens by
-	// default.
-	DefaultHTTPSAddr = ":8443"
-)
-
-// Off, as a listen address of Options, turns that listener off.
-const Off = "off"
-
-// Options configure a hub. The zero value works (the API on
-// 127.0.0.1:8080, MQTT on 127.0.0.1:1883, no TLS listener).
-type Options struct {
-	// DataDir holds the store, admin.conf and secrets.key (the key that
-	// encrypts Secrets in the store: back it up with the store); default
-	// ./fleet-data.
-	DataDir string
-	// HTTPAddr is the API's listen address; default 127.0.0.1:8080. With
-	// port 0 the kernel picks one; admin.conf gets the real address.
-	HTTPAddr string
-	// Logger; default discards. The embedded broker logs through it too.
-	Logger *slog.Logger
-	// BookmarkInterval of watch streams; default 15 s.
-	BookmarkInterval time.Duration
-	// ShutdownTimeout bounds the graceful end of HTTP requests; default 10 s.
-	ShutdownTimeout time.Duration
-	// Ready, if set, is called once the API accepts connections.
-	Ready func(Info)
-	// Version is what GET /v1/info reports; default "dev".
-	Version string
-
-	// MQTTAddr is the embedded broker's plain listener; default
-	// "127.0.0.1:1883"; Off: none.
-	MQTTAddr string
-	// HTTPSAddr is the HTTPS API listener; "" or Off: none (fleet-hub
-	// passes ":8443").
-	HTTPSAddr string
-	// MQTTTLSAddr is the embedded broker's MQTT-over-TLS listener; ""
-	// (or Off): none, unless TLSCertFile is given (then ":8883").
-	MQTTTLSAddr string
-	// TLSCertFile and TLSKeyFile are the certificate (chain) and key
-	// the TLS listeners present, read again on SIGHUP. Without them the
-	// hub makes its own CA (ca.crt, ca.key in DataDir) and a server
-	// certificate (hub.crt, hub.key) for its names, renewed on start
-	// within 30 days of its end.
-	TLSCertFile string
-	TLSKeyFile  string
-	// TLSSANs are extra names (DNS names or IP addresses) of the hub's
-	// own server certificate.
-	TLSSANs []string
-	// MQTTClientCerts is what the embedded broker's TLS listener asks
-	// of client certificates signed by the hub's CA: "off" (default),
-	// "optional" or "required" (broker.ClientCertMode; clientcert.go).
-	MQTTClientCerts string
-	// InsecurePlaintext allows plain HTTP and MQTT listeners on
-	// non-loopback addresses; without it New refuses them.
-	InsecurePlaintext bool
-	// AdvertiseHTTPURL is the API URL clients on other machines use
-	// (https://hub.example:8443): a name of the server certificate, and
-	// admin.conf's hub when there is no plain listener.
-	AdvertiseHTTPURL string
-	// AdvertiseMQTTURL is the broker URL GET /v1/info gives devices;
-	// default: the TLS listener if any, else the plain one (a wildcard
-	// host stays 0.0.0.0), or the external broker's URL.
-	AdvertiseMQTTURL string
-	// Topics is the MQTT topic layout; default prefix fleet/v1.
-	Topics schema.Topics
-
-	// Broker, if set, is the URL of an external MQTT broker (tcp://,
-	// ssl://…): no embedded broker runs, and the hub connects as
-	// BrokerUsername (default "fleet-hub") with BrokerPassword (default:
-	// <data-dir>/mqtt-password, created on first start).
-	Broker         string
-	BrokerUsername string
-	BrokerPassword string
-	// BrokerCAFile is a PEM bundle of CAs for an ssl:// broker.
-	BrokerCAFile string
-	// BrokerClientID is the hub's stable MQTT client ID on the external
-	// broker (its persistent session); default BrokerUsername.
-	BrokerClientID string
-	// MosquittoConfigDir, with an external Mosquitto (Broker), is the
-	// directory of its password and ACL files (passwd, acl; see
-	// `fleet-hub mosquitto-config --out`): the hub writes them on start
-	// and rewrites them (atomically) after every change of accounts.
-	// Default: none (run mosquitto-config and reload by hand).
-	MosquittoConfigDir string
-	// MosquittoPIDFile is Mosquitto's pid_file: after rewriting the files
-	// the hub sends that process SIGHUP, so it reloads them (and drops
-	// the clients whose token is gone). Default: none (no signal).
-	MosquittoPIDFile string
-
-	// ResyncInterval is the controller's full recompute period; default
-	// 30 s.
-	ResyncInterval time.Duration
-	// StaleAfter: a device not heard from for this long is stale; 0 (the
-	// default): never, a device is online while its MQTT session is up
-	// (agents do not republish an unchanged status; the broker's keepalive
-	// and the device's last will keep the online topic true).
-	StaleAfter time.Duration
-	// StatusFlushInterval is how often reports are written to the store
-	// (in one batch); default 200 ms.
-	StatusFlushInterval time.Duration
-	// StatusDebounce delays the controller pass that follows a report;
-	// default controller.DefaultStatusDebounce.
-	StatusDebounce time.Duration
-	// MemoryTrimInterval is how often the hub looks for free heap to give
-	// back to the OS after a burst; default DefaultMemoryTrimInterval,
-	// negative: never (the Go runtime's own pace).
-	MemoryTrimInterval time.Duration
-}
-
-func (o *Options) setDefaults() {
-	if o.DataDir == "" {
-		o.DataDir = DefaultDataDir
-	}
-	if o.HTTPAddr == "" {
-		o.HTTPAddr = DefaultHTTPAddr
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.ShutdownTimeout <= 0 {
-		o.ShutdownTimeout = 10 * time.Second
-	}
-	if o.Version == "" {
-		o.Version = "dev"
-	}
-	if o.MQTTAddr == "" {
-		o.MQTTAddr = DefaultMQTTAddr
-	}
-	if o.MQTTTLSAddr == "" && o.TLSCertFile != "" {
-		o.MQTTTLSAddr = DefaultMQTTTLSAddr
-	}
-	if o.HTTPSAddr == "" {
-		o.HTTPSAddr = Off
-	}
-	if o.MQTTTLSAddr == "" {
-		o.MQTTTLSAddr = Off
-	}
-	if o.BrokerUsername == "" {
-		o.BrokerUsername = DefaultBrokerUsername
-	}
-	if o.MemoryTrimInterval == 0 {
-		o.MemoryTrimInterval = DefaultMemoryTrimInterval
-	}
-}
 
 // Info describes a running hub.
 type Info struct {
@@ -213,9 +59,9 @@ type Hub struct {
 	log   *slog.Logger
 	store *store.Store
 	api   *api.Server
-	ln    net.Listener // plain HTTP; nil when off
-	tlsLn net.Listener // HTTPS, before TLS; nil when off
-	tls   *hubTLS      // nil without any TLS listener
+	ln    net.Listener   // plain HTTP; nil when off
+	tlsLn net.Listener   // HTTPS, before TLS; nil when off
+	tls   *pki.ServerTLS // nil without any TLS listener
 	info  Info
 
 	metrics     *metrics.Metrics
@@ -225,11 +71,11 @@ type Hub struct {
 	ctrl        *controller.Controller
 	ingest      *ingest.Ingest
 	remote      *remote.Manager
-	enroll      *enroller
+	enroll      *enrollment.Handler
 	mqttAccount broker.MosquittoAccount
-	mosq        *mosquittoSync // nil unless MosquittoConfigDir is set (mosquitto_sync.go)
-	signer      *Signer        // signs every published desired state (signing.go)
-	clientCA    *clientCA      // signs devices' client certificates; nil without (clientcert.go)
+	mosq        *mosquittoSync // nil unless MosquittoConfigDir is set (mosquitto.go)
+	signer      *pki.Signer    // signs every published desired state
+	clientCA    *pki.ClientCA  // signs devices' client certificates; nil without
 }
 
 // Run runs a hub until ctx is done, then shuts it down cleanly.
@@ -250,31 +96,15 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
+	if opts.AdminConfigFormat == nil {
+		return nil, errNoAdminConfigFormat
+	}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	var hubTLS *hubTLS
-	var tlsConfig *tls.Config
-	if opts.HTTPSAddr != Off || opts.mqttTLS() {
-		sans := serverSANs([]string{opts.AdvertiseMQTTURL, opts.AdvertiseHTTPURL}, opts.TLSSANs)
-		if hubTLS, err = setupTLS(opts.TLSCertFile, opts.TLSKeyFile, opts.DataDir, sans, time.Now(), log); err != nil {
-			return nil, err
-		}
-		tlsConfig = hubTLS.config()
-	}
-	signer, err := LoadOrCreateSigner(opts.DataDir)
+	keys, err := loadKeys(opts)
 	if err != nil {
 		return nil, err
-	}
-	clientCA, err := setupClientCerts(opts, hubTLS, log)
-	if err != nil {
-		return nil, err
-	}
-	mqttPassword := opts.BrokerPassword
-	if mqttPassword == "" {
-		if mqttPassword, err = EnsureMQTTPassword(opts.DataDir); err != nil {
-			return nil, err
-		}
 	}
 	st, err := store.Open(store.Options{
 		Dir: filepath.Join(opts.DataDir, "store"), Logger: log.With("component", "store"),
@@ -292,53 +122,32 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 			err = errors.Join(err, st.Close())
 		}
 	}()
-	info := Info{AdminConfig: AdminConfigPath(opts.DataDir), StoreID: st.ID()}
-	var ln, tlsLn net.Listener
-	if opts.HTTPAddr != Off {
-		if ln, err = net.Listen("tcp", opts.HTTPAddr); err != nil {
-			return nil, fmt.Errorf("listen for http on %s: %w", opts.HTTPAddr, err)
-		}
-		closers = append(closers, ln.Close)
-		info.URL = URLFor(ln.Addr().String())
+	info := Info{AdminConfig: adminconf.Path(opts.DataDir), StoreID: st.ID()}
+	ln, tlsLn, err := listenAPI(opts, &info, &closers)
+	if err != nil {
+		return nil, err
 	}
-	if opts.HTTPSAddr != Off {
-		if tlsLn, err = net.Listen("tcp", opts.HTTPSAddr); err != nil {
-			return nil, fmt.Errorf("listen for https on %s: %w", opts.HTTPSAddr, err)
-		}
-		closers = append(closers, tlsLn.Close)
-		info.HTTPSURL = "https" + strings.TrimPrefix(URLFor(tlsLn.Addr().String()), "http")
-		if opts.AdvertiseHTTPURL != "" {
-			info.HTTPSURL = opts.AdvertiseHTTPURL
-		}
-		if info.URL == "" {
-			info.URL = info.HTTPSURL
-		}
+	if keys.tls.OwnCA() {
+		info.CA, info.CAHash = keys.tls.CAPEM(), keys.tls.CAHash()
 	}
-	if hubTLS != nil && hubTLS.ca != nil {
-		info.CA, info.CAHash = hubTLS.caPEM, hubTLS.caHash()
-	}
-	if err := ensureAdmin(ctx, st, info, log); err != nil {
+	if err := adminconf.Ensure(ctx, st, opts.AdminConfigFormat, info.AdminConfig, info.URL, info.CA, log); err != nil {
 		return nil, err
 	}
 	// The parts, in the order data flows: the fleet model first (the
 	// controller and the ingest write it; the API and the metrics read it).
-	staleAfter := opts.StaleAfter
-	if staleAfter <= 0 {
-		staleAfter = -1 // off
-	}
-	model := fleetmodel.New(fleetmodel.Options{StaleAfter: staleAfter})
+	model := newModel(opts)
 	h := &Hub{
-		opts: opts, log: log, store: st, ln: ln, tlsLn: tlsLn, tls: hubTLS,
+		opts: opts, log: log, store: st, ln: ln, tlsLn: tlsLn, tls: keys.tls,
 		conn:        newDeferredConn(),
 		model:       model,
-		mqttAccount: broker.MosquittoAccount{Identity: broker.Identity{Name: opts.BrokerUsername, Role: broker.RoleHub}, Password: mqttPassword},
+		mqttAccount: broker.MosquittoAccount{Identity: broker.Identity{Name: opts.BrokerUsername, Role: broker.RoleHub}, Password: keys.mqttPassword},
 		metrics:     newMetrics(model),
-		signer:      signer,
-		clientCA:    clientCA,
+		signer:      keys.signer,
+		clientCA:    keys.clientCA,
 	}
 
 	if opts.Broker == "" {
-		if h.broker, err = newBroker(opts, st, tlsConfig, clientCA, &info, h.metrics, h.auditLoginRefused); err != nil {
+		if h.broker, err = newBroker(opts, st, keys, &info, h.metrics, h.auditLoginRefused); err != nil {
 			return nil, err
 		}
 		closers = append(closers, h.broker.Close)
@@ -357,6 +166,101 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 		return nil, err
 	}
 	return h, nil
+}
+
+// hubKeys are the hub's key material (hub/pki) and its MQTT password, all
+// kept in the data directory.
+type hubKeys struct {
+	tls       *pki.ServerTLS // nil without any TLS listener
+	tlsConfig *tls.Config    // of tls; nil without
+	signer    *pki.Signer
+	clientCA  *pki.ClientCA // nil: no client certificates
+	// clientCerts is --mqtt-client-certs.
+	clientCerts  broker.ClientCertMode
+	mqttPassword string
+}
+
+// loadKeys loads (on first start: makes) the TLS certificates the
+// listeners need, the signing key, the CA of client certificates and the
+// hub's MQTT password.
+func loadKeys(opts Options) (k hubKeys, err error) {
+	if opts.HTTPSAddr != Off || opts.mqttTLS() {
+		sans := pki.ServerSANs([]string{opts.AdvertiseMQTTURL, opts.AdvertiseHTTPURL}, opts.TLSSANs)
+		if k.tls, err = pki.SetupServerTLS(opts.TLSCertFile, opts.TLSKeyFile, opts.DataDir, sans, time.Now(), opts.Logger); err != nil {
+			return k, err
+		}
+		k.tlsConfig = k.tls.Config()
+	}
+	if k.signer, err = pki.LoadOrCreateSigner(opts.DataDir); err != nil {
+		return k, err
+	}
+	if k.clientCA, k.clientCerts, err = setupClientCerts(opts, k.tls, opts.Logger); err != nil {
+		return k, err
+	}
+	k.mqttPassword = opts.BrokerPassword
+	if k.mqttPassword == "" {
+		if k.mqttPassword, err = EnsureMQTTPassword(opts.DataDir); err != nil {
+			return k, err
+		}
+	}
+	return k, nil
+}
+
+// setupClientCerts makes the CA that signs devices' client certificates,
+// or nil. The hub has one when it has its own CA (devices then get a
+// certificate at enrollment even with --mqtt-client-certs=off, ready for
+// the day it is turned on), or when client certificates are asked for.
+func setupClientCerts(opts Options, t *pki.ServerTLS, log *slog.Logger) (*pki.ClientCA, broker.ClientCertMode, error) {
+	mode, err := broker.ParseClientCertMode(opts.MQTTClientCerts)
+	if err != nil {
+		return nil, mode, fmt.Errorf("--mqtt-client-certs: %w", err)
+	}
+	if mode != broker.ClientCertsOff && (opts.Broker != "" || !opts.mqttTLS()) {
+		return nil, mode, fmt.Errorf("--mqtt-client-certs=%s: needs the embedded broker's TLS listener (--mqtts-addr), not an external --broker", mode)
+	}
+	if t == nil || (!t.OwnCA() && mode == broker.ClientCertsOff) {
+		return nil, mode, nil
+	}
+	ca, err := pki.NewClientCA(opts.DataDir, log)
+	if err != nil {
+		return nil, mode, err
+	}
+	return ca, mode, nil
+}
+
+// listenAPI binds the API's listeners that are on, adding their closers,
+// and records their URLs in info.
+func listenAPI(opts Options, info *Info, closers *[]func() error) (ln, tlsLn net.Listener, err error) {
+	if opts.HTTPAddr != Off {
+		if ln, err = net.Listen("tcp", opts.HTTPAddr); err != nil {
+			return nil, nil, fmt.Errorf("listen for http on %s: %w", opts.HTTPAddr, err)
+		}
+		*closers = append(*closers, ln.Close)
+		info.URL = URLFor(ln.Addr().String())
+	}
+	if opts.HTTPSAddr != Off {
+		if tlsLn, err = net.Listen("tcp", opts.HTTPSAddr); err != nil {
+			return nil, nil, fmt.Errorf("listen for https on %s: %w", opts.HTTPSAddr, err)
+		}
+		*closers = append(*closers, tlsLn.Close)
+		info.HTTPSURL = "https" + strings.TrimPrefix(URLFor(tlsLn.Addr().String()), "http")
+		if opts.AdvertiseHTTPURL != "" {
+			info.HTTPSURL = opts.AdvertiseHTTPURL
+		}
+		if info.URL == "" {
+			info.URL = info.HTTPSURL
+		}
+	}
+	return ln, tlsLn, nil
+}
+
+// newModel creates the fleet model; a StaleAfter of 0 or less is off.
+func newModel(opts Options) *fleetmodel.Model {
+	staleAfter := opts.StaleAfter
+	if staleAfter <= 0 {
+		staleAfter = -1 // off
+	}
+	return fleetmodel.New(fleetmodel.Options{StaleAfter: staleAfter})
 }
 
 // newParts creates the controller (the fleet model's writer), the status
@@ -390,10 +294,10 @@ func (h *Hub) newParts() (err error) {
 	if err != nil {
 		return err
 	}
-	h.enroll = &enroller{
-		st: h.store, conn: h.conn, topics: h.opts.Topics, log: h.log.With("component", "enroll"),
-		reserved: reserved, signer: h.signer, audit: h.auditEnroll, certs: h.clientCA,
-	}
+	h.enroll = enrollment.New(enrollment.Options{
+		Store: h.store, Conn: h.conn, Topics: h.opts.Topics, Logger: h.log.With("component", "enroll"),
+		Reserved: reserved, Signer: h.signer, Audit: h.auditEnroll, Certs: h.clientCA,
+	})
 
 	h.api, err = api.New(api.Options{
 		Store: h.store, Logger: h.log.With("component", "api"), BookmarkInterval: h.opts.BookmarkInterval,
@@ -426,7 +330,8 @@ func newMetrics(model *fleetmodel.Model) *metrics.Metrics {
 
 // newBroker creates the embedded broker, binding its listeners, and
 // records its addresses in info.
-func newBroker(opts Options, st *store.Store, tlsConfig *tls.Config, certs *clientCA, info *Info, m *metrics.Metrics, onLoginRefused func(broker.LoginRefusal)) (*broker.Broker, error) {
+func newBroker(opts Options, st *store.Store, keys hubKeys, info *Info, m *metrics.Metrics, onLoginRefused func(broker.LoginRefusal)) (*broker.Broker, error) {
+	tlsConfig := keys.tlsConfig
 	if !opts.mqttTLS() {
 		tlsConfig = nil
 	}
@@ -436,7 +341,9 @@ func newBroker(opts Options, st *store.Store, tlsConfig *tls.Config, certs *clie
 		AuthLimiter: authLimiter(m, metrics.ListenerMQTT), OnClientCutOff: m.Abuse.ClientCutOff,
 		OnLoginRefused: onLoginRefused,
 	}
-	certs.brokerOptions(&bo)
+	if keys.clientCA != nil {
+		bo.ClientCerts, bo.ClientCAs = keys.clientCerts, keys.clientCA.Pool()
+	}
 	b, err := broker.New(bo)
 	if err != nil {
 		return nil, err
@@ -454,50 +361,6 @@ func newBroker(opts Options, st *store.Store, tlsConfig *tls.Config, certs *clie
 	// its sessions before the API answers.
 	st.OnAuthChange(func(_ store.AuthChangeKind, name string) { b.Kick(name) })
 	return b, nil
-}
-
-// check refuses options that cannot work, and warns of those ignored.
-func (o *Options) check() error {
-	if o.Broker != "" {
-		if err := checkMQTTURL(o.Broker); err != nil {
-			return fmt.Errorf("--broker: %w", err)
-		}
-	}
-	if o.HTTPAddr == Off && o.HTTPSAddr == Off {
-		return errors.New("no API listener: give --http-addr or --https-addr")
-	}
-	if o.Broker == "" && o.MQTTAddr == Off && !o.mqttTLS() {
-		return errors.New("no MQTT listener: give --mqtts-addr or --mqtt-addr (or an external --broker)")
-	}
-	if !o.InsecurePlaintext {
-		if o.HTTPAddr != Off && !isLoopbackAddr(o.HTTPAddr) {
-			return fmt.Errorf("--http-addr %s: plain HTTP off loopback would send tokens in clear: serve the API over HTTPS (--https-addr, default %s) and keep --http-addr on 127.0.0.1 (or empty to turn it off), or pass --insecure-plaintext",
-				o.HTTPAddr, DefaultHTTPSAddr)
-		}
-		if o.Broker == "" && o.MQTTAddr != Off && !isLoopbackAddr(o.MQTTAddr) {
-			return fmt.Errorf("--mqtt-addr %s: plain MQTT off loopback would send device tokens in clear: devices use MQTT over TLS (--mqtts-addr, default %s, ssl://HOST:8883); keep --mqtt-addr on 127.0.0.1 (or empty to turn it off), or pass --insecure-plaintext",
-				o.MQTTAddr, DefaultMQTTTLSAddr)
-		}
-	}
-	if o.AdvertiseHTTPURL != "" {
-		if u, err := url.Parse(o.AdvertiseHTTPURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return fmt.Errorf("--advertise-http-url %q: want https://HOST:PORT", o.AdvertiseHTTPURL)
-		}
-	}
-	if o.AdvertiseMQTTURL != "" {
-		if err := checkMQTTURL(o.AdvertiseMQTTURL); err != nil {
-			return fmt.Errorf("--advertise-mqtt-url: %w", err)
-		}
-	}
-	if p := o.Topics.Prefix; strings.ContainsAny(p, "+#\x00") || strings.HasPrefix(p, "/") || strings.HasPrefix(p, "$") {
-		return fmt.Errorf("topic prefix %q: must not contain wildcards or start with '/' or '$'", p)
-	}
-	return nil
-}
-
-// mqttTLS reports whether the embedded broker has a TLS listener.
-func (o *Options) mqttTLS() bool {
-	return o.Broker == "" && o.MQTTTLSAddr != "" && o.MQTTTLSAddr != Off
 }
 
 // Store is the hub's store, for the parts that run beside the API.
@@ -524,76 +387,4 @@ func URLFor(addr string) string {
 		host = "127.0.0.1"
 	}
 	return "http://" + net.JoinHostPort(host, port)
-}
-
-// ensureAdmin creates the admin credential and admin.conf on first start,
-// and on every later start rewrites admin.conf's hub URL, keeping its token.
-func ensureAdmin(ctx context.Context, st *store.Store, info Info, log *slog.Logger) error {
-	path := info.AdminConfig
-	conf, err := ReadAdminConfig(path)
-	exists := err == nil
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		log.Warn("admin config unreadable; leaving it alone", "path", path, "err", err)
-	}
-	if !st.HasCredential(store.AdminCredential) {
-		token, err := store.NewToken()
-		if err != nil {
-			return err
-		}
-		// The file first: a crash before the hash is stored only means a
-		// new token next start.
-		if err := WriteAdminConfig(path, AdminConfig{Hub: info.URL, Token: token, CA: string(info.CA)}); err != nil {
-			return err
-		}
-		if err := st.PutCredential(ctx, store.AdminCredential, store.RoleAdmin, token); err != nil {
-			return fmt.Errorf("store admin credential: %w", err)
-		}
-		log.Info("created admin token", "admin_config", path)
-		return nil
-	}
-	if !exists {
-		if errors.Is(err, fs.ErrNotExist) {
-			log.Warn("admin config is missing; issue a new admin token with `fleet-hub admin-token --rotate` while the hub is stopped", "path", path)
-		}
-		return nil
-	}
-	if c, ok := st.Authenticate(conf.Token); !ok || c.Role != store.RoleAdmin {
-		log.Warn("the token in the admin config is not the hub's admin token; issue a new one with `fleet-hub admin-token --rotate` while the hub is stopped", "path", path)
-	}
-	conf.Hub, conf.CA = info.URL, string(info.CA)
-	return WriteAdminConfig(path, conf)
-}
-
-// RotateAdminToken issues a new admin token into the store of a stopped
-// hub and writes it to admin.conf (keeping its hub URL, else using
-// opts.HTTPAddr). The old token stops working. It returns the path of
-// admin.conf.
-func RotateAdminToken(ctx context.Context, opts Options) (string, error) {
-	opts.setDefaults()
-	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
-		return "", fmt.Errorf("create data dir: %w", err)
-	}
-	st, err := store.Open(store.Options{Dir: filepath.Join(opts.DataDir, "store"), Logger: opts.Logger, GCInterval: -1})
-	if err != nil {
-		return "", fmt.Errorf("rotate admin token (stop the hub first): %w", err)
-	}
-	path := AdminConfigPath(opts.DataDir)
-	url := URLFor(opts.HTTPAddr)
-	if old, err := ReadAdminConfig(path); err == nil && old.Hub != "" {
-		url = old.Hub
-	}
-	token, err := store.NewToken()
-	if err == nil {
-		err = WriteAdminConfig(path, AdminConfig{Hub: url, Token: token})
-	}
-	if err == nil {
-		err = st.PutCredential(ctx, store.AdminCredential, store.RoleAdmin, token)
-	}
-	if cerr := st.Close(); cerr != nil {
-		err = errors.Join(err, cerr)
-	}
-	if err != nil {
-		return "", fmt.Errorf("rotate admin token: %w", err)
-	}
-	return path, nil
 }

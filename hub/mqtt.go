@@ -60,7 +60,7 @@ func EnsureMQTTPassword(dataDir string) (string, error) {
 
 // writeSecretFile writes a 0600 file atomically.
 func writeSecretFile(path, body string) error {
-	return WriteFileAtomic(path, []byte(body), 0o600)
+	return store.WriteFileAtomic(path, []byte(body), 0o600)
 }
 
 // storeAuth authenticates MQTT clients against the store: a device with

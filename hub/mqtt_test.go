@@ -20,7 +20,6 @@ import (
 
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/broker/mqttio/mqttiotest"
-	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -51,6 +50,9 @@ func startHub(t testing.TB, opts Options) *testHub {
 	if opts.MQTTAddr == "" {
 		opts.MQTTAddr = "127.0.0.1:0"
 	}
+	if opts.AdminConfigFormat == nil {
+		opts.AdminConfigFormat = clientAdminConfig{}
+	}
 	logs := &lockedBuffer{}
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ready := make(chan struct{})
@@ -79,7 +81,7 @@ func startHub(t testing.TB, opts Options) *testHub {
 	case <-time.After(30 * time.Second):
 		t.Fatal("hub not ready")
 	}
-	conf, err := ReadAdminConfig(h.Info().AdminConfig)
+	conf, err := readAdminConfig(h.Info().AdminConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +247,7 @@ func TestHubRefusesBadMQTTOptions(t *testing.T) {
 		{AdvertiseMQTTURL: "tcp://"},
 		{Topics: schema.Topics{Prefix: "fleet/+/v1"}},
 	} {
-		o.DataDir, o.HTTPAddr, o.MQTTAddr = t.TempDir(), "127.0.0.1:0", "127.0.0.1:0"
+		o.DataDir, o.HTTPAddr, o.MQTTAddr, o.AdminConfigFormat = t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", clientAdminConfig{}
 		if _, err := New(t.Context(), o); err == nil {
 			t.Errorf("New(%+v) accepted", o)
 		}
@@ -314,53 +316,6 @@ func TestMQTTURLFor(t *testing.T) {
 		if got := mqttURLFor(a, tt.secure); got != tt.want {
 			t.Errorf("mqttURLFor(%s) = %s, want %s", tt.addr, got, tt.want)
 		}
-	}
-}
-
-func TestMosquittoFilesLeaveOutWhatTheyCannotRender(t *testing.T) {
-	dir := t.TempDir()
-	// A store that kept no Mosquitto hashes (tokens issued by an older hub).
-	old, err := store.Open(store.Options{Dir: dir, GCInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	for _, n := range []string{"legacy", "twin"} {
-		if _, err := old.Create(ctx, &schema.Device{Metadata: schema.ObjectMeta{Name: n}}, false); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := old.IssueToken(ctx, "legacy"); err != nil {
-		t.Fatal(err)
-	}
-	if err := old.Close(); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(store.Options{Dir: dir, GCInterval: -1, PasswordHash: broker.MosquittoPasswordHash})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if _, err := st.IssueToken(ctx, "twin"); err != nil {
-		t.Fatal(err)
-	}
-	// A monitor credential sharing the device's name (the API refuses
-	// that; the store does not).
-	if _, err := st.CreateCredential(ctx, "twin", store.RoleMonitor); err != nil {
-		t.Fatal(err)
-	}
-	pw, acl, warnings, err := MosquittoFiles(ctx, st, schema.Topics{}, broker.MosquittoAccount{Identity: broker.Identity{Name: "fleet-hub", Role: broker.RoleHub}, Password: "pw-0123456789"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(pw), "\ntwin:$7$") || strings.Contains(string(pw), "legacy:") || strings.Count(string(pw), "twin:") != 1 {
-		t.Errorf("passwd:\n%s", pw)
-	}
-	if strings.Contains(string(acl), "user twin") {
-		t.Errorf("the shadowed monitor got an ACL block:\n%s", acl)
-	}
-	if len(warnings) != 2 || !strings.Contains(strings.Join(warnings, "\n"), `"legacy"`) {
-		t.Errorf("warnings %q", warnings)
 	}
 }
 

@@ -3,14 +3,16 @@ package hub
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/fleetmq/fleet/hub/api"
 	"github.com/fleetmq/fleet/hub/dashboard"
 	"github.com/fleetmq/fleet/hub/fleetmodel"
-	"github.com/fleetmq/fleet/hub/store"
+	"github.com/fleetmq/fleet/hub/pki"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -140,31 +142,64 @@ func (h *Hub) serveAllEvents(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// serveMosquitto answers the password file (admin only: it holds hashes)
-// or the ACL file for an external Mosquitto.
-func (h *Hub) serveMosquitto(passwd bool) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if c, _ := api.CredentialFrom(r.Context()); passwd && c.Role != store.RoleAdmin {
-			api.WriteStatus(w, api.NewStatus(http.StatusForbidden, api.ReasonForbidden,
-				fmt.Sprintf("credential %q (role %s) may not read password hashes", c.Name, c.Role), nil))
-			return
-		}
-		pw, acl, warnings, err := MosquittoFiles(r.Context(), h.store, h.opts.Topics, h.mqttAccount)
-		if err != nil {
-			api.WriteError(w, r, h.log, err)
-			return
-		}
-		for _, warn := range warnings {
-			h.log.Warn("mosquitto files: " + warn)
-		}
-		body := acl
-		if passwd {
-			body = pw
-			w.Header().Set("Cache-Control", "no-store")
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("X-Content-Type-Options", "nosniff")
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(body)
+// maxCSRBody bounds the body of POST /v1/devices/{name}/certificate.
+const maxCSRBody = 16 << 10
+
+// serveDeviceCertificate handles POST /v1/devices/{name}/certificate
+// (admin only): it signs the client certificate of an existing device
+// for the CSR in the body. That is how a device added with a token
+// (`fleet device add`, no enrollment) gets one: its agent writes the CSR
+// as <state-dir>/client.csr.
+func (h *Hub) serveDeviceCertificate(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if h.clientCA == nil {
+		api.WriteStatus(w, api.NewStatus(http.StatusConflict, api.ReasonConflict,
+			"the hub has no CA of its own to sign client certificates with (run it without --tls-cert, or with --mqtt-client-certs)", nil))
+		return
 	}
+	if _, err := h.store.Get(r.Context(), schema.KindDevice, name); err != nil {
+		api.WriteError(w, r, h.log, err)
+		return
+	}
+	var req schema.DeviceCertificateRequest
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxCSRBody+1))
+	if err == nil && len(body) > maxCSRBody {
+		err = fmt.Errorf("body over %d bytes", maxCSRBody)
+	}
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil {
+		api.WriteError(w, r, h.log, fmt.Errorf("certificate request: %w: %w", schema.ErrInvalid, err))
+		return
+	}
+	csr, err := pki.ParseCSR(req.CSR, name)
+	if err != nil {
+		api.WriteError(w, r, h.log, err)
+		return
+	}
+	certPEM, notAfter, err := h.clientCA.Sign(csr, name)
+	if err != nil {
+		api.WriteError(w, r, h.log, err)
+		return
+	}
+	h.log.Info("signed a device's client certificate", "device", name, "expires", notAfter.Format(time.DateOnly))
+	api.WriteJSON(w, http.StatusOK, schema.DeviceCertificate{
+		Device: name, Certificate: string(certPEM), NotAfter: notAfter, CA: string(h.clientCA.PEM()),
+	})
+}
+
+// serveRotateSigningKey rotates the signing key of the running hub (POST
+// /v1/signing-key/rotate, admin only) and republishes every desired
+// state, signed by the new key with the old one's endorsement. It answers
+// the hub's info with the new key.
+func (h *Hub) serveRotateSigningKey(w http.ResponseWriter, r *http.Request) {
+	oldID, newID, err := h.signer.Rotate()
+	if err != nil {
+		api.WriteError(w, r, h.log, err)
+		return
+	}
+	h.log.Info("signing key rotated; republishing every desired state", "old_key", oldID, "new_key", newID)
+	h.ctrl.RepublishAll()
+	api.WriteJSON(w, http.StatusOK, h.hubInfo())
 }

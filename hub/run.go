@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/hub/memtrim"
 )
 
 // runState is what one Run holds: the parts' context, their goroutines and
@@ -46,7 +47,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 	}()
 	// Closed by srv.Shutdown once served; this covers an early return.
 	defer h.closeListeners()
-	if h.tls != nil && h.tls.certFile != "" {
+	if h.tls != nil && h.tls.CertFile() != "" {
 		h.reloadOnSIGHUP(partsCtx, r)
 	}
 	defer func() {
@@ -63,11 +64,11 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		}
 	}()
 	if h.opts.MemoryTrimInterval > 0 {
-		r.parts.Go(func() { trimMemory(partsCtx, h.opts.MemoryTrimInterval, h.log) })
+		r.parts.Go(func() { memtrim.Run(partsCtx, h.opts.MemoryTrimInterval, h.log) })
 	}
 	if h.mosq != nil {
 		// Before connecting: the files must hold the hub's own account.
-		if err := h.mosq.start(partsCtx, &r.parts); err != nil {
+		if err := h.mosq.Start(partsCtx, &r.parts); err != nil {
 			return err
 		}
 	}
@@ -208,7 +209,7 @@ func (h *Hub) serve(ctx context.Context, r *runState) error {
 	}
 	if h.tlsLn != nil {
 		served++
-		cfg := h.tls.config()
+		cfg := h.tls.Config()
 		cfg.NextProtos = []string{"http/1.1"}
 		go func() { serveErr <- srv.Serve(tls.NewListener(h.tlsLn, cfg)) }()
 	}
@@ -272,11 +273,11 @@ func (h *Hub) reloadOnSIGHUP(ctx context.Context, r *runState) {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				if err := h.tls.reload(); err != nil {
+				if err := h.tls.Reload(); err != nil {
 					h.log.Error("tls certificate not reloaded; keeping the current one", "err", err)
 					continue
 				}
-				h.log.Info("tls certificate reloaded", "cert", h.tls.certFile)
+				h.log.Info("tls certificate reloaded", "cert", h.tls.CertFile())
 			}
 		}
 	})

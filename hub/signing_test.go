@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetmq/fleet/edgeagent/enroll"
 	"github.com/fleetmq/fleet/edgeagent/trust"
+	"github.com/fleetmq/fleet/hub/pki"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -79,7 +80,7 @@ func nextSigned(t *testing.T, payloads <-chan []byte, key ed25519.PublicKey) *sc
 func TestHubSignsDesiredStates(t *testing.T) {
 	dir := t.TempDir()
 	h := startHub(t, Options{DataDir: dir})
-	fi, err := os.Stat(filepath.Join(dir, SigningKeyName))
+	fi, err := os.Stat(filepath.Join(dir, pki.SigningKeyName))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("signing key file: %v %v", fi, err)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleetmq/fleet/client"
 	"github.com/fleetmq/fleet/hub"
 )
 
@@ -27,8 +28,8 @@ leaked. The hub must be stopped: the store allows one process at a time.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
 			if !rotate {
-				path := hub.AdminConfigPath(s.DataDir)
-				if _, err := hub.ReadAdminConfig(path); err != nil {
+				path := client.AdminConfigPath(s.DataDir)
+				if _, err := client.ReadAdminConfig(path); err != nil {
 					return fmt.Errorf("%w: issue a new admin token with --rotate (hub stopped)", err)
 				}
 				fmt.Fprintln(out, path)
@@ -38,7 +39,7 @@ leaked. The hub must be stopped: the store allows one process at a time.`,
 			if err != nil {
 				return err
 			}
-			path, err := hub.RotateAdminToken(cmd.Context(), hub.Options{DataDir: s.DataDir, HTTPAddr: s.HTTPAddr, Logger: log})
+			path, err := hub.RotateAdminToken(cmd.Context(), hub.Options{DataDir: s.DataDir, HTTPAddr: s.HTTPAddr, Logger: log, AdminConfigFormat: adminConfigFormat{}})
 			if err != nil {
 				return err
 			}

@@ -14,7 +14,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/client"
 	"github.com/fleetmq/fleet/hub"
+	"github.com/fleetmq/fleet/hub/mosquitto"
+	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -64,52 +67,8 @@ Without --out, the three files are printed to standard output.`,
   fleet-hub mosquitto-config --out /etc/mosquitto/fleet && pkill -HUP -x mosquitto`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			files, warnings, err := mosquittoFiles(cmd.Context(), s)
-			if err != nil {
-				return err
-			}
-			for _, w := range warnings {
-				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
-			}
 			conf := broker.MosquittoConf{Port: port, Bind: bind, PersistenceDir: persistence, User: user}
-			if out == "" {
-				conf.PasswordFile, conf.ACLFile = "/etc/mosquitto/fleet/passwd", "/etc/mosquitto/fleet/acl"
-				cf, err := broker.MosquittoConfFile(conf)
-				if err != nil {
-					return err
-				}
-				w := cmd.OutOrStdout()
-				fmt.Fprintf(w, "# ---- passwd (mode 0600) ----\n%s\n# ---- acl ----\n%s\n# ---- mosquitto.conf ----\n%s", files.passwd, files.acl, cf)
-				return nil
-			}
-			dir, err := filepath.Abs(out)
-			if err != nil {
-				return fmt.Errorf("--out: %w", err)
-			}
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return fmt.Errorf("--out: %w", err)
-			}
-			conf.PasswordFile, conf.ACLFile = filepath.Join(dir, "passwd"), filepath.Join(dir, "acl")
-			cf, err := broker.MosquittoConfFile(conf)
-			if err != nil {
-				return err
-			}
-			for _, f := range []struct {
-				path string
-				data []byte
-				mode os.FileMode
-			}{
-				{conf.PasswordFile, files.passwd, 0o600},
-				{conf.ACLFile, files.acl, 0o644},
-				{filepath.Join(dir, "mosquitto.conf"), cf, 0o644},
-			} {
-				if err := hub.WriteFileAtomic(f.path, f.data, f.mode); err != nil {
-					return fmt.Errorf("write %s: %w", f.path, err)
-				}
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s, %s and %s (from the %s); reload a running Mosquitto with SIGHUP\n",
-				conf.PasswordFile, conf.ACLFile, filepath.Join(dir, "mosquitto.conf"), files.source)
-			return nil
+			return writeMosquittoConfig(cmd, s, out, conf)
 		},
 	}
 	f := cmd.Flags()
@@ -119,6 +78,56 @@ Without --out, the three files are printed to standard output.`,
 	f.StringVar(&persistence, "mosquitto-persistence-dir", "", "turn on Mosquitto persistence in this directory")
 	f.StringVar(&user, "mosquitto-user", "", "account Mosquitto switches to when started as root")
 	return cmd
+}
+
+// writeMosquittoConfig renders the files and prints them (out "") or
+// writes them into the directory out, with conf's listener settings.
+func writeMosquittoConfig(cmd *cobra.Command, s *settings, out string, conf broker.MosquittoConf) error {
+	files, warnings, err := mosquittoFiles(cmd.Context(), s)
+	if err != nil {
+		return err
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+	}
+	if out == "" {
+		conf.PasswordFile, conf.ACLFile = "/etc/mosquitto/fleet/passwd", "/etc/mosquitto/fleet/acl"
+		cf, err := broker.MosquittoConfFile(conf)
+		if err != nil {
+			return err
+		}
+		w := cmd.OutOrStdout()
+		fmt.Fprintf(w, "# ---- passwd (mode 0600) ----\n%s\n# ---- acl ----\n%s\n# ---- mosquitto.conf ----\n%s", files.passwd, files.acl, cf)
+		return nil
+	}
+	dir, err := filepath.Abs(out)
+	if err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	conf.PasswordFile, conf.ACLFile = filepath.Join(dir, "passwd"), filepath.Join(dir, "acl")
+	cf, err := broker.MosquittoConfFile(conf)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		path string
+		data []byte
+		mode os.FileMode
+	}{
+		{conf.PasswordFile, files.passwd, 0o600},
+		{conf.ACLFile, files.acl, 0o644},
+		{filepath.Join(dir, "mosquitto.conf"), cf, 0o644},
+	} {
+		if err := store.WriteFileAtomic(f.path, f.data, f.mode); err != nil {
+			return fmt.Errorf("write %s: %w", f.path, err)
+		}
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "wrote %s, %s and %s (from the %s); reload a running Mosquitto with SIGHUP\n",
+		conf.PasswordFile, conf.ACLFile, filepath.Join(dir, "mosquitto.conf"), files.source)
+	return nil
 }
 
 type renderedFiles struct {
@@ -140,14 +149,14 @@ func mosquittoFiles(ctx context.Context, s *settings) (renderedFiles, []string, 
 	}
 	topics := schema.Topics{Prefix: s.MQTT.TopicPrefix}
 	account := broker.MosquittoAccount{Identity: broker.Identity{Name: s.MQTT.BrokerUsername, Role: broker.RoleHub}, Password: pw}
-	passwd, acl, warnings, storeErr := hub.MosquittoFilesFromStore(ctx, s.DataDir, topics, account)
+	passwd, acl, warnings, storeErr := mosquitto.FilesFromStore(ctx, s.DataDir, topics, account)
 	if storeErr == nil {
 		return renderedFiles{passwd: passwd, acl: acl, source: "store in " + s.DataDir}, warnings, nil
 	}
-	if !errors.Is(storeErr, hub.ErrStoreBusy) {
+	if !errors.Is(storeErr, mosquitto.ErrStoreBusy) {
 		return renderedFiles{}, nil, storeErr
 	}
-	conf, err := hub.ReadAdminConfig(hub.AdminConfigPath(s.DataDir))
+	conf, err := client.ReadAdminConfig(client.AdminConfigPath(s.DataDir))
 	if err != nil {
 		return renderedFiles{}, nil, fmt.Errorf("the hub is running (its store is locked) and its API cannot be used: %w", err)
 	}
@@ -167,7 +176,7 @@ func mosquittoFiles(ctx context.Context, s *settings) (renderedFiles, []string, 
 }
 
 // getText GETs a text answer of the hub's API.
-func getText(ctx context.Context, conf hub.AdminConfig, path string) ([]byte, error) {
+func getText(ctx context.Context, conf client.AdminConfig, path string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(conf.Hub, "/")+path, nil)

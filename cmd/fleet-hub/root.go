@@ -15,6 +15,7 @@ import (
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/hub"
 	"github.com/fleetmq/fleet/hub/controller"
+	"github.com/fleetmq/fleet/hub/pki"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -94,12 +95,9 @@ func (m mqttSettings) brokerPassword() (string, error) {
 // serveFunc runs the hub with the resolved settings; tests replace it.
 type serveFunc func(cmd *cobra.Command, s settings) error
 
-func newRootCmd(getenv func(string) string, serve serveFunc) *cobra.Command {
-	var s settings
-	root := &cobra.Command{
-		Use:   "fleet-hub",
-		Short: "Run the Fleet hub: store, HTTP API and device control plane",
-		Long: `fleet-hub runs the Fleet control plane. It keeps Deployments and Devices in
+// rootLong and rootExample are fleet-hub's help.
+const (
+	rootLong = `fleet-hub runs the Fleet control plane. It keeps Deployments and Devices in
 an embedded store (Badger, in --data-dir), serves the HTTP API the fleet CLI
 talks to, and publishes every device's desired state.
 
@@ -142,8 +140,8 @@ token or credential change and sends Mosquitto SIGHUP.
 Every flag can also be set in the environment as FLEET_HUB_<FLAG> (for
 example FLEET_HUB_DATA_DIR) or in a YAML file given with --config, whose keys
 are the flag names (data-dir: /var/lib/fleet-hub). A flag wins over the
-environment, which wins over the config file.`,
-		Example: `  # Start a hub with data in ./fleet-data and the API on 127.0.0.1:8080
+environment, which wins over the config file.`
+	rootExample = `  # Start a hub with data in ./fleet-data and the API on 127.0.0.1:8080
   fleet-hub
 
   # Keep data in /var/lib/fleet-hub; tell clients and devices the public name
@@ -161,7 +159,16 @@ environment, which wins over the config file.`,
   fleet-hub --broker tcp://127.0.0.1:1883
 
   # Settings from a file
-  fleet-hub --config /etc/fleet/hub.yaml`,
+  fleet-hub --config /etc/fleet/hub.yaml`
+)
+
+func newRootCmd(getenv func(string) string, serve serveFunc) *cobra.Command {
+	var s settings
+	root := &cobra.Command{
+		Use:           "fleet-hub",
+		Short:         "Run the Fleet hub: store, HTTP API and device control plane",
+		Long:          rootLong,
+		Example:       rootExample,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -175,6 +182,14 @@ environment, which wins over the config file.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see fleet-hub --help)", err)
 	})
+	bindFlags(root, &s)
+	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s), newMosquittoConfigCmd(&s), newRotateSigningKeyCmd(&s))
+	return root
+}
+
+// bindFlags binds the flags of fleet-hub to s: the persistent ones that
+// every command shares, and those that only serve.
+func bindFlags(root *cobra.Command, s *settings) {
 	f := root.PersistentFlags()
 	f.StringVar(&s.DataDir, "data-dir", hub.DefaultDataDir, "directory of the store and admin.conf")
 	f.StringVar(&s.HTTPAddr, "http-addr", hub.DefaultHTTPAddr, "listen address of the plain HTTP API, loopback only without --insecure-plaintext (port 0: any free port; empty: off)")
@@ -204,9 +219,6 @@ environment, which wins over the config file.`,
 	lf.StringVar(&m.MosquittoPIDFile, "mosquitto-pid-file", "", "with --mosquitto-config-dir: Mosquitto's pid_file; the hub sends that process SIGHUP after rewriting the files")
 	lf.DurationVar(&m.ResyncInterval, "resync-interval", d.ResyncInterval, "how often the controller recomputes every device's desired state from the store")
 	lf.DurationVar(&m.StaleAfter, "stale-after", d.StaleAfter, "0 (default): a device is online while its MQTT session is (its keepalive and last will keep the online topic true); a duration: a device not heard from for this long also counts as offline, for agents run with --status-heartbeat below it (e.g. --stale-after 3h with agents' --status-heartbeat 1h, against a broker that may lose last wills)")
-
-	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s), newMosquittoConfigCmd(&s), newRotateSigningKeyCmd(&s))
-	return root
 }
 
 // serveHub runs the hub until the command's context ends.
@@ -223,6 +235,7 @@ func serveHub(cmd *cobra.Command, s settings) error {
 	}
 	return hub.Run(cmd.Context(), hub.Options{
 		DataDir:           s.DataDir,
+		AdminConfigFormat: adminConfigFormat{},
 		HTTPAddr:          orOff(s.HTTPAddr),
 		HTTPSAddr:         orOff(s.HTTPSAddr),
 		TLSSANs:           s.TLSSANs,
@@ -234,7 +247,7 @@ func serveHub(cmd *cobra.Command, s settings) error {
 			fmt.Fprintf(out, "fleet-hub %s: API on %s; MQTT for devices at %s; admin config (hub URL and token for the fleet CLI) in %s\n",
 				version(), strings.Join(nonEmpty(i.URL, i.HTTPSURL), " and "), i.MQTTURL, i.AdminConfig)
 			if i.CAHash != "" {
-				fmt.Fprintf(out, "hub CA %s (in %s)\n", i.CAHash, filepath.Join(s.DataDir, hub.CACertName))
+				fmt.Fprintf(out, "hub CA %s (in %s)\n", i.CAHash, filepath.Join(s.DataDir, pki.CACertName))
 			}
 		},
 		MQTTAddr:           orOff(m.Addr),

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleetmq/fleet/hub"
+	"github.com/fleetmq/fleet/hub/pki"
 )
 
 func TestRotateSigningKeyCommand(t *testing.T) {
@@ -13,7 +13,7 @@ func TestRotateSigningKeyCommand(t *testing.T) {
 	if err != nil || !strings.Contains(out, "created key") {
 		t.Fatalf("first rotation: %v %q", err, out)
 	}
-	s, err := hub.LoadOrCreateSigner(dir)
+	s, err := pki.LoadOrCreateSigner(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +22,7 @@ func TestRotateSigningKeyCommand(t *testing.T) {
 	if err != nil || !strings.Contains(out, "signing key rotated: "+first+" -> ") {
 		t.Fatalf("rotation: %v %q", err, out)
 	}
-	if s, err = hub.LoadOrCreateSigner(dir); err != nil || s.KeyID() == first {
+	if s, err = pki.LoadOrCreateSigner(dir); err != nil || s.KeyID() == first {
 		t.Fatalf("after rotation: key %s (was %s), %v", s.KeyID(), first, err)
 	}
 }

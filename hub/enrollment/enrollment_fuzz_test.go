@@ -1,4 +1,4 @@
-package hub
+package enrollment
 
 import (
 	"encoding/json"
@@ -45,7 +45,7 @@ func FuzzEnrollAnswer(f *testing.F) {
 	if _, _, err := st.Apply(f.Context(), &schema.Device{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDevice}, Metadata: schema.ObjectMeta{Name: "taken"}}, false); err != nil {
 		f.Fatal(err)
 	}
-	e := &enroller{st: st, topics: schema.Topics{}, log: slog.New(slog.DiscardHandler)}
+	e := New(Options{Store: st, Topics: schema.Topics{}, Logger: slog.New(slog.DiscardHandler)})
 	reasons := []string{schema.EnrollUnauthorized, schema.EnrollExpired, schema.EnrollUsedUp, schema.EnrollNameTaken,
 		schema.EnrollInvalid, schema.EnrollRequestReused, schema.EnrollInternalError}
 	f.Fuzz(func(t *testing.T, requestID string, payload []byte) {

@@ -1,4 +1,4 @@
-package hub
+package memtrim
 
 import (
 	"context"
@@ -8,14 +8,14 @@ import (
 	"time"
 )
 
-// DefaultMemoryTrimInterval is how often the hub checks for heap to give
-// back to the OS.
-const DefaultMemoryTrimInterval = 10 * time.Second
+// DefaultInterval is how often the hub checks for heap to give back to
+// the OS.
+const DefaultInterval = 10 * time.Second
 
 // trimMinSurplus is the least surplus heap worth a forced collection.
 const trimMinSurplus = 64 << 20
 
-// heapSample is what trimMemory reads of the runtime.
+// heapSample is what Run reads of the runtime.
 type heapSample struct {
 	cycles  uint64 // completed GC cycles
 	live    uint64 // live heap as of the last GC
@@ -48,7 +48,7 @@ func readHeap(s []metrics.Sample) (heapSample, bool) {
 	return h, true
 }
 
-// trimMemory gives the OS back the heap a burst left behind. After a
+// Run gives the OS back the heap a burst left behind. After a
 // reconnect storm or a fleet-wide rollout the Go runtime keeps the peak
 // for a long while (its background scavenger returns memory slowly, and
 // only down to about the next GC goal): with 10,000 devices, half the
@@ -58,7 +58,7 @@ func readHeap(s []metrics.Sample) (heapSample, bool) {
 // collection and scavenge (debug.FreeOSMemory) returns it and shrinks the
 // goroutine stacks the burst grew. While the hub is busy, nothing is
 // forced.
-func trimMemory(ctx context.Context, every time.Duration, log *slog.Logger) {
+func Run(ctx context.Context, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	samples := heapSamples()

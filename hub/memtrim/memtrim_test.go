@@ -1,4 +1,4 @@
-package hub
+package memtrim
 
 import (
 	"log/slog"
@@ -50,7 +50,7 @@ func TestTrimMemoryReturnsABurst(t *testing.T) {
 		t.Fatalf("the burst left a surplus of %d bytes; the test needs at least %d", s, trimMinSurplus)
 	}
 	before := released()
-	go trimMemory(t.Context(), 10*time.Millisecond, slog.New(slog.DiscardHandler))
+	go Run(t.Context(), 10*time.Millisecond, slog.New(slog.DiscardHandler))
 	deadline := time.Now().Add(10 * time.Second)
 	for held() >= trimMinSurplus {
 		if time.Now().After(deadline) {

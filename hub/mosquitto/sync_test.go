@@ -1,4 +1,4 @@
-package hub
+package mosquitto
 
 import (
 	"bytes"
@@ -28,7 +28,7 @@ func TestMosquittoSync(t *testing.T) {
 	dir := t.TempDir()
 	pidFile := filepath.Join(t.TempDir(), "mosquitto.pid")
 	hubAcct := broker.MosquittoAccount{Identity: broker.Identity{Name: "fleet-hub", Role: broker.RoleHub}, Password: "hub-secret-0123456789"}
-	m := newMosquittoSync(st, schema.Topics{}, hubAcct, dir, pidFile, slog.New(slog.DiscardHandler))
+	m := NewFileSync(st, schema.Topics{}, hubAcct, dir, pidFile, slog.New(slog.DiscardHandler))
 	var signalled []int
 	m.signal = func(pid int) error {
 		signalled = append(signalled, pid)
@@ -87,7 +87,7 @@ func TestMosquittoSync(t *testing.T) {
 	if hubLine(after) != hubLine(before) {
 		t.Error("the hub account's line changed")
 	}
-	m2 := newMosquittoSync(st, schema.Topics{}, hubAcct, dir, pidFile, slog.New(slog.DiscardHandler))
+	m2 := NewFileSync(st, schema.Topics{}, hubAcct, dir, pidFile, slog.New(slog.DiscardHandler))
 	m2.signal = m.signal
 	if changed, err := m2.Sync(ctx); changed || err != nil {
 		t.Fatalf("a new sync over up-to-date files: changed %v, err %v", changed, err)
@@ -113,18 +113,5 @@ func TestMosquittoSync(t *testing.T) {
 	}
 	if _, err := m.Sync(ctx); err != nil || signalled[len(signalled)-1] != 4243 {
 		t.Fatalf("retry after fixing the pid file: %v, signalled %v", err, signalled)
-	}
-}
-
-// TestMosquittoSyncOptions: the flags are refused where they cannot work.
-func TestMosquittoSyncOptions(t *testing.T) {
-	for _, o := range []Options{
-		{MosquittoPIDFile: "/run/mosquitto.pid"},
-		{MosquittoConfigDir: t.TempDir()},
-	} {
-		h := &Hub{opts: o}
-		if err := h.setupMosquittoSync(); err == nil {
-			t.Errorf("%+v accepted", o)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package hub
+package mosquitto
 
 import (
 	"bufio"
@@ -23,17 +23,17 @@ import (
 
 // Defaults of the Mosquitto file sync.
 const (
-	// DefaultMosquittoDebounce is how long the sync waits for more
+	// DefaultDebounce is how long the sync waits for more
 	// changes after one, so that `fleet device add` (a device, then its
 	// token) or a batch of changes is one rewrite and one reload.
-	DefaultMosquittoDebounce = 200 * time.Millisecond
-	// mosquittoMaxDelay bounds the wait of a change under a stream of
+	DefaultDebounce = 200 * time.Millisecond
+	// maxDelay bounds the wait of a change under a stream of
 	// others.
-	mosquittoMaxDelay = 2 * time.Second
-	// DefaultMosquittoResync is how often the files are checked against
+	maxDelay = 2 * time.Second
+	// DefaultResync is how often the files are checked against
 	// the store even without a change (a reload that failed is retried
 	// then, and a file edited by hand is put back).
-	DefaultMosquittoResync = time.Minute
+	DefaultResync = time.Minute
 )
 
 // accountRoutes are the API routes whose writes change MQTT accounts
@@ -48,14 +48,14 @@ var accountRoutes = map[string]bool{
 	"/v1/bootstrap-tokens/{id}": true,
 }
 
-// mosquittoSync keeps an external Mosquitto's password and ACL files (in
+// FileSync keeps an external Mosquitto's password and ACL files (in
 // dir, named passwd and acl as `fleet-hub mosquitto-config --out` names
 // them) equal to what the store says, and makes Mosquitto reload them
 // (SIGHUP to the process in pidFile) whenever they change. It is
 // level-based: every sync renders both files from the whole store and
 // compares them with what is on disk, so a missed trigger costs only
 // time until the next one or the periodic resync.
-type mosquittoSync struct {
+type FileSync struct {
 	st       *store.Store
 	topics   schema.Topics
 	hub      broker.MosquittoAccount
@@ -76,25 +76,29 @@ type mosquittoSync struct {
 	reloadPending bool
 }
 
-func newMosquittoSync(st *store.Store, topics schema.Topics, hub broker.MosquittoAccount, dir, pidFile string, log *slog.Logger) *mosquittoSync {
-	return &mosquittoSync{
+// NewFileSync returns the sync of the files in dir for the store's
+// accounts and the hub's own (hub), signalling the Mosquitto whose
+// pid_file is pidFile ("": none, the operator reloads it). Start or Run
+// it next.
+func NewFileSync(st *store.Store, topics schema.Topics, hub broker.MosquittoAccount, dir, pidFile string, log *slog.Logger) *FileSync {
+	return &FileSync{
 		st: st, topics: topics, hub: hub, dir: dir, pidFile: pidFile,
-		debounce: DefaultMosquittoDebounce, resync: DefaultMosquittoResync,
+		debounce: DefaultDebounce, resync: DefaultResync,
 		log: log, signal: sighup, wake: make(chan struct{}, 1),
 	}
 }
 
 // Trigger asks for a sync soon; it never blocks.
-func (m *mosquittoSync) Trigger() {
+func (m *FileSync) Trigger() {
 	select {
 	case m.wake <- struct{}{}:
 	default:
 	}
 }
 
-// observeRequest triggers a sync after a successful request on a route
-// that changes accounts.
-func (m *mosquittoSync) observeRequest(route string, code int) {
+// ObserveRequest triggers a sync after a successful request on a route
+// that changes accounts (an api.Options.ObserveRequest, less the time).
+func (m *FileSync) ObserveRequest(route string, code int) {
 	if code < 300 && accountRoutes[route] {
 		m.Trigger()
 	}
@@ -102,7 +106,7 @@ func (m *mosquittoSync) observeRequest(route string, code int) {
 
 // Run syncs on every trigger (debounced), on every device added or
 // deleted, and every resync interval, until ctx is done.
-func (m *mosquittoSync) Run(ctx context.Context) error {
+func (m *FileSync) Run(ctx context.Context) error {
 	var watching sync.WaitGroup
 	defer watching.Wait() // the watch ends with ctx
 	watching.Go(func() { m.watchDevices(ctx) })
@@ -125,9 +129,9 @@ func (m *mosquittoSync) Run(ctx context.Context) error {
 }
 
 // settle waits until no trigger has come for the debounce interval, or
-// mosquittoMaxDelay has passed. It reports false if ctx ended.
-func (m *mosquittoSync) settle(ctx context.Context) bool {
-	limit := time.NewTimer(mosquittoMaxDelay)
+// maxDelay has passed. It reports false if ctx ended.
+func (m *FileSync) settle(ctx context.Context) bool {
+	limit := time.NewTimer(maxDelay)
 	defer limit.Stop()
 	quiet := time.NewTimer(m.debounce)
 	defer quiet.Stop()
@@ -147,7 +151,7 @@ func (m *mosquittoSync) settle(ctx context.Context) bool {
 
 // watchDevices triggers a sync for every device added or deleted (an
 // enrollment creates a device and its token at once).
-func (m *mosquittoSync) watchDevices(ctx context.Context) {
+func (m *FileSync) watchDevices(ctx context.Context) {
 	for ctx.Err() == nil {
 		rev, err := m.st.Revision(ctx)
 		var events <-chan store.Event
@@ -174,7 +178,7 @@ func (m *mosquittoSync) watchDevices(ctx context.Context) {
 // Sync renders the files and, if either differs from the one on disk,
 // replaces it (atomically) and signals Mosquitto. It reports whether
 // anything was written.
-func (m *mosquittoSync) Sync(ctx context.Context) (bool, error) {
+func (m *FileSync) Sync(ctx context.Context) (bool, error) {
 	passwdPath, aclPath := filepath.Join(m.dir, "passwd"), filepath.Join(m.dir, "acl")
 	if m.hubHash == "" {
 		h, err := m.currentHubHash(passwdPath)
@@ -183,7 +187,7 @@ func (m *mosquittoSync) Sync(ctx context.Context) (bool, error) {
 		}
 		m.hubHash = h
 	}
-	passwd, acl, warnings, err := mosquittoFiles(ctx, m.st, m.topics, m.hub.Name, m.hubHash)
+	passwd, acl, warnings, err := render(ctx, m.st, m.topics, m.hub.Name, m.hubHash)
 	if err != nil {
 		return false, fmt.Errorf("mosquitto files: %w", err)
 	}
@@ -203,7 +207,7 @@ func (m *mosquittoSync) Sync(ctx context.Context) (bool, error) {
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			m.log.Warn("mosquitto files: cannot read the current file; replacing it", "path", f.path, "err", err)
 		}
-		if err := WriteFileAtomic(f.path, f.data, f.mode); err != nil {
+		if err := store.WriteFileAtomic(f.path, f.data, f.mode); err != nil {
 			return changed, fmt.Errorf("write %s: %w", f.path, err)
 		}
 		changed = true
@@ -233,7 +237,7 @@ func (m *mosquittoSync) Sync(ctx context.Context) (bool, error) {
 
 // currentHubHash returns the hub account's hash from the password file on
 // disk if it is the hash of the hub's password, else a new one.
-func (m *mosquittoSync) currentHubHash(passwdPath string) (string, error) {
+func (m *FileSync) currentHubHash(passwdPath string) (string, error) {
 	if f, err := os.Open(passwdPath); err == nil {
 		defer f.Close()
 		sc := bufio.NewScanner(f)
@@ -272,10 +276,10 @@ func sighup(pid int) error {
 	return nil
 }
 
-// start writes the files once (an error there is a setup error: the
+// Start writes the files once (an error there is a setup error: the
 // directory cannot be written) and runs the sync on parts until ctx ends.
 // Failing to signal Mosquitto is only logged: it may not run yet.
-func (m *mosquittoSync) start(ctx context.Context, parts *sync.WaitGroup) error {
+func (m *FileSync) Start(ctx context.Context, parts *sync.WaitGroup) error {
 	if _, err := m.Sync(ctx); err != nil {
 		var reload *reloadError
 		if !errors.As(err, &reload) {

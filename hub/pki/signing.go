@@ -1,4 +1,4 @@
-package hub
+package pki
 
 import (
 	"crypto/ed25519"
@@ -8,12 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
 
-	"github.com/fleetmq/fleet/hub/api"
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -101,24 +99,12 @@ func (s *Signer) Rotate() (oldID, newID string, err error) {
 	return oldID, schema.SigningKeyID(next.Public().(ed25519.PublicKey)), nil
 }
 
-// RotateSigningKey rotates the signing key in the data directory of a
-// stopped hub (`fleet-hub rotate-signing-key`); the hub signs with the
-// new key, endorsed by the old one, and republishes every desired state
-// when it starts. With no key yet it creates one. It returns the old and
-// the new key IDs.
+// RotateSigningKey rotates the signing key in dataDir: the hub signs
+// with the new key, endorsed by the old one. With no key yet it creates
+// one. It returns the old and the new key IDs. The caller makes sure no
+// hub runs on dataDir (hub.RotateSigningKey opens its store first), so
+// that none goes on signing with the old key.
 func RotateSigningKey(dataDir string) (oldID, newID string, err error) {
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return "", "", fmt.Errorf("rotate signing key: %w", err)
-	}
-	// The store admits one process: opening it proves the hub is
-	// stopped, so that it does not go on signing with the old key.
-	st, err := store.Open(store.Options{Dir: filepath.Join(dataDir, "store"), GCInterval: -1})
-	if err != nil {
-		return "", "", fmt.Errorf("rotate signing key (stop the hub first, or POST /v1/signing-key/rotate): %w", err)
-	}
-	if err := st.Close(); err != nil {
-		return "", "", fmt.Errorf("rotate signing key: %w", err)
-	}
 	cur, err := readSigningKey(filepath.Join(dataDir, SigningKeyName))
 	if errors.Is(err, fs.ErrNotExist) {
 		s, err := LoadOrCreateSigner(dataDir)
@@ -189,20 +175,5 @@ func writeSigningKey(path string, key ed25519.PrivateKey) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	return WriteFileAtomic(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
-}
-
-// serveRotateSigningKey rotates the signing key of the running hub (POST
-// /v1/signing-key/rotate, admin only) and republishes every desired
-// state, signed by the new key with the old one's endorsement. It answers
-// the hub's info with the new key.
-func (h *Hub) serveRotateSigningKey(w http.ResponseWriter, r *http.Request) {
-	oldID, newID, err := h.signer.Rotate()
-	if err != nil {
-		api.WriteError(w, r, h.log, err)
-		return
-	}
-	h.log.Info("signing key rotated; republishing every desired state", "old_key", oldID, "new_key", newID)
-	h.ctrl.RepublishAll()
-	api.WriteJSON(w, http.StatusOK, h.hubInfo())
+	return store.WriteFileAtomic(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
 }

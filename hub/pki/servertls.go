@@ -1,4 +1,4 @@
-package hub
+package pki
 
 import (
 	"crypto"
@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -53,10 +54,10 @@ const (
 	backdate = time.Hour
 )
 
-// hubTLS is what the hub's TLS listeners present: a server certificate,
-// swapped atomically on reload, and the CA that signed it when the hub
-// made its own (nil CA with --tls-cert/--tls-key).
-type hubTLS struct {
+// ServerTLS is what the hub's TLS listeners present: a server
+// certificate, swapped atomically on reload, and the CA that signed it
+// when the hub made its own (no CA with --tls-cert/--tls-key).
+type ServerTLS struct {
 	ca    *x509.Certificate
 	caPEM []byte
 
@@ -66,9 +67,9 @@ type hubTLS struct {
 	cert              atomic.Pointer[tls.Certificate]
 }
 
-// config is the server TLS configuration of every TLS listener: TLS 1.2
+// Config is the server TLS configuration of every TLS listener: TLS 1.2
 // or later, the current certificate on every handshake.
-func (t *hubTLS) config() *tls.Config {
+func (t *ServerTLS) Config() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -77,9 +78,10 @@ func (t *hubTLS) config() *tls.Config {
 	}
 }
 
-// reload reads the given certificate and key again (on SIGHUP); a
-// certificate that fails to load leaves the current one in place.
-func (t *hubTLS) reload() error {
+// Reload reads the given certificate and key again (on SIGHUP); a
+// certificate that fails to load leaves the current one in place. With
+// the hub's own certificate it does nothing.
+func (t *ServerTLS) Reload() error {
 	if t.certFile == "" {
 		return nil
 	}
@@ -91,28 +93,38 @@ func (t *hubTLS) reload() error {
 	return nil
 }
 
-// caHash is the CA's pin for bootstrap tokens, "" without an own CA.
-func (t *hubTLS) caHash() string {
+// CertFile is the given certificate's file (--tls-cert), "" for the
+// hub's own.
+func (t *ServerTLS) CertFile() string { return t.certFile }
+
+// OwnCA reports whether the hub made its own CA (no --tls-cert).
+func (t *ServerTLS) OwnCA() bool { return t != nil && t.ca != nil }
+
+// CAPEM is the PEM of the hub's own CA; nil without one.
+func (t *ServerTLS) CAPEM() []byte { return t.caPEM }
+
+// CAHash is the CA's pin for bootstrap tokens, "" without an own CA.
+func (t *ServerTLS) CAHash() string {
 	if t == nil || t.ca == nil {
 		return ""
 	}
 	return schema.CAHash(t.ca)
 }
 
-// setupTLS loads the given certificate, or makes sure the hub's CA and a
-// current server certificate for sans exist in dataDir.
-func setupTLS(certFile, keyFile, dataDir string, sans []string, now time.Time, log *slog.Logger) (*hubTLS, error) {
+// SetupServerTLS loads the given certificate, or makes sure the hub's CA
+// and a current server certificate for sans exist in dataDir.
+func SetupServerTLS(certFile, keyFile, dataDir string, sans []string, now time.Time, log *slog.Logger) (*ServerTLS, error) {
 	switch {
 	case certFile != "" && keyFile != "":
-		t := &hubTLS{certFile: certFile, keyFile: keyFile}
-		if err := t.reload(); err != nil {
+		t := &ServerTLS{certFile: certFile, keyFile: keyFile}
+		if err := t.Reload(); err != nil {
 			return nil, fmt.Errorf("tls: %w", err)
 		}
 		return t, nil
 	case certFile != "" || keyFile != "":
 		return nil, errors.New("tls: give both --tls-cert and --tls-key")
 	}
-	ca, caKey, caPEM, err := ensureCA(dataDir, now, log)
+	ca, caKey, caPEM, err := EnsureCA(dataDir, now, log)
 	if err != nil {
 		return nil, err
 	}
@@ -120,14 +132,14 @@ func setupTLS(certFile, keyFile, dataDir string, sans []string, now time.Time, l
 	if err != nil {
 		return nil, err
 	}
-	t := &hubTLS{ca: ca, caPEM: caPEM}
+	t := &ServerTLS{ca: ca, caPEM: caPEM}
 	t.cert.Store(&cert)
 	return t, nil
 }
 
-// ensureCA loads the hub's CA from dataDir, creating it (ECDSA P-256,
-// 10 years) on first start.
-func ensureCA(dataDir string, now time.Time, log *slog.Logger) (*x509.Certificate, crypto.Signer, []byte, error) {
+// EnsureCA loads the hub's CA from dataDir, creating it (ECDSA P-256,
+// 10 years) on first start. It returns the CA, its key and its PEM.
+func EnsureCA(dataDir string, now time.Time, log *slog.Logger) (*x509.Certificate, crypto.Signer, []byte, error) {
 	certPath, keyPath := filepath.Join(dataDir, CACertName), filepath.Join(dataDir, CAKeyName)
 	certPEM, certErr := os.ReadFile(certPath)
 	keyPEM, keyErr := os.ReadFile(keyPath)
@@ -167,10 +179,10 @@ func ensureCA(dataDir string, now time.Time, log *slog.Logger) (*x509.Certificat
 	}
 	// The key first: a crash between the two leaves a key alone, which
 	// the next start refuses instead of silently making another CA.
-	if err := WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
+	if err := store.WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
 		return nil, nil, nil, fmt.Errorf("hub CA: write %s: %w", keyPath, err)
 	}
-	if err := WriteFileAtomic(certPath, certPEM, 0o644); err != nil {
+	if err := store.WriteFileAtomic(certPath, certPEM, 0o644); err != nil {
 		return nil, nil, nil, fmt.Errorf("hub CA: write %s: %w", certPath, err)
 	}
 	log.Info("created the hub's CA", "cert", certPath, "ca_hash", schema.CAHash(ca), "expires", ca.NotAfter.Format(time.DateOnly))
@@ -233,10 +245,10 @@ func ensureServerCert(dataDir string, ca *x509.Certificate, caKey crypto.Signer,
 	// Chain: the server certificate, then the CA, so that a client
 	// pinning the CA by hash sees it in the handshake.
 	chainPEM := append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})...)
-	if err := WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
+	if err := store.WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
 		return tls.Certificate{}, fmt.Errorf("hub certificate: write %s: %w", keyPath, err)
 	}
-	if err := WriteFileAtomic(certPath, chainPEM, 0o644); err != nil {
+	if err := store.WriteFileAtomic(certPath, chainPEM, 0o644); err != nil {
 		return tls.Certificate{}, fmt.Errorf("hub certificate: write %s: %w", certPath, err)
 	}
 	log.Info("issued the hub's server certificate", "cert", certPath, "why", reason, "expires", cert.NotAfter.Format(time.DateOnly), "names", strings.Join(sans, ","))
@@ -296,10 +308,10 @@ func parseKeyPair(certPEM, keyPEM []byte) (*x509.Certificate, crypto.Signer, err
 	return cert, signer, nil
 }
 
-// serverSANs are the names the hub's own certificate carries: localhost
+// ServerSANs are the names the hub's own certificate carries: localhost
 // and the loopback addresses, the host name, every non-loopback interface
 // address, the hosts of the advertised URLs and the extra names.
-func serverSANs(advertised []string, extra []string) []string {
+func ServerSANs(advertised []string, extra []string) []string {
 	sans := []string{"localhost", "127.0.0.1", "::1"}
 	if h, err := os.Hostname(); err == nil && h != "" {
 		sans = append(sans, strings.ToLower(h))
@@ -351,20 +363,4 @@ func coversSANs(cert *x509.Certificate, sans []string) bool {
 		}
 	}
 	return true
-}
-
-// isLoopbackAddr reports whether a listen address binds only loopback:
-// localhost or a loopback IP. An empty or unspecified host (":1883",
-// "0.0.0.0:1883") binds every interface.
-func isLoopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	host, _, _ = strings.Cut(host, "%")
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

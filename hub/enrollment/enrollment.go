@@ -1,16 +1,21 @@
-package hub
+package enrollment
 
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/hub/pki"
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -18,15 +23,51 @@ import (
 // enrollTimeout bounds the handling of one enrollment request.
 const enrollTimeout = 10 * time.Second
 
-// pubSub is the part of broker.Conn the enroller uses.
-type pubSub interface {
+// PubSub is the part of broker.Conn the Handler uses.
+type PubSub interface {
 	Publish(ctx context.Context, topic string, payload []byte, retained bool) error
 	Subscribe(ctx context.Context, filter string, handler func(topic string, payload []byte)) error
 }
 
-var _ pubSub = broker.Conn(nil)
+var _ PubSub = broker.Conn(nil)
 
-// enroller answers the enrollment requests of bootstrap clients (see
+// SigningKey is the part of pki.Signer the Handler uses.
+type SigningKey interface {
+	PublicKey() ed25519.PublicKey
+}
+
+var _ SigningKey = (*pki.Signer)(nil)
+
+// Options configure a Handler. Store, Conn and Logger are required.
+type Options struct {
+	Store  *store.Store
+	Conn   PubSub
+	Topics schema.Topics
+	Logger *slog.Logger
+	// Reserved, if set, reports the device names no device may take
+	// (the hub's own MQTT account); default: none.
+	Reserved func(name string) bool
+	// Signer, if set, gives the hub's signing key to every enrolled
+	// device, which pins it; default: none.
+	Signer SigningKey
+	// Certs, if set, signs the client certificate of every enrolled
+	// device that sends a CSR; default: none (a CSR is ignored).
+	Certs *pki.ClientCA
+	// Audit, if set, records each enrollment and each refusal of a
+	// request that names a bootstrap token (request ID, entry); default:
+	// none.
+	Audit func(requestID string, e schema.AuditEntry)
+}
+
+// New returns the Handler of opts; call Subscribe to start it.
+func New(opts Options) *Handler {
+	return &Handler{
+		st: opts.Store, conn: opts.Conn, topics: opts.Topics, log: opts.Logger,
+		reserved: opts.Reserved, signer: opts.Signer, certs: opts.Certs, audit: opts.Audit,
+	}
+}
+
+// Handler answers the enrollment requests of bootstrap clients (see
 // schema/enroll.go). Transport: MQTT, the one connection every device
 // already has (devices behind NAT may not reach the HTTP API). The broker
 // lets a bootstrap client publish only on its own request topic and read
@@ -34,18 +75,18 @@ var _ pubSub = broker.Conn(nil)
 // the check here does not depend on which broker carried it. The store
 // creates the device, issues its token and spends a use in one
 // transaction; the answer goes out at QoS 1, never retained.
-type enroller struct {
+type Handler struct {
 	st       *store.Store
-	conn     pubSub
+	conn     PubSub
 	topics   schema.Topics
 	log      *slog.Logger
 	reserved func(name string) bool
 	// signer, if set, gives the hub's signing key to every enrolled
 	// device, which pins it.
-	signer *Signer
+	signer SigningKey
 	// certs, if set, signs the client certificate of every enrolled
 	// device that sends a CSR.
-	certs *clientCA
+	certs *pki.ClientCA
 	// audit, if set, records each enrollment and each refusal of a
 	// request that names a bootstrap token (request ID, entry).
 	audit func(requestID string, e schema.AuditEntry)
@@ -54,7 +95,7 @@ type enroller struct {
 }
 
 // Subscribe subscribes to every enrollment request until ctx is done.
-func (e *enroller) Subscribe(ctx context.Context) error {
+func (e *Handler) Subscribe(ctx context.Context) error {
 	e.ctx = ctx
 	if err := e.conn.Subscribe(ctx, e.topics.EnrollRequestFilter(), e.handle); err != nil {
 		return fmt.Errorf("subscribe to enrollment requests: %w", err)
@@ -62,7 +103,7 @@ func (e *enroller) Subscribe(ctx context.Context) error {
 	return nil
 }
 
-func (e *enroller) handle(topic string, payload []byte) {
+func (e *Handler) handle(topic string, payload []byte) {
 	requestID, kind, err := e.topics.ParseEnroll(topic)
 	if err != nil || kind != schema.TopicEnrollRequest {
 		e.log.Debug("ignoring message on an enrollment topic", "topic", topic, "err", err)
@@ -89,7 +130,7 @@ func (e *enroller) handle(topic string, payload []byte) {
 
 // answer enrolls the device a request asks for, or says why not. It never
 // logs a token.
-func (e *enroller) answer(ctx context.Context, requestID string, payload []byte) schema.EnrollResponse {
+func (e *Handler) answer(ctx context.Context, requestID string, payload []byte) schema.EnrollResponse {
 	log := e.log.With("request", requestID)
 	actor := ""
 	record := func(device, result, detail string) {
@@ -128,7 +169,7 @@ func (e *enroller) answer(ctx context.Context, requestID string, payload []byte)
 	// A CSR is checked before the enrollment spends a use of the token.
 	var csr *x509.CertificateRequest
 	if req.CSR != "" && e.certs != nil {
-		c, err := parseCSR(req.CSR, req.Device)
+		c, err := pki.ParseCSR(req.CSR, req.Device)
 		if err != nil {
 			return refuse(schema.EnrollInvalid, err.Error(), req.Device)
 		}
@@ -152,10 +193,10 @@ func (e *enroller) answer(ctx context.Context, requestID string, payload []byte)
 			// The device exists now, with its token; a certificate that
 			// fails to sign leaves it without one (it can get one over
 			// the API), not without its enrollment.
-			if certPEM, notAfter, err := e.certs.sign(csr, req.Device); err != nil {
+			if certPEM, notAfter, err := e.certs.Sign(csr, req.Device); err != nil {
 				log.Error("enrolled, but its client certificate was not signed", "device", req.Device, "err", err)
 			} else {
-				resp.Certificate, resp.CA = string(certPEM), string(e.certs.pem)
+				resp.Certificate, resp.CA = string(certPEM), string(e.certs.PEM())
 				log.Info("signed the device's client certificate", "device", req.Device, "expires", notAfter.Format(time.DateOnly))
 			}
 		}
@@ -176,4 +217,16 @@ func (e *enroller) answer(ctx context.Context, requestID string, payload []byte)
 		log.Error("enrollment failed", "device", req.Device, "err", err)
 		return schema.EnrollResponse{Device: req.Device, Reason: schema.EnrollInternalError, Message: "the hub could not enroll the device; try again"}
 	}
+}
+
+// formatLabels is k=v,k2=v2 in key order ("none" for none).
+func formatLabels(l map[string]string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(l))
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		parts = append(parts, k+"="+l[k])
+	}
+	return strings.Join(parts, ",")
 }

@@ -1,0 +1,243 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/hub/adminconf"
+	"github.com/fleetmq/fleet/hub/memtrim"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// Defaults of Options.
+const (
+	DefaultDataDir  = "./fleet-data"
+	DefaultHTTPAddr = "127.0.0.1:8080"
+	// DefaultMQTTAddr is the plain MQTT listener: loopback only, for
+	// local scripts and agents; devices use MQTT over TLS.
+	DefaultMQTTAddr = "127.0.0.1:1883"
+	// DefaultMQTTTLSAddr is the MQTT-over-TLS listener fleet-hub opens
+	// by default (and Options does when a TLS certificate is given).
+	DefaultMQTTTLSAddr = broker.DefaultTLSAddr
+	// DefaultHTTPSAddr is the HTTPS API listener fleet-hub opens by
+	// default.
+	DefaultHTTPSAddr = ":8443"
+	// DefaultMemoryTrimInterval is how often the hub checks for heap to
+	// give back to the OS (hub/memtrim).
+	DefaultMemoryTrimInterval = memtrim.DefaultInterval
+)
+
+// Off, as a listen address of Options, turns that listener off.
+const Off = "off"
+
+// Options configure a hub. The zero value with an AdminConfigFormat
+// works (the API on 127.0.0.1:8080, MQTT on 127.0.0.1:1883, no TLS
+// listener).
+type Options struct {
+	// DataDir holds the store, admin.conf and secrets.key (the key that
+	// encrypts Secrets in the store: back it up with the store); default
+	// ./fleet-data.
+	DataDir string
+	// AdminConfigFormat reads and renders admin.conf, the fleet CLI's
+	// config file, whose format package client owns (hub/adminconf);
+	// fleet-hub passes client's. Required: New and RotateAdminToken
+	// refuse to start without it.
+	AdminConfigFormat adminconf.Format
+	// HTTPAddr is the API's listen address; default 127.0.0.1:8080. With
+	// port 0 the kernel picks one; admin.conf gets the real address.
+	HTTPAddr string
+	// Logger; default discards. The embedded broker logs through it too.
+	Logger *slog.Logger
+	// BookmarkInterval of watch streams; default 15 s.
+	BookmarkInterval time.Duration
+	// ShutdownTimeout bounds the graceful end of HTTP requests; default 10 s.
+	ShutdownTimeout time.Duration
+	// Ready, if set, is called once the API accepts connections.
+	Ready func(Info)
+	// Version is what GET /v1/info reports; default "dev".
+	Version string
+
+	// MQTTAddr is the embedded broker's plain listener; default
+	// "127.0.0.1:1883"; Off: none.
+	MQTTAddr string
+	// HTTPSAddr is the HTTPS API listener; "" or Off: none (fleet-hub
+	// passes ":8443").
+	HTTPSAddr string
+	// MQTTTLSAddr is the embedded broker's MQTT-over-TLS listener; ""
+	// (or Off): none, unless TLSCertFile is given (then ":8883").
+	MQTTTLSAddr string
+	// TLSCertFile and TLSKeyFile are the certificate (chain) and key
+	// the TLS listeners present, read again on SIGHUP. Without them the
+	// hub makes its own CA (ca.crt, ca.key in DataDir) and a server
+	// certificate (hub.crt, hub.key) for its names, renewed on start
+	// within 30 days of its end.
+	TLSCertFile string
+	TLSKeyFile  string
+	// TLSSANs are extra names (DNS names or IP addresses) of the hub's
+	// own server certificate.
+	TLSSANs []string
+	// MQTTClientCerts is what the embedded broker's TLS listener asks
+	// of client certificates signed by the hub's CA: "off" (default),
+	// "optional" or "required" (broker.ClientCertMode; hub/pki.ClientCA).
+	MQTTClientCerts string
+	// InsecurePlaintext allows plain HTTP and MQTT listeners on
+	// non-loopback addresses; without it New refuses them.
+	InsecurePlaintext bool
+	// AdvertiseHTTPURL is the API URL clients on other machines use
+	// (https://hub.example:8443): a name of the server certificate, and
+	// admin.conf's hub when there is no plain listener.
+	AdvertiseHTTPURL string
+	// AdvertiseMQTTURL is the broker URL GET /v1/info gives devices;
+	// default: the TLS listener if any, else the plain one (a wildcard
+	// host stays 0.0.0.0), or the external broker's URL.
+	AdvertiseMQTTURL string
+	// Topics is the MQTT topic layout; default prefix fleet/v1.
+	Topics schema.Topics
+
+	// Broker, if set, is the URL of an external MQTT broker (tcp://,
+	// ssl://…): no embedded broker runs, and the hub connects as
+	// BrokerUsername (default "fleet-hub") with BrokerPassword (default:
+	// <data-dir>/mqtt-password, created on first start).
+	Broker         string
+	BrokerUsername string
+	BrokerPassword string
+	// BrokerCAFile is a PEM bundle of CAs for an ssl:// broker.
+	BrokerCAFile string
+	// BrokerClientID is the hub's stable MQTT client ID on the external
+	// broker (its persistent session); default BrokerUsername.
+	BrokerClientID string
+	// MosquittoConfigDir, with an external Mosquitto (Broker), is the
+	// directory of its password and ACL files (passwd, acl; see
+	// `fleet-hub mosquitto-config --out`): the hub writes them on start
+	// and rewrites them (atomically) after every change of accounts.
+	// Default: none (run mosquitto-config and reload by hand).
+	MosquittoConfigDir string
+	// MosquittoPIDFile is Mosquitto's pid_file: after rewriting the files
+	// the hub sends that process SIGHUP, so it reloads them (and drops
+	// the clients whose token is gone). Default: none (no signal).
+	MosquittoPIDFile string
+
+	// ResyncInterval is the controller's full recompute period; default
+	// 30 s.
+	ResyncInterval time.Duration
+	// StaleAfter: a device not heard from for this long is stale; 0 (the
+	// default): never, a device is online while its MQTT session is up
+	// (agents do not republish an unchanged status; the broker's keepalive
+	// and the device's last will keep the online topic true).
+	StaleAfter time.Duration
+	// StatusFlushInterval is how often reports are written to the store
+	// (in one batch); default 200 ms.
+	StatusFlushInterval time.Duration
+	// StatusDebounce delays the controller pass that follows a report;
+	// default controller.DefaultStatusDebounce.
+	StatusDebounce time.Duration
+	// MemoryTrimInterval is how often the hub looks for free heap to give
+	// back to the OS after a burst; default DefaultMemoryTrimInterval,
+	// negative: never (the Go runtime's own pace).
+	MemoryTrimInterval time.Duration
+}
+
+func (o *Options) setDefaults() {
+	if o.DataDir == "" {
+		o.DataDir = DefaultDataDir
+	}
+	if o.HTTPAddr == "" {
+		o.HTTPAddr = DefaultHTTPAddr
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = 10 * time.Second
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.MQTTAddr == "" {
+		o.MQTTAddr = DefaultMQTTAddr
+	}
+	if o.MQTTTLSAddr == "" && o.TLSCertFile != "" {
+		o.MQTTTLSAddr = DefaultMQTTTLSAddr
+	}
+	if o.HTTPSAddr == "" {
+		o.HTTPSAddr = Off
+	}
+	if o.MQTTTLSAddr == "" {
+		o.MQTTTLSAddr = Off
+	}
+	if o.BrokerUsername == "" {
+		o.BrokerUsername = DefaultBrokerUsername
+	}
+	if o.MemoryTrimInterval == 0 {
+		o.MemoryTrimInterval = DefaultMemoryTrimInterval
+	}
+}
+
+// check refuses options that cannot work, and warns of those ignored.
+func (o *Options) check() error {
+	if o.Broker != "" {
+		if err := checkMQTTURL(o.Broker); err != nil {
+			return fmt.Errorf("--broker: %w", err)
+		}
+	}
+	if o.HTTPAddr == Off && o.HTTPSAddr == Off {
+		return errors.New("no API listener: give --http-addr or --https-addr")
+	}
+	if o.Broker == "" && o.MQTTAddr == Off && !o.mqttTLS() {
+		return errors.New("no MQTT listener: give --mqtts-addr or --mqtt-addr (or an external --broker)")
+	}
+	if !o.InsecurePlaintext {
+		if o.HTTPAddr != Off && !isLoopbackAddr(o.HTTPAddr) {
+			return fmt.Errorf("--http-addr %s: plain HTTP off loopback would send tokens in clear: serve the API over HTTPS (--https-addr, default %s) and keep --http-addr on 127.0.0.1 (or empty to turn it off), or pass --insecure-plaintext",
+				o.HTTPAddr, DefaultHTTPSAddr)
+		}
+		if o.Broker == "" && o.MQTTAddr != Off && !isLoopbackAddr(o.MQTTAddr) {
+			return fmt.Errorf("--mqtt-addr %s: plain MQTT off loopback would send device tokens in clear: devices use MQTT over TLS (--mqtts-addr, default %s, ssl://HOST:8883); keep --mqtt-addr on 127.0.0.1 (or empty to turn it off), or pass --insecure-plaintext",
+				o.MQTTAddr, DefaultMQTTTLSAddr)
+		}
+	}
+	if o.AdvertiseHTTPURL != "" {
+		if u, err := url.Parse(o.AdvertiseHTTPURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return fmt.Errorf("--advertise-http-url %q: want https://HOST:PORT", o.AdvertiseHTTPURL)
+		}
+	}
+	if o.AdvertiseMQTTURL != "" {
+		if err := checkMQTTURL(o.AdvertiseMQTTURL); err != nil {
+			return fmt.Errorf("--advertise-mqtt-url: %w", err)
+		}
+	}
+	if p := o.Topics.Prefix; strings.ContainsAny(p, "+#\x00") || strings.HasPrefix(p, "/") || strings.HasPrefix(p, "$") {
+		return fmt.Errorf("topic prefix %q: must not contain wildcards or start with '/' or '$'", p)
+	}
+	return nil
+}
+
+// mqttTLS reports whether the embedded broker has a TLS listener.
+func (o *Options) mqttTLS() bool {
+	return o.Broker == "" && o.MQTTTLSAddr != "" && o.MQTTTLSAddr != Off
+}
+
+// errNoAdminConfigFormat: Options.AdminConfigFormat is required.
+var errNoAdminConfigFormat = errors.New("hub: Options.AdminConfigFormat is nil: give the admin.conf format (fleet-hub passes the client package's)")
+
+// isLoopbackAddr reports whether a listen address binds only loopback:
+// localhost or a loopback IP. An empty or unspecified host (":1883",
+// "0.0.0.0:1883") binds every interface.
+func isLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	host, _, _ = strings.Cut(host, "%")
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
