@@ -193,7 +193,7 @@ func incrementalVsFull(t *testing.T, seed uint64) {
 				report(devName(), rng.IntN(4) != 0)
 			}
 		}
-		if c.full {
+		if c.changes.full {
 			t.Fatalf("step %d (%s): the next pass would be a full one", step, what)
 		}
 		full := c.fullPasses.Load()
@@ -212,8 +212,8 @@ func incrementalVsFull(t *testing.T, seed uint64) {
 // controller's desired states and deployment statuses.
 func checkFixpoint(t *testing.T, c *Controller, when string) {
 	t.Helper()
-	views := c.views()
-	deps := c.deploymentsSorted()
+	views := c.fleet.views()
+	deps := c.fleet.deploymentsSorted()
 	want := DesiredPods(views, deps)
 	for _, v := range views {
 		got := c.model.Desired(v.Name)
@@ -252,7 +252,7 @@ func checkFixpoint(t *testing.T, c *Controller, when string) {
 	}
 	for i := range 5 { // every name depName gives
 		name := fmt.Sprintf("app%d", i)
-		_, exists := c.deployments[name]
+		_, exists := c.fleet.deployments[name]
 		if _, ok := c.model.Model().DeploymentStatus(name); ok != exists {
 			t.Fatalf("%s: deployment %s exists %v, has a status %v", when, name, exists, ok)
 		}
@@ -304,11 +304,11 @@ func TestIncrementalPlacementDeclines(t *testing.T) {
 			t.Fatal("no store event for the last device")
 		}
 	}
-	rolling := maps.Clone(c.rolling)
-	if _, ok := placeIncrementally(c, increment{devices: c.dirtyDevs, rolling: c.rolling, limit: minIncrementalLimit}); ok {
-		t.Fatalf("placeIncrementally decided for %d changed devices, limit %d", len(c.dirtyDevs), minIncrementalLimit)
+	rolling := maps.Clone(c.placer.rolling)
+	if _, ok := placeIncrementally(c.fleet, c.placer.place, increment{devices: c.changes.devices, rolling: c.placer.rolling, limit: minIncrementalLimit}); ok {
+		t.Fatalf("placeIncrementally decided for %d changed devices, limit %d", len(c.changes.devices), minIncrementalLimit)
 	}
-	if !maps.Equal(rolling, c.rolling) {
+	if !maps.Equal(rolling, c.placer.rolling) {
 		t.Error("placeIncrementally changed the rollouts while declining")
 	}
 	full := c.fullPasses.Load()
