@@ -36,8 +36,8 @@ func DesiredPods(devices []DeviceView, deployments []schema.Deployment) map[stri
 }
 
 // placeFunc decides the pod one deployment puts on each device it targets:
-// PlaceDeployment, or the controller's, which also places Staged
-// deployments by their rollout's plan.
+// PlaceDeployment, or the placer's, which also places Staged deployments
+// by their rollout's plan.
 type placeFunc func(dep *schema.Deployment, targeted []*DeviceView) (pods []schema.Pod, held int)
 
 // placeAll places every deployment on the devices its selector matches
