@@ -28,7 +28,7 @@ type desiredWriter struct {
 	store      desiredStore
 	storeID    string
 	fleet      fleetView
-	cfg        *configState // read only
+	cfg        *configState // read (its cache of pod references aside)
 	model      desiredModel
 	topics     *desiredTopics
 	tombstones map[string]int64 // last generation of deleted devices

@@ -279,7 +279,7 @@ type sending struct {
 
 // send starts publishing msgs with up to PublishWorkers in flight and
 // returns at once; finish waits and records the outcome. It touches no
-// publisher state, so several batches may be under way.
+// topic state, so several batches may be under way.
 func (p *sender) send(ctx context.Context, msgs []message) *sending {
 	s := &sending{msgs: msgs, ok: make([]bool, len(msgs)), parent: ctx}
 	if len(msgs) == 0 {
