@@ -114,10 +114,9 @@ func (c *Controller) event(ctx context.Context, events <-chan store.Event, ev st
 func (c *Controller) pass(ctx context.Context) {
 	start := time.Now()
 	c.retryAt = time.Time{}
-	if err := c.cfg.loadPending(ctx, c.store); err != nil && ctx.Err() == nil {
+	if err := c.cfg.loadPending(ctx, c.store); err != nil {
 		// What the events named stays pending; a full pass follows.
-		c.log.Error("controller pass", "err", err)
-		c.retryAt = time.Now().Add(time.Second)
+		c.failed(ctx, "controller pass", err)
 	}
 	reported, all := c.inbox.take()
 	c.changes.reported = reported
