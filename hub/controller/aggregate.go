@@ -2,9 +2,42 @@ package controller
 
 import (
 	"context"
+	"maps"
+	"slices"
 
+	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/schema"
 )
+
+// statusModel is where the status aggregator records deployment statuses;
+// fleetmodel.Writer is one.
+type statusModel interface {
+	SetDeploymentStatus(name string, s schema.DeploymentStatus)
+	DeleteDeploymentStatus(name string)
+}
+
+var _ statusModel = (*fleetmodel.Writer)(nil)
+
+// rolloutStatus adds a Staged deployment's rollout to its status; the
+// placer, which keeps the rollouts, is one.
+type rolloutStatus interface {
+	decorate(name string, s schema.DeploymentStatus) schema.DeploymentStatus
+}
+
+// statusAggregator is the last stage of a pass: it counts each
+// deployment's status from what the devices it targets report (device by
+// device, so an incremental pass recounts only what changed), adds its
+// rollout and port conflicts, records it in the model and publishes it
+// retained. It reads the fleet; it keeps the counts, the port conflicts
+// and the status topics.
+type statusAggregator struct {
+	fleet    fleetView
+	model    statusModel
+	rollouts rolloutStatus
+	ports    *portWatch
+	topics   *statusTopics
+	aggs     map[string]*depAgg // by deployment
+}
 
 // depAgg is a deployment's status, kept up to date device by device.
 type depAgg struct {
@@ -13,62 +46,120 @@ type depAgg struct {
 	cat    map[string]category // the devices it targets
 }
 
-// rebuildAgg counts a deployment's status from scratch.
-func (c *Controller) rebuildAgg(dep *schema.Deployment) {
-	names := c.selectNames(dep.Spec.Selector)
-	a := &depAgg{
+// countAll counts every deployment's status afresh and publishes what
+// changed, clearing the statuses of deleted deployments.
+func (a *statusAggregator) countAll(ctx context.Context) {
+	deps := a.fleet.deploymentsSorted()
+	a.ports.update(deps)
+	clear(a.aggs)
+	names := make([]string, len(deps))
+	for i := range deps {
+		a.rebuild(&deps[i])
+		names[i] = deps[i].Metadata.Name
+	}
+	a.publish(ctx, append(names, a.topics.deletedDeployments(a.fleet.deployment)...))
+}
+
+// recount brings the statuses up to date after an incremental pass: it
+// recounts the deployments ch names (and those whose port conflicts
+// changed), and in the others the devices that changed or reported, and
+// publishes what changed.
+func (a *statusAggregator) recount(ctx context.Context, ch *changeSet) {
+	deps := a.fleet.deploymentsSorted()
+	touched := maps.Clone(ch.deployments) // deployments whose status may have changed
+	if touched == nil {
+		touched = map[string]bool{}
+	}
+	if len(ch.devices) > 0 || len(touched) > 0 {
+		// Devices or deployments changed: host port claims may too.
+		for _, name := range a.ports.update(deps) {
+			touched[name] = true
+		}
+	}
+	rebuilt := maps.Clone(touched)
+	for depName := range rebuilt {
+		if dep, ok := a.fleet.deployment(depName); ok {
+			a.rebuild(dep)
+		} else {
+			delete(a.aggs, depName)
+		}
+	}
+	for _, devs := range []map[string]bool{ch.devices, ch.reported} {
+		for name := range devs {
+			d, _ := a.fleet.device(name)
+			for i := range deps {
+				depName := deps[i].Metadata.Name
+				if rebuilt[depName] {
+					continue
+				}
+				if _, counted := a.aggs[depName].cat[name]; counted || d.Labels != nil && deps[i].Spec.Selector.Matches(d.Labels) {
+					a.update(&deps[i], name)
+					touched[depName] = true
+				}
+			}
+		}
+	}
+	if len(touched) > 0 || a.topics.clearing() {
+		a.publish(ctx, slices.Sorted(maps.Keys(touched)))
+	}
+}
+
+// rebuild counts a deployment's status from scratch.
+func (a *statusAggregator) rebuild(dep *schema.Deployment) {
+	names := a.fleet.selectNames(dep.Spec.Selector)
+	g := &depAgg{
 		hash:   schema.TemplateHash(dep.Spec.Template),
 		status: schema.DeploymentStatus{ObservedGeneration: dep.Metadata.Generation, Revision: depRevision(dep)},
 		cat:    make(map[string]category, len(names)),
 	}
 	for _, name := range names {
-		cat := c.categoryOf(dep.Metadata.Name, a.hash, name)
-		a.cat[name] = cat
-		countDevice(&a.status, cat, 1)
+		cat := a.categoryOf(dep.Metadata.Name, g.hash, name)
+		g.cat[name] = cat
+		countDevice(&g.status, cat, 1)
 	}
-	c.aggs[dep.Metadata.Name] = a
+	a.aggs[dep.Metadata.Name] = g
 }
 
-// updateAgg recounts one device in a deployment's status.
-func (c *Controller) updateAgg(dep *schema.Deployment, name string) {
-	a := c.aggs[dep.Metadata.Name]
-	if a == nil {
-		c.rebuildAgg(dep)
+// update recounts one device in a deployment's status.
+func (a *statusAggregator) update(dep *schema.Deployment, name string) {
+	g := a.aggs[dep.Metadata.Name]
+	if g == nil {
+		a.rebuild(dep)
 		return
 	}
-	if old, ok := a.cat[name]; ok {
-		countDevice(&a.status, old, -1)
-		delete(a.cat, name)
+	if old, ok := g.cat[name]; ok {
+		countDevice(&g.status, old, -1)
+		delete(g.cat, name)
 	}
-	if d, ok := c.model.Device(name); ok && dep.Spec.Selector.Matches(d.Labels) {
-		cat := c.categoryOf(dep.Metadata.Name, a.hash, name)
-		a.cat[name] = cat
-		countDevice(&a.status, cat, 1)
+	if d, ok := a.fleet.device(name); ok && dep.Spec.Selector.Matches(d.Labels) {
+		cat := a.categoryOf(dep.Metadata.Name, g.hash, name)
+		g.cat[name] = cat
+		countDevice(&g.status, cat, 1)
 	}
 }
 
-func (c *Controller) categoryOf(depName, hash, device string) category {
-	d, _ := c.model.Device(device)
-	st, online := c.status.DeviceState(device, d.UID)
+func (a *statusAggregator) categoryOf(depName, hash, device string) category {
+	d, _ := a.fleet.device(device)
+	st, online := a.fleet.deviceState(device, d.UID)
 	return deviceCategory(depName, hash, st, online)
 }
 
-// publishAggs records the statuses of the named deployments in the model
-// and publishes those that changed since they were last published; it
-// clears the published status of the deleted ones.
-func (c *Controller) publishAggs(ctx context.Context, names []string) {
+// publish records the statuses of the named deployments in the model and
+// publishes those that changed since they were last published; it clears
+// the published status of the deleted ones.
+func (a *statusAggregator) publish(ctx context.Context, names []string) {
 	live := make([]namedStatus, 0, len(names))
 	var gone []string
 	for _, name := range names {
-		a := c.aggs[name]
-		if _, ok := c.deployments[name]; !ok || a == nil {
-			c.model.DeleteDeploymentStatus(name)
+		g := a.aggs[name]
+		if _, ok := a.fleet.deployment(name); !ok || g == nil {
+			a.model.DeleteDeploymentStatus(name)
 			gone = append(gone, name)
 			continue
 		}
-		status := c.withPortConflict(name, c.staged.decorate(name, a.status))
-		c.model.SetDeploymentStatus(name, status)
+		status := a.ports.withConflict(name, a.rollouts.decorate(name, g.status))
+		a.model.SetDeploymentStatus(name, status)
 		live = append(live, namedStatus{name, status})
 	}
-	c.pub.publishDeploymentStatuses(ctx, live, gone)
+	a.topics.publishDeploymentStatuses(ctx, live, gone)
 }

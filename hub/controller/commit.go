@@ -2,8 +2,8 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
@@ -56,45 +56,47 @@ func nextChunk(changes []desiredChange) (chunk, rest []desiredChange) {
 
 // commit stores the changes in as few transactions as the store's size
 // limit allows, and then records what committed in the model and the
-// publisher.
+// desired topics. A failed write is logged and returned (as a failure:
+// the pass retries a second after it); what is left is not written.
 //
 // Each chunk is published as soon as it is stored, while the next one is
 // written: the first devices hear of a change that touches 10,000 after
 // one chunk's fsync, not after all of them.
-func (c *Controller) commit(ctx context.Context, changes []desiredChange) {
+func (w *desiredWriter) commit(ctx context.Context, changes []desiredChange) error {
 	var inflight []*sending
 	defer func() {
 		n := 0
 		for _, s := range inflight {
-			n += c.pub.finish(s)
+			n += w.topics.out.finish(s)
 		}
-		c.pub.countDesired(n)
+		w.topics.countDesired(n)
 	}()
 	for len(changes) > 0 {
 		var chunk []desiredChange
 		chunk, changes = nextChunk(changes)
-		if err := (desiredStore{c.store}).write(ctx, chunk); err != nil {
-			if ctx.Err() == nil {
-				c.log.Error("store desired states", "devices", len(chunk), "err", err)
-				c.retryAt = time.Now().Add(time.Second)
+		if err := w.store.write(ctx, chunk); err != nil {
+			if ctx.Err() != nil {
+				return nil
 			}
-			return
+			w.log.Error("store desired states", "devices", len(chunk), "err", err)
+			return failedNow(fmt.Errorf("store desired states: %w", err))
 		}
-		c.model.SetDesired(len(chunk), func(i int) (string, *schema.DesiredState) { return chunk[i].name, chunk[i].ds })
+		w.model.SetDesired(len(chunk), func(i int) (string, *schema.DesiredState) { return chunk[i].name, chunk[i].ds })
 		var msgs []message
 		for _, ch := range chunk {
 			if ch.ds == nil {
-				c.pub.removed(ch.name)
-				c.tombstones[ch.name] = ch.lastGen
-				c.log.Info("device removed: desired state cleared", "device", ch.name, "last_generation", ch.lastGen)
+				w.topics.removed(ch.name)
+				w.tombstones[ch.name] = ch.lastGen
+				w.log.Info("device removed: desired state cleared", "device", ch.name, "last_generation", ch.lastGen)
 				continue
 			}
-			c.pub.stored(ch.name, ch.ds.Generation, ch.raw)
-			delete(c.tombstones, ch.name)
-			c.log.Debug("desired state", "device", ch.name, "generation", ch.ds.Generation, "pods", len(ch.ds.Pods),
+			w.topics.stored(ch.name, ch.ds.Generation, ch.raw)
+			delete(w.tombstones, ch.name)
+			w.log.Debug("desired state", "device", ch.name, "generation", ch.ds.Generation, "pods", len(ch.ds.Pods),
 				"configmaps", len(ch.ds.ConfigMaps), "secrets", len(ch.ds.Secrets))
-			msgs = append(msgs, c.pub.desiredMessage(ch.name, ch.ds.Generation))
+			msgs = append(msgs, w.topics.desiredMessage(ch.name, ch.ds.Generation))
 		}
-		inflight = append(inflight, c.pub.send(ctx, msgs))
+		inflight = append(inflight, w.topics.out.send(ctx, msgs))
 	}
+	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -37,8 +36,8 @@ func DesiredPods(devices []DeviceView, deployments []schema.Deployment) map[stri
 }
 
 // placeFunc decides the pod one deployment puts on each device it targets:
-// PlaceDeployment, or the controller's, which also places Staged
-// deployments by their rollout's plan.
+// PlaceDeployment, or the placer's, which also places Staged deployments
+// by their rollout's plan.
 type placeFunc func(dep *schema.Deployment, targeted []*DeviceView) (pods []schema.Pod, held int)
 
 // placeAll places every deployment on the devices its selector matches
@@ -72,27 +71,11 @@ func placeAll(devices []DeviceView, deployments []schema.Deployment, place place
 	return out
 }
 
-// fleetView is what incremental placement reads of the fleet: the
-// registered devices, their desired states and reports, and the label
-// index. The controller is one.
-type fleetView interface {
-	device(name string) (fleetmodel.Device, bool)
-	desired(name string) *schema.DesiredState
-	// selectNames returns, sorted, the devices sel matches.
-	selectNames(sel schema.LabelSelector) []string
-	deviceState(name, uid string) (*schema.DeviceStatus, bool)
-	// size is how many devices are registered.
-	size() int
-	// place decides one deployment's pods (a placeFunc).
-	place(dep *schema.Deployment, targeted []*DeviceView) (pods []schema.Pod, held int)
-}
-
 // increment is what changed since the last pass: the input of
 // placeIncrementally.
 type increment struct {
-	// deps are every deployment, by name; byName the same, by name.
-	deps   []schema.Deployment
-	byName map[string]*schema.Deployment
+	// deps are every deployment, by name.
+	deps []schema.Deployment
 	// devices changed (or were deleted); changedDeps changed (or were
 	// deleted); reported sent a report that changed.
 	devices, changedDeps, reported map[string]bool
@@ -128,7 +111,8 @@ type placement struct {
 // of. Its cost follows the size of the change, not of the fleet. ok is
 // false when it declines (more than in.limit devices changed): then the
 // caller places everything with placeAll, which gives the same result.
-func placeIncrementally(f fleetView, in increment) (p placement, ok bool) {
+// place decides one deployment's pods; f is read only.
+func placeIncrementally(f fleetView, place placeFunc, in increment) (p placement, ok bool) {
 	if len(in.devices)+len(in.reported) > in.limit {
 		return placement{}, false
 	}
@@ -161,7 +145,7 @@ func placeIncrementally(f fleetView, in increment) (p placement, ok bool) {
 		}
 	}
 	for _, depName := range slices.Sorted(maps.Keys(p.placed)) {
-		placeEverywhere(f, in, depName, p)
+		placeEverywhere(f, place, in, depName, p)
 	}
 	return p, true
 }
@@ -213,7 +197,7 @@ func (in *increment) devicePods(place map[string]bool, prev *schema.DesiredState
 // absence) on every device it may concern: those its selector matches,
 // those its previous selector matched (they hold its pod) and those that
 // changed (in.devices). Results go into p.work.
-func placeEverywhere(f fleetView, in increment, depName string, p placement) {
+func placeEverywhere(f fleetView, place placeFunc, in increment, depName string, p placement) {
 	pods := func(name string) []schema.Pod {
 		if w, ok := p.work[name]; ok {
 			return w
@@ -242,7 +226,7 @@ func placeEverywhere(f fleetView, in increment, depName string, p placement) {
 			maybe[name] = true
 		}
 	}
-	dep, ok := in.byName[depName]
+	dep, ok := f.deployment(depName)
 	var targeted []*DeviceView
 	if ok {
 		rolling := dep.Spec.Strategy.Type == schema.StrategyRollingUpdate || dep.Spec.Strategy.Type == schema.StrategyStaged
@@ -265,7 +249,7 @@ func placeEverywhere(f fleetView, in increment, depName string, p placement) {
 		p.holding[depName] = false
 		return
 	}
-	placed, held := f.place(dep, targeted)
+	placed, held := place(dep, targeted)
 	p.holding[depName] = held > 0
 	for i, v := range targeted {
 		if placed[i].Name == "" {

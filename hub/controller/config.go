@@ -92,8 +92,6 @@ type configState struct {
 	// To read from the store at the next pass: Secrets (their events
 	// carry no values) and the enrollment keys of new devices.
 	loadSecrets, loadKeys map[string]bool
-	// changed are the objects written or deleted since the last pass.
-	changed map[configKey]bool
 	// refs caches the references of pods by hash.
 	refs map[string]configRefs
 }
@@ -105,7 +103,6 @@ func newConfigState() *configState {
 		enrollKeys:  map[string]string{},
 		loadSecrets: map[string]bool{},
 		loadKeys:    map[string]bool{},
-		changed:     map[configKey]bool{},
 		refs:        map[string]configRefs{},
 	}
 }
@@ -152,13 +149,12 @@ func (cs *configState) replace(s configSnapshot) {
 	cs.configMaps, cs.secrets, cs.enrollKeys = s.configMaps, s.secrets, s.enrollKeys
 	clear(cs.loadSecrets)
 	clear(cs.loadKeys)
-	clear(cs.changed)
 	clear(cs.refs)
 }
 
 // applyConfigMap applies a ConfigMap event.
-func (cs *configState) applyConfigMap(ev store.Event, log *slog.Logger) {
-	cs.changed[configKey{schema.KindConfigMap, ev.Name}] = true
+func (cs *configState) applyConfigMap(ev store.Event, ch *changeSet, log *slog.Logger) {
+	ch.configChanged(schema.KindConfigMap, ev.Name)
 	if ev.Type == store.EventDeleted {
 		delete(cs.configMaps, ev.Name)
 		return
@@ -173,8 +169,8 @@ func (cs *configState) applyConfigMap(ev store.Event, log *slog.Logger) {
 
 // applySecret applies a Secret event: its values are read at the next
 // pass (loadPending).
-func (cs *configState) applySecret(ev store.Event) {
-	cs.changed[configKey{schema.KindSecret, ev.Name}] = true
+func (cs *configState) applySecret(ev store.Event, ch *changeSet) {
+	ch.configChanged(schema.KindSecret, ev.Name)
 	if ev.Type == store.EventDeleted {
 		delete(cs.secrets, ev.Name)
 		delete(cs.loadSecrets, ev.Name)
@@ -290,16 +286,16 @@ func (cs *configState) refsOf(pods []schema.Pod) configRefs {
 }
 
 // uses reports whether pods use one of the changed objects.
-func (cs *configState) uses(pods []schema.Pod) bool {
+func (cs *configState) uses(pods []schema.Pod, changed map[configKey]bool) bool {
 	for i := range pods {
 		r := cs.podRefs(&pods[i])
 		for _, n := range r.configMaps {
-			if cs.changed[configKey{schema.KindConfigMap, n}] {
+			if changed[configKey{schema.KindConfigMap, n}] {
 				return true
 			}
 		}
 		for _, n := range r.secrets {
-			if cs.changed[configKey{schema.KindSecret, n}] {
+			if changed[configKey{schema.KindSecret, n}] {
 				return true
 			}
 		}
@@ -317,23 +313,23 @@ type resolved struct {
 }
 
 // resolve finds the objects a device's pods use.
-func (c *Controller) resolve(name string, pods []schema.Pod) resolved {
-	refs := c.cfg.refsOf(pods)
+func (w *desiredWriter) resolve(name string, pods []schema.Pod) resolved {
+	refs := w.cfg.refsOf(pods)
 	var r resolved
 	for _, n := range refs.configMaps {
-		if cm, ok := c.cfg.configMaps[n]; ok {
+		if cm, ok := w.cfg.configMaps[n]; ok {
 			r.configMaps = append(r.configMaps, cm)
 		}
 	}
 	if len(refs.secrets) == 0 {
 		return r
 	}
-	if r.key = c.deviceKey(name); r.key == "" {
+	if r.key = w.deviceKey(name); r.key == "" {
 		return r
 	}
 	r.keyID = schema.DeviceKeyID(r.key)
 	for _, n := range refs.secrets {
-		if s, ok := c.cfg.secrets[n]; ok {
+		if s, ok := w.cfg.secrets[n]; ok {
 			r.secrets = append(r.secrets, s)
 		}
 	}
@@ -342,13 +338,13 @@ func (c *Controller) resolve(name string, pods []schema.Pod) resolved {
 
 // deviceKey is the public key a device's Secrets are sealed to: the last
 // one it reported, else the one it sent when it enrolled, else "".
-func (c *Controller) deviceKey(name string) string {
-	if d, ok := c.model.Device(name); ok {
-		if st, _ := c.status.DeviceState(name, d.UID); st != nil && st.PublicKey != "" {
+func (w *desiredWriter) deviceKey(name string) string {
+	if d, ok := w.fleet.device(name); ok {
+		if st, _ := w.fleet.deviceState(name, d.UID); st != nil && st.PublicKey != "" {
 			return st.PublicKey
 		}
 	}
-	return c.cfg.enrollKeys[name]
+	return w.cfg.enrollKeys[name]
 }
 
 // same reports whether ds carries exactly these objects, at these
@@ -393,7 +389,7 @@ func sameConfig(a, b *schema.DesiredState) bool {
 // build fills in ds's ConfigMaps and Secrets: Secrets prev carries at the
 // same version and key are reused, the others sealed now. A Secret that
 // cannot be sealed is left out and logged (its name, never a value).
-func (c *Controller) build(ds *schema.DesiredState, r resolved, prev *schema.DesiredState) {
+func (w *desiredWriter) build(ds *schema.DesiredState, r resolved, prev *schema.DesiredState) {
 	for _, cm := range r.configMaps {
 		ds.ConfigMaps = append(ds.ConfigMaps, schema.ConfigMapData{
 			Name: cm.Metadata.Name, Version: cm.Metadata.ResourceVersion,
@@ -414,7 +410,7 @@ func (c *Controller) build(ds *schema.DesiredState, r resolved, prev *schema.Des
 		}
 		sealed, err := sealSecret(s, r.key, r.keyID, nil)
 		if err != nil {
-			c.log.Error("seal secret for device; left out of its desired state", "device", ds.Device, "secret", s.Metadata.Name, "err", err)
+			w.log.Error("seal secret for device; left out of its desired state", "device", ds.Device, "secret", s.Metadata.Name, "err", err)
 			continue
 		}
 		ds.Secrets = append(ds.Secrets, sealed)
@@ -423,16 +419,16 @@ func (c *Controller) build(ds *schema.DesiredState, r resolved, prev *schema.Des
 
 // configRecheck returns, sorted, the devices outside work whose
 // ConfigMaps and Secrets may have changed: those whose pods use an object
-// changed since the last pass, and, among those that reported, the ones
-// whose pods use a Secret (their key may be new).
-func (c *Controller) configRecheck(work map[string][]schema.Pod, reported map[string]bool) []string {
+// changed since the last pass (changed), and, among those that reported,
+// the ones whose pods use a Secret (their key may be new).
+func (w *desiredWriter) configRecheck(work map[string][]schema.Pod, changed map[configKey]bool, reported map[string]bool) []string {
 	set := map[string]bool{}
-	if len(c.cfg.changed) > 0 {
-		for name, ds := range c.model.DesiredStates() {
+	if len(changed) > 0 {
+		for name, ds := range w.fleet.desiredStates() {
 			if _, ok := work[name]; ok {
 				continue
 			}
-			if _, ok := c.model.Device(name); ok && c.cfg.uses(ds.Pods) {
+			if _, ok := w.fleet.device(name); ok && w.cfg.uses(ds.Pods, changed) {
 				set[name] = true
 			}
 		}
@@ -441,11 +437,11 @@ func (c *Controller) configRecheck(work map[string][]schema.Pod, reported map[st
 		if _, ok := work[name]; ok || set[name] {
 			continue
 		}
-		ds := c.model.Desired(name)
-		if _, ok := c.model.Device(name); !ok || ds == nil {
+		ds := w.fleet.desired(name)
+		if _, ok := w.fleet.device(name); !ok || ds == nil {
 			continue
 		}
-		if len(c.cfg.refsOf(ds.Pods).secrets) > 0 {
+		if len(w.cfg.refsOf(ds.Pods).secrets) > 0 {
 			set[name] = true
 		}
 	}

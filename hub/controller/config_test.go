@@ -468,12 +468,12 @@ func TestEnrollmentKeyUsed(t *testing.T) {
 // device the ConfigMaps and Secrets it has.
 func checkConfigFixpoint(t *testing.T, c *Controller, when string) {
 	t.Helper()
-	for _, name := range c.names() {
+	for _, name := range c.fleet.names() {
 		ds := c.model.Desired(name)
 		if ds == nil {
 			continue
 		}
-		if r := c.resolve(name, ds.Pods); !r.same(ds) {
+		if r := c.writer.resolve(name, ds.Pods); !r.same(ds) {
 			t.Fatalf("%s: device %s has configmaps %s secrets %s, a full pass gives another set", when, name, cmNames(ds), secretNames(ds))
 		}
 	}

@@ -118,61 +118,39 @@ func (o *Options) setDefaults() {
 // fleet model's devices (which it alone writes) and its own copy of the
 // deployments, kept current by a store watch and re-read on every resync.
 //
-// Every field is the Run goroutine's, except the status notifications
-// (under statusMu), the channels and the atomics.
+// It wires the parts: the fleet and the configuration, which the watch
+// keeps current (load.go), the change set between passes (changes.go),
+// and the stages of a pass, each with its own state (pass.go). Every field
+// is the Run goroutine's, except the status inbox, the channels and the
+// atomics.
 type Controller struct {
 	opts    Options
 	log     *slog.Logger
 	store   *store.Store
-	storeID string
 	model   *fleetmodel.Writer
-	status  StatusSource
-	pub     *publisher
+	loaded  bool
+	listRev uint64 // events at or below it are in the fleet already
 
-	deployments map[string]*schema.Deployment
-	loaded      bool
-	listRev     uint64              // events at or below it are in the caches already
-	tombstones  map[string]int64    // last generation of deleted devices
-	sortedNames []string            // device names, sorted; nil when the set changed
-	sortedDeps  []schema.Deployment // deployments sorted by name; nil when changed
-	retryAt     time.Time           // a failed write or publish: pass again then
-	passes      atomic.Uint64
-	fullPasses  atomic.Uint64
+	fleet   *fleet
+	cfg     *configState // the ConfigMaps and Secrets the pods use (config.go)
+	changes *changeSet   // since the last pass
 
-	// What changed since the last pass. A pass recomputes only the
-	// devices and deployments these name; full makes it recompute
-	// everything (the first pass, every resync, a reload, a republish,
-	// after a failure).
-	full      bool
-	dirtyDevs map[string]bool // device events
-	dirtyDeps map[string]bool // deployment events, deletions included
-	rolling   map[string]bool // deployments holding devices on an older template
-	// oldSel holds, for the deployments changed since the last pass, the
-	// selector they had before (nil: they are new).
-	oldSel map[string]*schema.LabelSelector
-	index  labelIndex         // devices by label
-	aggs   map[string]*depAgg // deployment statuses, counted device by device
-	// staged places Staged deployments and keeps their rollouts;
-	// recheckAt is when one of their plans may change by time alone.
-	staged    *stagedRollouts
-	recheckAt time.Time
-	// portConds holds each deployment's PortConflict condition (ports.go).
-	portConds map[string]schema.DeploymentCondition
-	// portClashes are the clashes of the last check, by portClash.key.
-	portClashes map[string]bool
-	// cfg holds the ConfigMaps and Secrets the pods use (config.go).
-	cfg *configState
+	// The stages.
+	placer   *placer
+	writer   *desiredWriter
+	statuses *statusAggregator
+	sender   *sender // the stages' publishes
 
-	// Devices whose report changed, from the status ingest.
-	statusMu    sync.Mutex
-	statusDirty map[string]bool
-	statusAll   bool
+	retryAt    time.Time // a stage failed: pass again then
+	recheckAt  time.Time // a staged rollout's plan may change by time alone
+	passes     atomic.Uint64
+	fullPasses atomic.Uint64
 
-	wake       chan struct{}
-	statusWake chan struct{}
-	republish  atomic.Bool
-	ready      chan struct{}
-	readyOnce  sync.Once
+	inbox     statusInbox // devices whose report changed
+	wake      chan struct{}
+	republish atomic.Bool
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
 // New returns a controller; call Run.
@@ -181,33 +159,34 @@ func New(opts Options) (*Controller, error) {
 	if opts.Store == nil || opts.Conn == nil {
 		return nil, errors.New("new controller: Store and Conn are required")
 	}
-	st := opts.Store
+	f := newFleet(opts.Model, opts.Status)
+	cfg := newConfigState()
+	out := newSender(opts)
+	placer := newPlacer(opts, f)
 	return &Controller{
-		staged: newStagedRollouts(opts.Logger, func(dep string) ([]schema.DeploymentRevision, error) {
-			return st.DeploymentRevisions(context.Background(), dep)
-		}),
-		opts:        opts,
-		log:         opts.Logger,
-		store:       opts.Store,
-		storeID:     opts.Store.ID(),
-		model:       opts.Model,
-		status:      opts.Status,
-		pub:         newPublisher(opts),
-		deployments: map[string]*schema.Deployment{},
-		tombstones:  map[string]int64{},
-		full:        true,
-		dirtyDevs:   map[string]bool{},
-		dirtyDeps:   map[string]bool{},
-		rolling:     map[string]bool{},
-		oldSel:      map[string]*schema.LabelSelector{},
-		index:       labelIndex{},
-		aggs:        map[string]*depAgg{},
-		cfg:         newConfigState(),
-		statusDirty: map[string]bool{},
-		wake:        make(chan struct{}, 1),
-		statusWake:  make(chan struct{}, 1),
-		ready:       make(chan struct{}),
+		opts:     opts,
+		log:      opts.Logger,
+		store:    opts.Store,
+		model:    opts.Model,
+		fleet:    f,
+		cfg:      cfg,
+		changes:  newChangeSet(),
+		placer:   placer,
+		writer:   newDesiredWriter(opts, f, cfg, newDesiredTopics(out, opts)),
+		statuses: newStatusAggregator(opts, f, placer, newStatusTopics(out, opts)),
+		sender:   out,
+		inbox:    statusInbox{devs: map[string]bool{}, wake: make(chan struct{}, 1)},
+		wake:     make(chan struct{}, 1),
+		ready:    make(chan struct{}),
 	}, nil
+}
+
+func newStatusAggregator(opts Options, f fleetView, rollouts rolloutStatus, topics *statusTopics) *statusAggregator {
+	return &statusAggregator{
+		fleet: f, model: opts.Model, rollouts: rollouts, topics: topics,
+		ports: &portWatch{fleet: f, events: opts.Model.Model(), log: opts.Logger, now: opts.Now},
+		aggs:  map[string]*depAgg{},
+	}
 }
 
 // Ready is closed once the first pass has published every device's
@@ -219,45 +198,13 @@ func (c *Controller) Passes() uint64 { return c.passes.Load() }
 
 // StatusChanged tells the controller that reports changed without saying
 // whose: the next pass, within StatusDebounce, looks at every device.
-func (c *Controller) StatusChanged() {
-	c.statusMu.Lock()
-	c.statusAll = true
-	c.statusMu.Unlock()
-	c.statusWoke()
-}
+func (c *Controller) StatusChanged() { c.inbox.changedAll() }
 
 // DeviceStatusChanged tells the controller that the report or online
 // state of one device changed; a pass follows within StatusDebounce
 // (reports coalesce) and looks at the deployments that device is part of.
 // It never blocks.
-func (c *Controller) DeviceStatusChanged(name string) {
-	c.statusMu.Lock()
-	c.statusDirty[name] = true
-	c.statusMu.Unlock()
-	c.statusWoke()
-}
-
-func (c *Controller) statusWoke() {
-	select {
-	case c.statusWake <- struct{}{}:
-	default:
-	}
-}
-
-// takeStatus returns and clears the devices whose reports changed.
-func (c *Controller) takeStatus() (map[string]bool, bool) {
-	c.statusMu.Lock()
-	defer c.statusMu.Unlock()
-	devs, all := c.statusDirty, c.statusAll
-	if len(devs) == 0 {
-		// Not the map itself: reports keep arriving while the pass runs.
-		devs = nil
-	} else {
-		c.statusDirty = map[string]bool{}
-	}
-	c.statusAll = false
-	return devs, all
-}
+func (c *Controller) DeviceStatusChanged(name string) { c.inbox.changed(name) }
 
 // RepublishAll makes the next pass publish every desired state and
 // deployment status again, as after a reconnect to an external broker
@@ -274,23 +221,48 @@ func (c *Controller) trigger() {
 	}
 }
 
-// ---- what placement reads (fleetView) ------------------------------------------
-
-func (c *Controller) device(name string) (fleetmodel.Device, bool) { return c.model.Device(name) }
-
-func (c *Controller) desired(name string) *schema.DesiredState { return c.model.Desired(name) }
-
-func (c *Controller) deviceState(name, uid string) (*schema.DeviceStatus, bool) {
-	return c.status.DeviceState(name, uid)
+// statusInbox collects, from the status ingest's goroutines, the devices
+// whose reports changed, until the next pass takes them.
+type statusInbox struct {
+	mu   sync.Mutex
+	devs map[string]bool
+	all  bool
+	wake chan struct{} // a report changed: debounce, then pass
 }
 
-func (c *Controller) size() int { return c.model.DeviceCount() }
+func (b *statusInbox) changed(name string) {
+	b.mu.Lock()
+	b.devs[name] = true
+	b.mu.Unlock()
+	b.woke()
+}
 
-// place is the controller's placeFunc: Staged deployments by their
-// rollout's plan, the others by PlaceDeployment.
-func (c *Controller) place(dep *schema.Deployment, targeted []*DeviceView) ([]schema.Pod, int) {
-	if dep.Spec.Strategy.Type == schema.StrategyStaged {
-		return c.staged.place(dep, targeted, c.opts.Now())
+func (b *statusInbox) changedAll() {
+	b.mu.Lock()
+	b.all = true
+	b.mu.Unlock()
+	b.woke()
+}
+
+func (b *statusInbox) woke() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
 	}
-	return PlaceDeployment(dep, targeted)
+}
+
+// take returns and clears the devices whose reports changed, and whether
+// every device's may have.
+func (b *statusInbox) take() (map[string]bool, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	devs, all := b.devs, b.all
+	if len(devs) == 0 {
+		// Not the map itself: reports keep arriving while the pass runs.
+		devs = nil
+	} else {
+		b.devs = map[string]bool{}
+	}
+	b.all = false
+	return devs, all
 }

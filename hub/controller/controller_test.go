@@ -411,12 +411,12 @@ func TestTakeStatusIsNotWrittenLater(t *testing.T) {
 		if first != "" {
 			c.DeviceStatusChanged(first)
 		}
-		devs, _ := c.takeStatus()
+		devs, _ := c.inbox.take()
 		c.DeviceStatusChanged("late")
 		if devs["late"] {
 			t.Errorf("after %q: a report that came after takeStatus is in the set it returned", first)
 		}
-		if next, _ := c.takeStatus(); !next["late"] {
+		if next, _ := c.inbox.take(); !next["late"] {
 			t.Errorf("after %q: the late report is lost: %v", first, next)
 		}
 	}

@@ -8,21 +8,41 @@
 // agents' reports back through a StatusSource (the model), never from the
 // status ingest.
 //
-// The files follow the concerns, each with only the access it needs:
+// # A pass, and who runs it
 //
+// A leader runs Run: it loads the store, watches it, and runs a pass
+// whenever something changed (a store event, a report after
+// StatusDebounce, a staged rollout's recheck time, a retry, the resync).
+// Controller.pass (pass.go) is the whole orchestration, in one place; the
+// stages are, in order:
+//
+//  1. the placer (place.go, compute.go, staged.go): deployments and
+//     devices → each device's pods. It places everything (placeAll) or
+//     only what the change set can have changed (placeIncrementally,
+//     which declines, and the pass places everything, when that is no
+//     cheaper), and keeps the staged rollouts, whose records it stores
+//     before anything that follows from them.
+//  2. the desired writer (desired.go, commit.go, config.go, seal.go):
+//     pods → DesiredStates with their ConfigMaps and sealed Secrets; it
+//     detects which changed, commits them to the store in chunks (with
+//     generation tombstones for removed devices), records them in the
+//     model and publishes them (desiredTopics).
+//  3. the status aggregator (aggregate.go, ports.go): deployment statuses,
+//     counted device by device, with their rollout and PortConflict
+//     conditions; recorded in the model and published (statusTopics).
+//
+// Each stage holds its own state and reads the fleet through fleetView,
+// which it cannot change; what the stages learn of a change is the
+// changeSet (changes.go), filled by the watch and the status inbox and
+// cleared by the pass. A stage that fails returns its error; the pass
+// alone decides to retry (a full pass a second later).
+//
+// # The other files
+//
+//   - controller.go: Options, the Controller's wiring, the status inbox.
 //   - load.go: reading the store (loader, a snapshot) and applying the
-//     watch's events to the model and the caches.
-//   - pass.go: the loop and one pass, full or incremental.
-//   - compute.go: placement as pure functions: placeAll (everything),
-//     placeIncrementally (what a change can have changed; it declines, and
-//     the pass falls back to placeAll, when that is no cheaper),
-//     PlaceDeployment (one deployment's rollout budget), and the status
-//     aggregation.
-//   - index.go, aggregate.go: the label index, and deployment statuses
-//     kept device by device.
-//   - config.go, seal.go: the ConfigMaps and Secrets each device's pods
-//     use, resolved into its DesiredState, Secrets sealed to the device's
-//     own key; which devices a changed object reaches.
-//   - commit.go: writing desired states and tombstones (desiredStore).
-//   - publish.go: the publisher, which publishes what changed, retained.
+//     watch's events to the fleet (fleet.go: the devices, deployments and
+//     label index, index.go) and to the configuration.
+//   - publish.go: the sender, which runs the publishes, and the two sets
+//     of retained topics it serves.
 package controller

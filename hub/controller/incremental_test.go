@@ -1,13 +1,16 @@
 package controller
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -175,6 +178,11 @@ func incrementalVsFull(t *testing.T, seed uint64) {
 			if rng.IntN(2) == 0 {
 				c.Env = []schema.EnvVar{{Name: "T", ValueFrom: &schema.EnvVarSource{SecretKeyRef: &schema.KeySelector{Name: fmt.Sprintf("cfg%d", rng.IntN(4)), Key: "token"}}}}
 			}
+			// Host ports, which two deployments on one device may both
+			// claim (a PortConflict condition).
+			if rng.IntN(3) == 0 {
+				c.Ports = []schema.ContainerPort{{ContainerPort: int32(8080 + rng.IntN(2))}}
+			}
 			// Paused deployments, and restarts (a template annotation).
 			d.Spec.Paused = rng.IntN(4) == 0
 			if rng.IntN(4) == 0 {
@@ -193,7 +201,7 @@ func incrementalVsFull(t *testing.T, seed uint64) {
 				report(devName(), rng.IntN(4) != 0)
 			}
 		}
-		if c.full {
+		if c.changes.full {
 			t.Fatalf("step %d (%s): the next pass would be a full one", step, what)
 		}
 		full := c.fullPasses.Load()
@@ -202,6 +210,7 @@ func incrementalVsFull(t *testing.T, seed uint64) {
 			t.Fatalf("step %d (%s): ran a full pass", step, what)
 		}
 		checkFixpoint(t, c, fmt.Sprintf("step %d (%s)", step, what))
+		checkFreshController(t, c, st, status, pub, fmt.Sprintf("step %d (%s)", step, what))
 	}
 	if len(pub.retained) == 0 {
 		t.Fatal("nothing published")
@@ -212,8 +221,8 @@ func incrementalVsFull(t *testing.T, seed uint64) {
 // controller's desired states and deployment statuses.
 func checkFixpoint(t *testing.T, c *Controller, when string) {
 	t.Helper()
-	views := c.views()
-	deps := c.deploymentsSorted()
+	views := c.fleet.views()
+	deps := c.fleet.deploymentsSorted()
 	want := DesiredPods(views, deps)
 	for _, v := range views {
 		got := c.model.Desired(v.Name)
@@ -246,13 +255,19 @@ func checkFixpoint(t *testing.T, c *Controller, when string) {
 	for i := range deps {
 		d := &deps[i]
 		got, ok := c.model.Model().DeploymentStatus(d.Metadata.Name)
+		// Port conflicts are not AggregateDeployment's: checkFreshController
+		// checks them.
+		got.Conditions = slices.DeleteFunc(slices.Clone(got.Conditions), func(cd schema.DeploymentCondition) bool { return cd.Type == ConditionPortConflict })
+		if len(got.Conditions) == 0 {
+			got.Conditions = nil
+		}
 		if w := AggregateDeployment(d, views); !ok || !reflect.DeepEqual(got, w) {
 			t.Fatalf("%s: deployment %s status %+v (known %v), want %+v", when, d.Metadata.Name, got, ok, w)
 		}
 	}
 	for i := range 5 { // every name depName gives
 		name := fmt.Sprintf("app%d", i)
-		_, exists := c.deployments[name]
+		_, exists := c.fleet.deployments[name]
 		if _, ok := c.model.Model().DeploymentStatus(name); ok != exists {
 			t.Fatalf("%s: deployment %s exists %v, has a status %v", when, name, exists, ok)
 		}
@@ -304,11 +319,11 @@ func TestIncrementalPlacementDeclines(t *testing.T) {
 			t.Fatal("no store event for the last device")
 		}
 	}
-	rolling := maps.Clone(c.rolling)
-	if _, ok := placeIncrementally(c, increment{devices: c.dirtyDevs, rolling: c.rolling, limit: minIncrementalLimit}); ok {
-		t.Fatalf("placeIncrementally decided for %d changed devices, limit %d", len(c.dirtyDevs), minIncrementalLimit)
+	rolling := maps.Clone(c.placer.rolling)
+	if _, ok := placeIncrementally(c.fleet, c.placer.place, increment{devices: c.changes.devices, rolling: c.placer.rolling, limit: minIncrementalLimit}); ok {
+		t.Fatalf("placeIncrementally decided for %d changed devices, limit %d", len(c.changes.devices), minIncrementalLimit)
 	}
-	if !maps.Equal(rolling, c.rolling) {
+	if !maps.Equal(rolling, c.placer.rolling) {
 		t.Error("placeIncrementally changed the rollouts while declining")
 	}
 	full := c.fullPasses.Load()
@@ -319,5 +334,63 @@ func TestIncrementalPlacementDeclines(t *testing.T) {
 	checkFixpoint(t, c, "after the fallback")
 	if ds := c.model.Desired(last); ds == nil || len(ds.Pods) != 1 {
 		t.Errorf("desired state of %s: %+v, want web", last, ds)
+	}
+}
+
+// checkFreshController fails unless a controller started afresh on c's
+// store, passing once in full, writes nothing (the store holds the desired
+// states and tombstones a full pass gives) and counts the same deployment
+// statuses, port conflicts included; and unless pub's retained desired
+// topics are exactly what the store holds.
+func checkFreshController(t *testing.T, c *Controller, st *store.Store, status StatusSource, pub *recorder, when string) {
+	t.Helper()
+	ctx := t.Context()
+	revision := func() uint64 {
+		var rev uint64
+		if err := st.View(ctx, func(tx *store.Txn) error { rev = tx.Revision(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	fresh, err := New(Options{Store: st, Conn: newRecorder(), Status: status})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(fresh.writer.tombstones, c.writer.tombstones) {
+		t.Fatalf("%s: tombstones %v, the store holds %v", when, c.writer.tombstones, fresh.writer.tombstones)
+	}
+	before := revision()
+	fresh.pass(ctx)
+	if after := revision(); after != before {
+		t.Fatalf("%s: a fresh controller's full pass wrote to the store (revision %d → %d)", when, before, after)
+	}
+	for i, d := range c.fleet.deploymentsSorted() {
+		got, ok := c.model.Model().DeploymentStatus(d.Metadata.Name)
+		want, wok := fresh.model.Model().DeploymentStatus(d.Metadata.Name)
+		if ok != wok || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: deployment %d %s status %+v (known %v), a fresh controller counts %+v (known %v)", when, i, d.Metadata.Name, got, ok, want, wok)
+		}
+	}
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	n := 0
+	for name := range c.model.DesiredStates() {
+		n++
+		topic := schema.Topics{}.Device(name, schema.TopicDesired)
+		if stored := fresh.writer.topics.raw[name]; !bytes.Equal(pub.retained[topic], stored) {
+			t.Fatalf("%s: %s retains %s, the store holds %s", when, topic, pub.retained[topic], stored)
+		}
+	}
+	retained := 0
+	for topic := range pub.retained {
+		if _, what, err := (schema.Topics{}).ParseDevice(topic); err == nil && what == schema.TopicDesired {
+			retained++
+		}
+	}
+	if retained != n {
+		t.Fatalf("%s: %d desired topics retained, %d devices have a desired state", when, retained, n)
 	}
 }

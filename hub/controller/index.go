@@ -42,9 +42,9 @@ func (ix labelIndex) remove(name string, labels map[string]string) {
 // over its values); every candidate is then checked against the whole
 // selector, so the other requirements (NotIn, Exists, DoesNotExist) hold
 // too. A selector with neither pairs nor In looks at every device.
-func (c *Controller) selectNames(sel schema.LabelSelector) []string {
+func (f *fleet) selectNames(sel schema.LabelSelector) []string {
 	if sel.Empty() {
-		return c.names()
+		return f.names()
 	}
 	var (
 		best     []map[string]struct{}
@@ -61,7 +61,7 @@ func (c *Controller) selectNames(sel schema.LabelSelector) []string {
 		}
 	}
 	for k, v := range sel.MatchLabels {
-		consider([]map[string]struct{}{c.index[labelKey(k, v)]})
+		consider([]map[string]struct{}{f.index[labelKey(k, v)]})
 	}
 	for _, r := range sel.MatchExpressions {
 		if r.Operator != schema.LabelSelectorOpIn {
@@ -69,14 +69,14 @@ func (c *Controller) selectNames(sel schema.LabelSelector) []string {
 		}
 		sets := make([]map[string]struct{}, 0, len(r.Values))
 		for _, v := range r.Values {
-			sets = append(sets, c.index[labelKey(r.Key, v)])
+			sets = append(sets, f.index[labelKey(r.Key, v)])
 		}
 		consider(sets)
 	}
 	if !narrowed {
 		var out []string
-		for _, name := range c.names() {
-			if sel.Matches(c.labels(name)) {
+		for _, name := range f.names() {
+			if sel.Matches(f.labels(name)) {
 				out = append(out, name)
 			}
 		}
@@ -90,17 +90,11 @@ func (c *Controller) selectNames(sel schema.LabelSelector) []string {
 				continue
 			}
 			seen[name] = struct{}{}
-			if d, ok := c.model.Device(name); ok && sel.Matches(d.Labels) {
+			if d, ok := f.model.Device(name); ok && sel.Matches(d.Labels) {
 				out = append(out, name)
 			}
 		}
 	}
 	slices.Sort(out)
 	return out
-}
-
-// labels returns a registered device's labels.
-func (c *Controller) labels(name string) map[string]string {
-	d, _ := c.model.Device(name)
-	return d.Labels
 }

@@ -121,29 +121,22 @@ func (c *Controller) Load(ctx context.Context) error {
 	return c.load(ctx, true)
 }
 
-// load reads a snapshot and installs it.
+// load reads a snapshot and installs it in the fleet and the stages; the
+// next pass is a full one.
 func (c *Controller) load(ctx context.Context, withDesired bool) error {
 	s, err := loader{store: c.store, log: c.log}.load(ctx, withDesired)
 	if err != nil {
 		return err
 	}
-	index := labelIndex{}
-	for name, d := range s.devices {
-		index.add(name, d.Labels)
-	}
-	c.index = index
-	c.model.Replace(s.devices, s.desired)
-	c.deployments = s.deployments
+	c.fleet.replace(s.devices, s.desired, s.deployments)
 	c.cfg.replace(s.config)
 	if withDesired {
-		c.pub.replaceRaw(s.desiredRaw)
-		c.tombstones = s.tombstones
-		c.staged.replace(s.rollouts)
+		c.writer.replace(s.desiredRaw, s.tombstones)
+		c.placer.replace(s.rollouts)
 	}
 	c.listRev = s.rev
-	c.sortedNames, c.sortedDeps = nil, nil
 	c.loaded = true
-	c.full = true
+	c.changes.full = true
 	return nil
 }
 
@@ -192,7 +185,8 @@ func (c *Controller) drain(events <-chan store.Event) {
 	}
 }
 
-// apply updates the model and the caches with one store event.
+// apply updates the fleet and the configuration with one store event and
+// notes what it changed in the change set.
 func (c *Controller) apply(ev store.Event) {
 	if ev.Revision <= c.listRev {
 		return
@@ -200,60 +194,69 @@ func (c *Controller) apply(ev store.Event) {
 	switch ev.Kind {
 	case schema.KindDevice:
 		c.cfg.applyDevice(ev)
-		c.applyDevice(ev)
+		c.fleet.applyDevice(ev, c.changes, c.log)
+		if ev.Type == store.EventDeleted {
+			c.placer.deviceGone(ev.Name)
+		}
 	case schema.KindDeployment:
-		c.applyDeployment(ev)
+		c.fleet.applyDeployment(ev, c.changes, c.log)
 	case schema.KindConfigMap:
-		c.cfg.applyConfigMap(ev, c.log)
+		c.cfg.applyConfigMap(ev, c.changes, c.log)
 	case schema.KindSecret:
-		c.cfg.applySecret(ev)
+		c.cfg.applySecret(ev, c.changes)
 	}
 }
 
-func (c *Controller) applyDevice(ev store.Event) {
-	c.dirtyDevs[ev.Name] = true
-	old, known := c.model.Device(ev.Name)
+// replace installs what the store holds.
+func (f *fleet) replace(devices map[string]fleetmodel.Device, desired map[string]*schema.DesiredState, deployments map[string]*schema.Deployment) {
+	index := labelIndex{}
+	for name, d := range devices {
+		index.add(name, d.Labels)
+	}
+	f.index = index
+	f.model.Replace(devices, desired)
+	f.deployments = deployments
+	f.sortedNames, f.sortedDeps = nil, nil
+}
+
+// applyDevice applies a device event.
+func (f *fleet) applyDevice(ev store.Event, ch *changeSet, log *slog.Logger) {
+	ch.deviceChanged(ev.Name)
+	old, known := f.model.Device(ev.Name)
 	if ev.Type == store.EventDeleted {
-		c.model.DeleteDevice(ev.Name)
-		delete(c.staged.online, ev.Name)
+		f.model.DeleteDevice(ev.Name)
 		if known {
-			c.index.remove(ev.Name, old.Labels)
+			f.index.remove(ev.Name, old.Labels)
 		}
-		c.sortedNames = nil
+		f.sortedNames = nil
 		return
 	}
 	var m deviceMeta
 	if err := json.Unmarshal(ev.Object, &m); err != nil {
-		c.log.Error("device event does not decode", "device", ev.Name, "err", err)
+		log.Error("device event does not decode", "device", ev.Name, "err", err)
 		return
 	}
-	c.model.PutDevice(ev.Name, fleetmodel.Device{UID: m.Metadata.UID, Labels: m.Metadata.Labels})
+	f.model.PutDevice(ev.Name, fleetmodel.Device{UID: m.Metadata.UID, Labels: m.Metadata.Labels})
 	if known {
-		c.index.remove(ev.Name, old.Labels)
+		f.index.remove(ev.Name, old.Labels)
 	} else {
-		c.sortedNames = nil
+		f.sortedNames = nil
 	}
-	c.index.add(ev.Name, m.Metadata.Labels)
+	f.index.add(ev.Name, m.Metadata.Labels)
 }
 
-func (c *Controller) applyDeployment(ev store.Event) {
-	c.sortedDeps = nil
-	c.dirtyDeps[ev.Name] = true
-	if _, ok := c.oldSel[ev.Name]; !ok {
-		var sel *schema.LabelSelector
-		if old, ok := c.deployments[ev.Name]; ok {
-			sel = &old.Spec.Selector
-		}
-		c.oldSel[ev.Name] = sel
-	}
+// applyDeployment applies a deployment event.
+func (f *fleet) applyDeployment(ev store.Event, ch *changeSet, log *slog.Logger) {
+	f.sortedDeps = nil
+	ch.deploymentChanged(ev.Name, f.deployments[ev.Name])
 	if ev.Type == store.EventDeleted {
-		delete(c.deployments, ev.Name)
+		delete(f.deployments, ev.Name)
 		return
 	}
 	var d schema.Deployment
 	if err := json.Unmarshal(ev.Object, &d); err != nil {
-		c.log.Error("deployment event does not decode", "deployment", ev.Name, "err", err)
+		log.Error("deployment event does not decode", "deployment", ev.Name, "err", err)
 		return
 	}
-	c.deployments[ev.Name] = &d
+	f.deployments[ev.Name] = &d
 }

@@ -2,15 +2,18 @@ package controller
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/schema"
 )
 
 // Host ports. Pods use the device's network, so two pods on one device
 // that declare the same containerPort and protocol cannot both listen.
-// The controller reports it: both deployments get a PortConflict
+// The status aggregator reports it (portWatch): both deployments get a PortConflict
 // condition naming the other and the devices they share. (It does not
 // refuse the pods: which one should yield is the operator's call, and a
 // device's labels, not an apply, usually create the overlap.)
@@ -133,32 +136,53 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// updatePortConflicts recomputes the port conflicts and returns the
-// deployments whose condition changed (their statuses must be published
-// again). It logs each new conflict once.
-func (c *Controller) updatePortConflicts(deps []schema.Deployment) []string {
-	next, clashes := portConflicts(deps, c.selectNames)
+// hubEvents records events the hub raises on a device; the fleet model is
+// one.
+type hubEvents interface {
+	AddHubEvent(name, uid string, ev schema.Event)
+}
+
+var _ hubEvents = (*fleetmodel.Model)(nil)
+
+// portWatch keeps the deployments' PortConflict conditions, for the status
+// aggregator, and raises an event on the devices of each new clash.
+type portWatch struct {
+	fleet  fleetView
+	events hubEvents
+	log    *slog.Logger
+	now    func() time.Time
+	// conds holds each deployment's PortConflict condition.
+	conds map[string]schema.DeploymentCondition
+	// clashes are the clashes of the last check, by portClash.key.
+	clashes map[string]bool
+}
+
+// update recomputes the port conflicts and returns the deployments whose
+// condition changed (their statuses must be published again). It logs
+// each new conflict once.
+func (w *portWatch) update(deps []schema.Deployment) []string {
+	next, clashes := portConflicts(deps, w.fleet.selectNames)
 	seen := make(map[string]bool, len(clashes))
 	for _, p := range clashes {
 		seen[p.key()] = true
-		if !c.portClashes[p.key()] {
-			c.portClashEvents(p)
+		if !w.clashes[p.key()] {
+			w.clashEvents(p)
 		}
 	}
-	c.portClashes = seen
+	w.clashes = seen
 	var changed []string
 	for name, cond := range next {
-		if prev, ok := c.portConds[name]; !ok || prev.Message != cond.Message {
+		if prev, ok := w.conds[name]; !ok || prev.Message != cond.Message {
 			changed = append(changed, name)
-			c.log.Warn("host port conflict", "deployment", name, "msg", cond.Message)
+			w.log.Warn("host port conflict", "deployment", name, "msg", cond.Message)
 		}
 	}
-	for name := range c.portConds {
+	for name := range w.conds {
 		if _, ok := next[name]; !ok {
 			changed = append(changed, name)
 		}
 	}
-	c.portConds = next
+	w.conds = next
 	slices.Sort(changed)
 	return changed
 }
@@ -166,28 +190,28 @@ func (c *Controller) updatePortConflicts(deps []schema.Deployment) []string {
 // maxClashEvents bounds the devices one new clash raises an event on.
 const maxClashEvents = 100
 
-// portClashEvents raises a Warning PortConflict event on the devices of a
+// clashEvents raises a Warning PortConflict event on the devices of a
 // new clash (the first maxClashEvents).
-func (c *Controller) portClashEvents(p portClash) {
+func (w *portWatch) clashEvents(p portClash) {
 	msg := fmt.Sprintf("port %s claimed by deployments %q and %q: pods use the device's network, so only one of them can listen",
 		strings.Join(p.ports, ", port "), p.a, p.b)
-	now := c.opts.Now()
+	now := w.now()
 	for _, name := range p.devices[:min(len(p.devices), maxClashEvents)] {
-		d, ok := c.model.Device(name)
+		d, ok := w.fleet.device(name)
 		if !ok {
 			continue
 		}
-		c.model.Model().AddHubEvent(name, d.UID, schema.Event{
+		w.events.AddHubEvent(name, d.UID, schema.Event{
 			TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindEvent},
 			Device:   name, Time: now, Type: schema.EventWarning, Reason: ConditionPortConflict, Message: msg,
 		})
 	}
 }
 
-// withPortConflict adds the deployment's PortConflict condition, if any,
+// withConflict adds the deployment's PortConflict condition, if any,
 // to its status.
-func (c *Controller) withPortConflict(name string, s schema.DeploymentStatus) schema.DeploymentStatus {
-	cond, ok := c.portConds[name]
+func (w *portWatch) withConflict(name string, s schema.DeploymentStatus) schema.DeploymentStatus {
+	cond, ok := w.conds[name]
 	if !ok {
 		return s
 	}

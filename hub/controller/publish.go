@@ -14,18 +14,49 @@ import (
 	"github.com/fleetmq/fleet/schema"
 )
 
-// publisher keeps the broker's retained topics in step with the desired
-// states and deployment statuses: it knows what it published last, and
-// publishes only what changed. It is used from the controller's goroutine
-// only; the publishes themselves run on PublishWorkers goroutines.
-type publisher struct {
+// Publishing. The broker's retained topics are a cache of the store: the
+// desired writer keeps the devices' desired topics (desiredTopics), the
+// status aggregator the deployments' status topics (statusTopics); each
+// knows what it published last and publishes only what changed, through
+// the one sender, which runs the publishes on PublishWorkers goroutines
+// and remembers whether one failed. They are used from the controller's
+// goroutine only.
+
+// sender publishes batches of retained messages.
+type sender struct {
 	conn    Publisher
-	topics  schema.Topics
 	workers int
 	timeout time.Duration
 	log     *slog.Logger
-	metrics *metrics.Metrics
 	signer  DesiredSigner // nil: publish unsigned
+	failed  bool          // a publish failed since takeFailed
+}
+
+func newSender(opts Options) *sender {
+	return &sender{conn: opts.Conn, workers: opts.PublishWorkers, timeout: opts.PublishTimeout, log: opts.Logger, signer: opts.Signer}
+}
+
+// takeFailed reports, and resets, whether a publish failed.
+func (p *sender) takeFailed() bool {
+	f := p.failed
+	p.failed = false
+	return f
+}
+
+// message is one MQTT publish of a pass.
+type message struct {
+	topic   string
+	payload []byte
+	sign    bool   // payload is a desired state's canonical JSON: sign it
+	done    func() // called, on the loop goroutine, once published
+}
+
+// desiredTopics keeps the devices' retained desired topics in step with
+// their stored desired states.
+type desiredTopics struct {
+	out     *sender
+	topics  schema.Topics
+	metrics *metrics.Metrics
 
 	raw       map[string][]byte // JSON of desired, as stored and published
 	published map[string]int64  // generation last published per device
@@ -35,42 +66,26 @@ type publisher struct {
 	// looks at every device (publishDesired).
 	unpublished map[string]int64
 	clears      map[string]string // topic → device: retained topics of deleted devices to clear
-	depRaw      map[string][]byte // last published deployment status JSON
-	depClears   map[string]bool   // deleted deployments whose status must be cleared
-	failed      bool              // a publish failed since takeFailed
 }
 
-func newPublisher(opts Options) *publisher {
-	return &publisher{
-		conn: opts.Conn, topics: opts.Topics, workers: opts.PublishWorkers, timeout: opts.PublishTimeout,
-		log: opts.Logger, metrics: opts.Metrics, signer: opts.Signer,
+func newDesiredTopics(s *sender, opts Options) *desiredTopics {
+	return &desiredTopics{
+		out: s, topics: opts.Topics, metrics: opts.Metrics,
 		raw:         map[string][]byte{},
 		published:   map[string]int64{},
 		unpublished: map[string]int64{},
 		clears:      map[string]string{},
-		depRaw:      map[string][]byte{},
-		depClears:   map[string]bool{},
 	}
 }
 
 // replaceRaw sets the stored JSON of every desired state, as loaded.
-func (p *publisher) replaceRaw(raw map[string][]byte) { p.raw = raw }
+func (p *desiredTopics) replaceRaw(raw map[string][]byte) { p.raw = raw }
 
 // forget makes the next publishes send everything again.
-func (p *publisher) forget() {
-	clear(p.published)
-	clear(p.depRaw)
-}
-
-// takeFailed reports, and resets, whether a publish failed.
-func (p *publisher) takeFailed() bool {
-	f := p.failed
-	p.failed = false
-	return f
-}
+func (p *desiredTopics) forget() { clear(p.published) }
 
 // stored records a device's newly stored desired state.
-func (p *publisher) stored(name string, gen int64, raw []byte) {
+func (p *desiredTopics) stored(name string, gen int64, raw []byte) {
 	p.raw[name] = raw
 	p.unpublished[name] = gen
 	for _, topic := range p.deviceTopics(name) {
@@ -79,7 +94,7 @@ func (p *publisher) stored(name string, gen int64, raw []byte) {
 }
 
 // removed records that a device is gone: its retained topics get cleared.
-func (p *publisher) removed(name string) {
+func (p *desiredTopics) removed(name string) {
 	delete(p.raw, name)
 	delete(p.published, name)
 	delete(p.unpublished, name)
@@ -91,7 +106,7 @@ func (p *publisher) removed(name string) {
 // deviceTopics are the retained topics cleared when a device is removed:
 // its desired topic, and its own status and online topics, so monitors do
 // not keep seeing a device that no longer exists.
-func (p *publisher) deviceTopics(name string) []string {
+func (p *desiredTopics) deviceTopics(name string) []string {
 	return []string{
 		p.topics.Device(name, schema.TopicDesired),
 		p.topics.Device(name, schema.TopicStatus),
@@ -99,17 +114,9 @@ func (p *publisher) deviceTopics(name string) []string {
 	}
 }
 
-// message is one MQTT publish of a pass.
-type message struct {
-	topic   string
-	payload []byte
-	sign    bool   // payload is a desired state's canonical JSON: sign it
-	done    func() // called, on the loop goroutine, once published
-}
-
 // publishDesired publishes every desired state not yet published at its
 // generation, and clears the topics of removed devices.
-func (p *publisher) publishDesired(ctx context.Context, desired iter.Seq2[string, *schema.DesiredState]) {
+func (p *desiredTopics) publishDesired(ctx context.Context, desired iter.Seq2[string, *schema.DesiredState]) {
 	var msgs []message
 	for name, ds := range desired {
 		if p.published[name] == ds.Generation {
@@ -117,7 +124,7 @@ func (p *publisher) publishDesired(ctx context.Context, desired iter.Seq2[string
 		}
 		msgs = append(msgs, p.desiredMessage(name, ds.Generation))
 	}
-	p.countDesired(p.publish(ctx, p.appendClears(msgs)))
+	p.countDesired(p.out.publish(ctx, p.appendClears(msgs)))
 }
 
 // publishUnpublished is publishDesired for the devices whose desired state
@@ -126,7 +133,7 @@ func (p *publisher) publishDesired(ctx context.Context, desired iter.Seq2[string
 // Any publish that fails makes the next pass a full one (takeFailed), so
 // only what stored recorded can be left behind here, and the pass costs
 // nothing per device of the fleet.
-func (p *publisher) publishUnpublished(ctx context.Context, desired func(name string) *schema.DesiredState) {
+func (p *desiredTopics) publishUnpublished(ctx context.Context, desired func(name string) *schema.DesiredState) {
 	var msgs []message
 	for name := range p.unpublished {
 		ds := desired(name)
@@ -136,18 +143,18 @@ func (p *publisher) publishUnpublished(ctx context.Context, desired func(name st
 		}
 		msgs = append(msgs, p.desiredMessage(name, ds.Generation))
 	}
-	p.countDesired(p.publish(ctx, p.appendClears(msgs)))
+	p.countDesired(p.out.publish(ctx, p.appendClears(msgs)))
 }
 
 // appendClears adds the clears of removed devices' retained topics.
-func (p *publisher) appendClears(msgs []message) []message {
+func (p *desiredTopics) appendClears(msgs []message) []message {
 	for topic := range p.clears {
 		msgs = append(msgs, message{topic: topic, done: func() { delete(p.clears, topic) }})
 	}
 	return msgs
 }
 
-func (p *publisher) countDesired(n int) {
+func (p *desiredTopics) countDesired(n int) {
 	if p.metrics != nil {
 		p.metrics.DesiredPublishes.Add(float64(n))
 	}
@@ -157,10 +164,10 @@ func (p *publisher) countDesired(n int) {
 // signed by the signer when there is one: the stored JSON is the
 // canonical form, and the publishing workers sign it afresh for each
 // publish (in parallel; a rotated key signs the next one).
-func (p *publisher) desiredMessage(name string, gen int64) message {
+func (p *desiredTopics) desiredMessage(name string, gen int64) message {
 	return message{
 		topic: p.topics.Device(name, schema.TopicDesired), payload: p.raw[name],
-		sign: p.signer != nil,
+		sign: p.out.signer != nil,
 		done: func() {
 			p.published[name] = gen
 			if p.unpublished[name] == gen {
@@ -184,10 +191,27 @@ type namedStatus struct {
 	status schema.DeploymentStatus
 }
 
+// statusTopics keeps the deployments' retained status topics in step with
+// their statuses.
+type statusTopics struct {
+	out       *sender
+	topics    schema.Topics
+	metrics   *metrics.Metrics
+	depRaw    map[string][]byte // last published deployment status JSON
+	depClears map[string]bool   // deleted deployments whose status must be cleared
+}
+
+func newStatusTopics(s *sender, opts Options) *statusTopics {
+	return &statusTopics{out: s, topics: opts.Topics, metrics: opts.Metrics, depRaw: map[string][]byte{}, depClears: map[string]bool{}}
+}
+
+// forget makes the next publishes send everything again.
+func (p *statusTopics) forget() { clear(p.depRaw) }
+
 // publishDeploymentStatuses publishes the statuses in live that changed
 // since they were last published, and clears the published status of the
 // deployments gone (and of those whose clear failed before).
-func (p *publisher) publishDeploymentStatuses(ctx context.Context, live []namedStatus, gone []string) {
+func (p *statusTopics) publishDeploymentStatuses(ctx context.Context, live []namedStatus, gone []string) {
 	var msgs []message
 	for _, name := range gone {
 		if p.depRaw[name] != nil {
@@ -200,7 +224,7 @@ func (p *publisher) publishDeploymentStatuses(ctx context.Context, live []namedS
 			Name:     s.name, DeploymentStatus: s.status,
 		})
 		if err != nil {
-			p.log.Error("encode deployment status", "deployment", s.name, "err", err)
+			p.out.log.Error("encode deployment status", "deployment", s.name, "err", err)
 			continue
 		}
 		delete(p.depClears, s.name)
@@ -215,18 +239,18 @@ func (p *publisher) publishDeploymentStatuses(ctx context.Context, live []namedS
 			delete(p.depClears, name)
 		}})
 	}
-	n := p.publish(ctx, msgs)
+	n := p.out.publish(ctx, msgs)
 	if p.metrics != nil {
 		p.metrics.DeploymentStatusPublishes.Add(float64(n))
 	}
 }
 
 // deletedDeployments returns the deployments with a published status that
-// are not in deployments.
-func (p *publisher) deletedDeployments(deployments map[string]*schema.Deployment) []string {
+// deployment does not find.
+func (p *statusTopics) deletedDeployments(deployment func(string) (*schema.Deployment, bool)) []string {
 	var out []string
 	for name := range p.depRaw {
-		if _, ok := deployments[name]; !ok {
+		if _, ok := deployment(name); !ok {
 			out = append(out, name)
 		}
 	}
@@ -234,12 +258,12 @@ func (p *publisher) deletedDeployments(deployments map[string]*schema.Deployment
 }
 
 // clearing reports whether deployment statuses wait to be cleared.
-func (p *publisher) clearing() bool { return len(p.depClears) > 0 }
+func (p *statusTopics) clearing() bool { return len(p.depClears) > 0 }
 
 // publish sends msgs with up to PublishWorkers in flight, calls done for
 // each one published, and returns how many were published. What failed
 // is left for a later pass.
-func (p *publisher) publish(ctx context.Context, msgs []message) int {
+func (p *sender) publish(ctx context.Context, msgs []message) int {
 	return p.finish(p.send(ctx, msgs))
 }
 
@@ -255,8 +279,8 @@ type sending struct {
 
 // send starts publishing msgs with up to PublishWorkers in flight and
 // returns at once; finish waits and records the outcome. It touches no
-// publisher state, so several batches may be under way.
-func (p *publisher) send(ctx context.Context, msgs []message) *sending {
+// topic state, so several batches may be under way.
+func (p *sender) send(ctx context.Context, msgs []message) *sending {
 	s := &sending{msgs: msgs, ok: make([]bool, len(msgs)), parent: ctx}
 	if len(msgs) == 0 {
 		return s
@@ -294,7 +318,7 @@ func (p *publisher) send(ctx context.Context, msgs []message) *sending {
 // finish waits for a batch, calls done for each message published (on the
 // loop goroutine) and returns how many were. A failure is logged and
 // recorded for takeFailed.
-func (p *publisher) finish(s *sending) int {
+func (p *sender) finish(s *sending) int {
 	s.wg.Wait()
 	if s.cancel != nil {
 		s.cancel()

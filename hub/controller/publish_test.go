@@ -14,7 +14,9 @@ import (
 func TestPublishUnpublished(t *testing.T) {
 	ctx := context.Background()
 	rec := newRecorder()
-	p := newPublisher(Options{Conn: rec, PublishWorkers: 2, PublishTimeout: DefaultPublishTimeout, Logger: slog.New(slog.DiscardHandler)})
+	opts := Options{Conn: rec, PublishWorkers: 2, PublishTimeout: DefaultPublishTimeout, Logger: slog.New(slog.DiscardHandler)}
+	out := newSender(opts)
+	p := newDesiredTopics(out, opts)
 	desired := map[string]*schema.DesiredState{}
 	store := func(name string, gen int64) {
 		desired[name] = &schema.DesiredState{Device: name, Generation: gen}
@@ -35,7 +37,7 @@ func TestPublishUnpublished(t *testing.T) {
 
 	// Stored by a pass whose commit published it: nothing is left.
 	store("a", 1)
-	p.publish(ctx, []message{p.desiredMessage("a", 1)})
+	out.publish(ctx, []message{p.desiredMessage("a", 1)})
 	sent()
 	p.publishUnpublished(ctx, lookup)
 	if got := sent(); len(got) != 0 {
@@ -45,8 +47,8 @@ func TestPublishUnpublished(t *testing.T) {
 	// A publish that fails is published by the next pass, once.
 	store("b", 1)
 	rec.fail = true
-	p.publish(ctx, []message{p.desiredMessage("b", 1)})
-	if !p.takeFailed() {
+	out.publish(ctx, []message{p.desiredMessage("b", 1)})
+	if !out.takeFailed() {
 		t.Fatal("the failed publish was not recorded")
 	}
 	rec.fail = false
@@ -64,7 +66,7 @@ func TestPublishUnpublished(t *testing.T) {
 	store("c", 1)
 	older := p.desiredMessage("c", 1)
 	store("c", 2)
-	p.publish(ctx, []message{older})
+	out.publish(ctx, []message{older})
 	sent()
 	p.publishUnpublished(ctx, lookup)
 	if got := sent(); len(got) != 1 || got[0] != topic("c") {

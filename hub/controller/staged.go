@@ -459,9 +459,9 @@ func (s *stagedRollouts) due(now time.Time) []string {
 
 // forget drops the records of deployments that are gone or no longer
 // Staged (their stored record is deleted by the next flush).
-func (s *stagedRollouts) forget(deployments map[string]*schema.Deployment) {
+func (s *stagedRollouts) forget(deployment func(string) (*schema.Deployment, bool)) {
 	for name := range s.recs {
-		if d, ok := deployments[name]; !ok || d.Spec.Strategy.Type != schema.StrategyStaged {
+		if d, ok := deployment(name); !ok || d.Spec.Strategy.Type != schema.StrategyStaged {
 			delete(s.recs, name)
 			delete(s.status, name)
 			delete(s.recheck, name)

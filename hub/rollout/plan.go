@@ -463,7 +463,7 @@ func (p *planner) result(added []int) Plan {
 		Targeted: len(p.in.Devices),
 		Reason:   st.Reason,
 	}
-	var wait struct{ fresh, starting, warming, offline int }
+	var wait waitCounts
 	for _, i := range byName {
 		name := p.in.Devices[i].Name
 		if !p.onNew[i] {
@@ -506,6 +506,19 @@ func (p *planner) result(added []int) Plan {
 	}
 	slices.Sort(out.Added)
 
+	p.waiting(&out, &status, wait)
+	out.Status = status
+	return out
+}
+
+// waitCounts are the devices on the new revision that the step waits for,
+// by why.
+type waitCounts struct{ fresh, starting, warming, offline int }
+
+// waiting says in status what the rollout waits for and until when, and
+// moves out.RecheckAt to the end of a pause between steps.
+func (p *planner) waiting(out *Plan, status *Status, wait waitCounts) {
+	st := p.st
 	blocking := wait.starting + wait.warming + wait.offline
 	switch {
 	case st.Phase == PhasePaused:
@@ -542,8 +555,6 @@ func (p *planner) result(added []int) Plan {
 			out.RecheckAt = end
 		}
 	}
-	out.Status = status
-	return out
 }
 
 // byName returns the device indices in name order.
