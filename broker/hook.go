@@ -148,7 +148,7 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		return false
 	}
 	if id.Role == RoleDevice && !DeviceClientID(id.Name, cl.ID) {
-		why := fmt.Sprintf("client ID %q is not the device's own (its name, or its name, '-' and 16 hex digits)", truncateID(cl.ID))
+		why := fmt.Sprintf("client ID %q is not the device's own (its name, or its name, '-' and 16 hex digits)", schema.Truncate(cl.ID, 80, "…"))
 		log.Warn("mqtt connection refused: " + why)
 		b.loginRefused(username, cl.Net.Remote, LoginRefused, why)
 		return false
@@ -196,15 +196,6 @@ func DeviceClientID(name, clientID string) bool {
 		}
 	}
 	return true
-}
-
-// truncateID shortens a client ID for a log line or a refusal reason.
-func truncateID(id string) string {
-	const maxLen = 80
-	if len(id) <= maxLen {
-		return id
-	}
-	return id[:maxLen] + "…"
 }
 
 // admitBootstrap checks what a bootstrap client's connection must be: its
