@@ -142,8 +142,13 @@ func seedPhoneFleet(t *testing.T, h *Hub) {
 		c.subscribe(topics.Device(name, schema.TopicDesired))
 		ds := c.awaitDesired(name, func(ds schema.DesiredState) bool { return len(ds.Pods) == 2 })
 		pods := runningPods(ds)
+		started := now.Add(-time.Hour)
+		for k := range pods {
+			pods[k].Containers = []schema.ContainerStatus{{Name: "app", Image: "registry.example/shop/" + pods[k].Name + ":1.4.2", State: "running", StartedAt: &started}}
+		}
 		if i == 1 {
-			pods[1].Restarts = 12
+			pods[1].Restarts, pods[1].Containers[0].Restarts = 12, 12
+			pods[1].Containers = append(pods[1].Containers, schema.ContainerStatus{Name: "exporter", Image: "registry.example/shop/exporter:0.9", State: "exited", Reason: "Error", ExitCode: 2})
 		}
 		c.mustPublish(topics.Device(name, schema.TopicOnline), true, []byte(schema.Online))
 		c.mustPublish(topics.Device(name, schema.TopicStatus), true, statusPayload(name, ds.Generation, ds.Store, pods...))
