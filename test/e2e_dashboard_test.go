@@ -35,8 +35,11 @@ import (
 //     rollout actions, and a hub restart under a live page.
 //   - TestDashboardScale: 10,000 devices; how fast the devices view paints
 //     and filters (reported, never asserted).
+//   - TestDashboardPhone (e2e_dashboard_phone_test.go): a phone's screen;
+//     no table cut off, events in two lines, a device never seen no
+//     warning, no session shown before sign-in.
 //
-// Both skip under -short; without chromium they fail, naming the package
+// All three skip under -short; without chromium they fail, naming the package
 // to install (test/sysdeps).
 
 // browserWait bounds each step in the browser.

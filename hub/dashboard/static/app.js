@@ -80,6 +80,15 @@
     online: ['Online', 'ok'], offline: ['Offline', 'bad'], stale: ['Stale', 'warn'], unknown: ['Never seen', ''],
   };
   function stateBadge(state) { const [t, k] = STATE[state] || [state, '']; return badge(t, k); }
+  // convergedBadge says whether a device runs what it should; a device
+  // never seen has not said, which is no warning: a neutral dash.
+  function convergedBadge(state, converged, yes, no) {
+    if (state === 'unknown') {
+      return h('span', { class: 'muted', title: 'Never seen: the device has not reported yet' },
+        h('span', { 'aria-hidden': 'true', text: '—' }), h('span', { class: 'sr-only', text: 'never seen' }));
+    }
+    return converged ? badge(yes, 'ok') : badge(no, 'warn');
+  }
   function deviceState(st) {
     if (!st || !st.lastSeen) return 'unknown';
     if (st.online && st.stale) return 'stale';
@@ -99,14 +108,38 @@
         : h('span', { class: 'chip', text });
     }));
   }
-  function table(caption, head, rows, empty) {
-    const t = h('table', {},
+  // table builds a table in its wrapper. On a phone (app.css) its rows
+  // stack: each row a card, each cell a line of words headed by its
+  // column's name (data-label), so no column is cut off. cls is the
+  // table's class: 'stack' by default, 'events' for a list of events.
+  function table(caption, head, rows, empty, cls) {
+    const ths = head.map((c) => (c instanceof Node ? c : h('th', { scope: 'col', text: c })));
+    const t = h('table', { class: cls || 'stack' },
       h('caption', { class: 'sr-only', text: caption }),
-      h('thead', {}, h('tr', {}, head.map((c) => (c instanceof Node ? c : h('th', { scope: 'col', text: c }))))),
+      h('thead', {}, h('tr', {}, ths)),
       h('tbody', {}, rows));
+    label(t, ths.map((th) => th.textContent.trim()));
     const wrap = h('div', { class: 'table-wrap' }, t);
     if (!rows.length) wrap.append(h('p', { class: 'empty', text: empty || 'Nothing to show.' }));
     return wrap;
+  }
+  // label names each body cell after its column (data-label, which the
+  // phone layout shows) and spells out the table's roles: a table whose
+  // rows are laid out as blocks keeps its semantics for a screen reader
+  // in every browser.
+  function label(t, labels) {
+    t.setAttribute('role', 'table');
+    for (const row of t.rows) {
+      row.setAttribute('role', 'row');
+      for (const c of row.cells) {
+        if (c.tagName === 'TH') c.setAttribute('role', 'columnheader');
+        else {
+          c.setAttribute('role', 'cell');
+          if (labels[c.cellIndex] && !c.hasAttribute('data-label')) c.dataset.label = labels[c.cellIndex];
+        }
+      }
+    }
+    for (const g of [t.tHead, ...t.tBodies]) if (g) g.setAttribute('role', 'rowgroup');
   }
   function facts(pairs) {
     return h('dl', { class: 'facts' }, pairs.filter(Boolean).map(([k, v]) => [h('dt', { text: k }), h('dd', {}, v)]));
@@ -474,7 +507,7 @@
           card(c.offline, 'Offline', c.offline ? 'bad' : '', '#/devices?state=offline'),
           card(c.stale, 'Stale', c.stale ? 'warn' : '', '#/devices?state=stale'),
           card(c.unknown, 'Never seen', '', '#/devices?state=unknown'),
-          card(c.converged, 'Converged', c.converged === c.devices ? 'ok' : 'warn', '#/devices?state=problem'))),
+          card(c.converged, 'Converged', convergedKind(c), '#/devices?state=problem'))),
       h('h2', { text: 'Deployments' }),
       table('Deployments and their rollout progress',
         ['Name', 'Strategy', 'Revision', 'Progress', h('th', { class: 'num', scope: 'col', text: 'Targeted' }), h('th', { class: 'num', scope: 'col', text: 'Updated' }),
@@ -485,7 +518,7 @@
             h('td', {}, h('a', { href: deploymentHref(d.metadata.name), text: d.metadata.name })),
             h('td', { text: (d.spec.strategy && d.spec.strategy.type) || 'AllAtOnce' }),
             h('td', { text: s.revision || '—' }),
-            h('td', {}, bar(s)),
+            h('td', { class: 'progress' }, bar(s)),
             h('td', { class: 'num', text: fmtInt(s.targeted) }),
             h('td', { class: 'num', text: fmtInt(s.updated) }),
             h('td', { class: 'num', text: fmtInt(s.ready) }),
@@ -494,6 +527,14 @@
         }), 'No deployments yet: fleet apply -f app.yaml'),
       h('h2', { text: 'Recent events' }),
       eventsTable(events, true));
+  }
+
+  // convergedKind colours the Converged card: a device never seen has
+  // reported nothing, so it is not converged but no warning either.
+  function convergedKind(c) {
+    const seen = c.devices - c.unknown;
+    if (!seen) return '';
+    return c.converged >= seen ? 'ok' : 'warn';
   }
 
   function deploymentPhase(d) {
@@ -509,17 +550,19 @@
     return badge('Progressing');
   }
 
+  // eventsTable lists events. On a phone each takes two lines: when,
+  // where and what on the first, the pod and the message on the second.
   function eventsTable(events, withDevice) {
     return table('Recent events, newest first',
       ['Time', withDevice && 'Device', 'Type', 'Reason', 'Pod', 'Message'].filter(Boolean),
       events.map((e) => h('tr', {},
-        h('td', {}, ago(e.time)),
-        withDevice && h('td', {}, h('a', { href: deviceHref(e.device), text: e.device })),
-        h('td', {}, badge(e.type, e.type === 'Warning' ? 'warn' : '')),
-        h('td', { text: e.reason }),
-        h('td', { text: [e.pod, e.container].filter(Boolean).join('/') || '—' }),
+        h('td', { class: 'when' }, ago(e.time)),
+        withDevice && h('td', { class: 'where' }, h('a', { href: deviceHref(e.device), text: e.device })),
+        h('td', { class: 'type' }, badge(e.type, e.type === 'Warning' ? 'warn' : '')),
+        h('td', { class: 'reason', text: e.reason }),
+        h('td', { class: 'pod', text: [e.pod, e.container].filter(Boolean).join('/') || '—' }),
         h('td', { class: 'msg', text: e.message || '' }))),
-      'No events since the hub started.');
+      'No events since the hub started.', 'events');
   }
 
   // ---- devices ------------------------------------------------------------------
@@ -574,6 +617,10 @@
       return { k, label, th, button };
     });
     headRow.append(...heads.map((x) => x.th), h('th', { scope: 'col', class: 'hide-narrow', text: 'Labels' }));
+    const headLabels = [...SORTS.map(([, l]) => l), 'Labels'];
+    const tableEl = h('table', { id: 'devices-table', class: 'fixed stack' },
+      h('caption', { class: 'sr-only', text: 'Devices' }),
+      h('thead', {}, headRow), tbody);
 
     function renderHead() {
       const key = q.sort.replace(/^-/, '');
@@ -606,13 +653,14 @@
       tbody.replaceChildren(...p.items.map((d) => h('tr', {},
         h('td', { class: 'name' }, h('a', { href: deviceHref(d.name), text: d.name })),
         h('td', {}, stateBadge(d.state)),
-        h('td', { class: 'msg' }, d.converged ? badge('Yes', 'ok') : badge('No', 'warn'), d.problem ? h('div', { class: 'muted', text: d.problem }) : null),
+        h('td', { class: 'msg' }, convergedBadge(d.state, d.converged, 'Yes', 'No'), d.problem ? h('div', { class: 'muted', text: d.problem }) : null),
         h('td', { class: 'num', text: d.ready + '/' + d.pods }),
         h('td', { class: 'num', text: fmtInt(d.restarts) }),
         h('td', { class: 'hide-narrow', text: d.agent || '—' }),
         h('td', { class: 'hide-narrow', text: d.arch || '—' }),
         h('td', {}, ago(d.lastSeen)),
         h('td', { class: 'hide-narrow' }, chips(ownLabels(d.labels), pickLabel)))));
+      label(tableEl, headLabels);
       empty.hidden = p.items.length > 0;
       const from = p.matched ? p.offset + 1 : 0;
       const to = p.offset + p.items.length;
@@ -685,9 +733,7 @@
             h('div', {}, h('label', { for: 'f-search', text: 'Search' }), search),
             h('div', {}, h('label', { for: 'f-selector', text: 'Label selector' }), selInput, selError),
             h('div', {}, h('label', { for: 'f-state', text: 'Status' }), stateSel)),
-          h('div', { class: 'table-wrap' }, h('table', { id: 'devices-table', class: 'fixed' },
-            h('caption', { class: 'sr-only', text: 'Devices' }),
-            h('thead', {}, headRow), tbody), empty),
+          h('div', { class: 'table-wrap' }, tableEl, empty),
           h('nav', { class: 'pager', 'aria-label': 'Pages' }, prev, next, count));
         load();
       },
@@ -730,7 +776,7 @@
         h('td', { class: 'num', text: fmtInt(p.restarts) }),
         h('td', { class: 'mono', text: (p.hash || '').slice(0, 8) || '—' }),
         h('td', { class: 'msg', text: p.message || '' }),
-        h('td', {}, h('button', {
+        h('td', { 'data-label': '' }, h('button', {
           type: 'button', 'data-admin': 'restart', disabled: readOnly,
           'aria-label': 'Restart pod ' + p.name + ' (restarts deployment ' + p.name + ' on every device)',
           title: readOnly ? 'Read-only: your token has the monitor role' : 'Restart deployment ' + p.name + ' on every device',
@@ -748,7 +794,7 @@
       }
     }
     return h('div', {},
-      h('h1', {}, h('span', { text: m.name }), stateBadge(state), st.converged ? badge('Converged', 'ok') : badge('Not converged', 'warn')),
+      h('h1', {}, h('span', { text: m.name }), stateBadge(state), state === 'unknown' ? null : convergedBadge(state, st.converged, 'Converged', 'Not converged')),
       h('p', {}, h('a', { href: '#/devices', text: '← All devices' })),
       h('div', { class: 'grid2' },
         h('section', { class: 'panel', 'aria-labelledby': 'dev-facts' },
@@ -852,7 +898,7 @@
         h('td', {}, h('a', { href: deviceHref(d.name), text: d.name })),
         h('td', {}, stateBadge(d.state)),
         h('td', {}, p.phase ? phaseBadge(p.phase, p.ready) : h('span', { class: 'muted', text: 'not reported' })),
-        h('td', {}, updated ? badge('Updated', 'ok') : badge('Not yet', 'warn')),
+        h('td', {}, d.state === 'unknown' ? convergedBadge(d.state) : updated ? badge('Updated', 'ok') : badge('Not yet', 'warn')),
         h('td', { class: 'num', text: fmtInt(p.restarts) }),
         h('td', { class: 'msg', text: p.message || '' }));
     });
