@@ -408,6 +408,31 @@ func TestPodStatuses(t *testing.T) {
 			phase: schema.PhaseFailed, states: "exited/Error",
 		},
 		{name: "runtime down", pod: web, listErr: fmt.Errorf("dial: refused"), phase: schema.PhaseUnknown, states: "waiting/Unknown"},
+		{
+			name: "created, start failed", pod: web, observed: []runtime.Container{ctr(key(web, "c0"), runtime.StateCreated)},
+			hist:  state.History{key(web, "c0"): {Failures: 1, Reason: ReasonStartError, RetryAt: t0.Add(time.Minute)}},
+			phase: schema.PhasePending, states: "waiting/RunContainerError",
+		},
+		{
+			name: "created, start failed, retry in flight", pod: web, observed: []runtime.Container{ctr(key(web, "c0"), runtime.StateCreated)}, busy: true,
+			hist:  state.History{key(web, "c0"): {Failures: 1, Reason: ReasonStartError, RetryAt: t0}},
+			phase: schema.PhasePending, states: "waiting/ContainerCreating",
+		},
+		{
+			name: "completed, then deleted", pod: once,
+			hist:  state.History{key(once, "c0"): {ExitSeen: true, Done: true}},
+			phase: schema.PhaseSucceeded, states: "exited/Completed",
+		},
+		{
+			name: "exited, restart due", pod: web, observed: []runtime.Container{exited(key(web, "c0"), 0, t0)},
+			hist:  state.History{key(web, "c0"): {ExitSeen: true, LastExitAt: t0, Delay: 10 * time.Second, NotBefore: t0}},
+			phase: schema.PhaseRunning, states: "waiting/Restarting",
+		},
+		{
+			name: "exited, not accounted yet, no restart", pod: once, observed: []runtime.Container{exited(key(once, "c0"), 3, t0)},
+			phase: schema.PhaseFailed, states: "exited/Error",
+		},
+		{name: "unknown state", pod: web, observed: []runtime.Container{ctr(key(web, "c0"), runtime.StateUnknown)}, phase: schema.PhaseUnknown, states: "waiting/Unknown"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
