@@ -472,14 +472,39 @@ func validatePodSpec(p *PodSpec, field string, errs *errList) {
 const MaxTerminationGracePeriodSeconds = 3600
 
 // validateContainer checks one container (or init container) of a pod:
-// seen holds the pod's container names so far, hostPorts its ports.
+// seen holds the pod's container names so far, hostPorts its ports. Each
+// step reports its problems in field order, so the list reads like the
+// manifest.
 func validateContainer(c *Container, cf string, init bool, volumes map[string]*Volume, seen map[string]bool, hostPorts map[string]string, errs *errList) {
+	validateContainerName(c, cf, seen, errs)
+	validateImage(c, cf, errs)
+	if c.WorkingDir != "" && !path.IsAbs(c.WorkingDir) {
+		errs.add(cf+".workingDir", "must be an absolute path")
+	}
+	validateEnv(c, cf, errs)
+	validateEnvFrom(c, cf, errs)
+	validateMounts(c, cf, volumes, errs)
+	validateDevices(c, cf, errs)
+	validateSecurityContext(c, cf, errs)
+	validatePorts(c, cf, hostPorts, errs)
+	validateProbes(c, cf, init, errs)
+	validatePreStop(c, cf, init, errs)
+	validateLimits(c.Resources.Limits, cf+".resources.limits", errs)
+}
+
+// validateContainerName checks the container's name and that it is the
+// pod's only container of that name.
+func validateContainerName(c *Container, cf string, seen map[string]bool, errs *errList) {
 	if err := ValidateName(c.Name); err != nil {
 		errs.add(cf+".name", "%v", err)
 	} else if seen[c.Name] {
 		errs.add(cf+".name", "duplicate container name %q", c.Name)
 	}
 	seen[c.Name] = true
+}
+
+// validateImage checks the image reference and the pull policy.
+func validateImage(c *Container, cf string, errs *errList) {
 	if c.Image == "" {
 		errs.add(cf+".image", "required")
 	} else if _, err := reference.ParseNormalizedNamed(c.Image); err != nil {
@@ -490,9 +515,11 @@ func validateContainer(c *Container, cf string, init bool, volumes map[string]*V
 	default:
 		errs.add(cf+".imagePullPolicy", "unsupported value %q: want IfNotPresent or Always", truncate(string(c.ImagePullPolicy)))
 	}
-	if c.WorkingDir != "" && !path.IsAbs(c.WorkingDir) {
-		errs.add(cf+".workingDir", "must be an absolute path")
-	}
+}
+
+// validateEnv checks env: valid, distinct names, and a value or a
+// valueFrom, not both.
+func validateEnv(c *Container, cf string, errs *errList) {
 	envSeen := map[string]bool{}
 	for j, e := range c.Env {
 		ef := fmt.Sprintf("%s.env[%d]", cf, j)
@@ -512,6 +539,11 @@ func validateContainer(c *Container, cf string, init bool, volumes map[string]*V
 			validateEnvSource(e.ValueFrom, ef+".valueFrom", errs)
 		}
 	}
+}
+
+// validateEnvFrom checks envFrom: one ConfigMap or Secret each, and a valid
+// prefix.
+func validateEnvFrom(c *Container, cf string, errs *errList) {
 	for j, f := range c.EnvFrom {
 		ef := fmt.Sprintf("%s.envFrom[%d]", cf, j)
 		switch {
@@ -526,6 +558,11 @@ func validateContainer(c *Container, cf string, init bool, volumes map[string]*V
 			errs.add(ef+".prefix", "%q must start with a letter or '_' and contain only letters, digits, '_', '-' or '.'", truncate(f.Prefix))
 		}
 	}
+}
+
+// validateMounts checks mounts and volumeMounts: clean absolute paths, each
+// mountPath once across both, and volumes the pod declares.
+func validateMounts(c *Container, cf string, volumes map[string]*Volume, errs *errList) {
 	mountSeen := map[string]string{}
 	mountAt := func(p, field string) {
 		if prev, ok := mountSeen[p]; ok {
@@ -556,6 +593,11 @@ func validateContainer(c *Container, cf string, init bool, volumes map[string]*V
 			validateRelPath(m.SubPath, mf+".subPath", errs)
 		}
 	}
+}
+
+// validateDevices checks devices: nodes under /dev/, each container path
+// once, and permissions.
+func validateDevices(c *Container, cf string, errs *errList) {
 	devSeen := map[string]bool{}
 	for j, d := range c.Devices {
 		df := fmt.Sprintf("%s.devices[%d]", cf, j)
@@ -577,6 +619,10 @@ func validateContainer(c *Container, cf string, init bool, volumes map[string]*V
 			errs.add(df+".permissions", "%q: want some of r, w and m, in that order (rw, rwm, r)", truncate(d.Permissions))
 		}
 	}
+}
+
+// validateSecurityContext checks capabilities and user and group IDs.
+func validateSecurityContext(c *Container, cf string, errs *errList) {
 	if sc := c.SecurityContext; sc != nil {
 		sf := cf + ".securityContext"
 		if caps := sc.Capabilities; caps != nil {
@@ -598,6 +644,12 @@ func validateContainer(c *Container, cf string, init bool, volumes map[string]*V
 			errs.add(sf+".runAsGroup", "%d: must be from 0 to %d", *g, maxID)
 		}
 	}
+}
+
+// validatePorts checks ports: numbers, protocols, distinct names, and that
+// no other container of the pod declares the same port: they share the
+// device's network.
+func validatePorts(c *Container, cf string, hostPorts map[string]string, errs *errList) {
 	portNames := map[string]bool{}
 	for j, p := range c.Ports {
 		pf := fmt.Sprintf("%s.ports[%d]", cf, j)
@@ -627,6 +679,10 @@ func validateContainer(c *Container, cf string, init bool, volumes map[string]*V
 			hostPorts[key] = pf
 		}
 	}
+}
+
+// validateProbes checks the three probes; init containers have none.
+func validateProbes(c *Container, cf string, init bool, errs *errList) {
 	for _, pr := range []struct {
 		name string
 		p    *Probe
@@ -640,6 +696,10 @@ func validateContainer(c *Container, cf string, init bool, volumes map[string]*V
 		}
 		validateProbe(pr.p, cf+"."+pr.name, pr.name != "readinessProbe", c.Ports, errs)
 	}
+}
+
+// validatePreStop checks the preStop hook; init containers have none.
+func validatePreStop(c *Container, cf string, init bool, errs *errList) {
 	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
 		lf := cf + ".lifecycle.preStop"
 		switch {
@@ -649,18 +709,27 @@ func validateContainer(c *Container, cf string, init bool, volumes map[string]*V
 			errs.add(lf+".exec.command", "required: the command to run before the container stops")
 		}
 	}
-	if q := c.Resources.Limits.Memory; q != "" {
-		if n, err := ParseMemory(q); err != nil {
-			errs.add(cf+".resources.limits.memory", "%v", err)
-		} else if n < 4<<20 {
-			errs.add(cf+".resources.limits.memory", "%q is below the 4Mi minimum a container needs", q)
+}
+
+// validateLimits checks the memory and CPU limits: well-formed quantities
+// no smaller than a container can run with.
+func validateLimits(l ResourceList, field string, errs *errList) {
+	for _, r := range []struct {
+		name, q  string
+		parse    func(string) (int64, error)
+		min      int64
+		tooSmall string
+	}{
+		{"memory", l.Memory, ParseMemory, 4 << 20, "%q is below the 4Mi minimum a container needs"},
+		{"cpu", l.CPU, ParseCPU, 1, "%q must be at least 1m"},
+	} {
+		if r.q == "" {
+			continue
 		}
-	}
-	if q := c.Resources.Limits.CPU; q != "" {
-		if n, err := ParseCPU(q); err != nil {
-			errs.add(cf+".resources.limits.cpu", "%v", err)
-		} else if n < 1 {
-			errs.add(cf+".resources.limits.cpu", "%q must be at least 1m", q)
+		if n, err := r.parse(r.q); err != nil {
+			errs.add(field+"."+r.name, "%v", err)
+		} else if n < r.min {
+			errs.add(field+"."+r.name, r.tooSmall, r.q)
 		}
 	}
 }

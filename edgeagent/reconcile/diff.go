@@ -302,12 +302,44 @@ func completed(rec state.Record) bool { return rec.Done && rec.LastExitCode == 0
 // backoff, whatever its code, unless the policy is Never.
 func diffContainers(desired []schema.Pod, observed []runtime.Container, probes probe.Results, hist state.History, now time.Time, pol Policy) Plan {
 	plan := Plan{History: state.History{}, Hashes: map[string]string{}}
+	want, order := desiredContainers(desired, plan.Hashes)
+	m := matchObserved(observed, want, plan.Hashes)
+	d := containerDiff{plan: &plan, replaced: m.replaced, probes: probes, now: now, pol: pol}
+	initializing := map[string]bool{} // pods whose init containers have not all completed
+	for _, k := range order {
+		dc := want[k]
+		rec := hist[k]
+		id := ContainerID(k.Pod, k.Container, k.Hash)
+		c, ok := m.keep[k]
+		if ok {
+			id = c.ID
+		}
+		if initializing[k.Pod] {
+			d.holdBack(k, dc, rec, id)
+			continue
+		}
+		rec = d.step(k, dc, rec, c, ok, id)
+		if dc.init && !completed(rec) {
+			initializing[k.Pod] = true
+		}
+		if rec != (state.Record{}) {
+			plan.History[k] = rec
+		}
+	}
+	removes, replaces := holdUnprepared(m.removes, d.replaces, d.held, plan.History)
+	plan.Actions = slices.Concat(removes, d.kills, replaces, d.creates, d.starts)
+	return plan
+}
 
+// desiredContainers returns the containers of the desired pods by key, and
+// their keys in order (pod by pod, init containers first); it records each
+// pod's hash in hashes.
+func desiredContainers(desired []schema.Pod, hashes map[string]string) (map[state.Key]desiredContainer, []state.Key) {
 	want := map[state.Key]desiredContainer{}
 	var order []state.Key
 	for _, p := range desired {
 		hash := podHash(p)
-		plan.Hashes[p.Name] = hash
+		hashes[p.Name] = hash
 		policy := p.Spec.RestartPolicy
 		if policy == "" {
 			policy = schema.RestartAlways
@@ -325,125 +357,161 @@ func diffContainers(desired []schema.Pod, observed []runtime.Container, probes p
 			order = append(order, k)
 		}
 	}
+	return want, order
+}
 
-	// Group observed containers by key; pick one keeper per desired key.
+// observedMatch is how the observed containers map onto the desired ones.
+type observedMatch struct {
+	// keep is the one observed container kept for each desired key.
+	keep map[state.Key]runtime.Container
+	// removes remove every other observed container, in ID order.
+	removes []Action
+	// replaced are the desired pods that run containers of another spec.
+	replaced map[string]bool
+}
+
+// matchObserved groups the observed containers by key and picks one keeper
+// per desired key; it removes unlabelled containers, those of undesired
+// keys (SpecChanged when their pod is desired with another hash) and
+// duplicates, keeping the one with the canonical ID, else the first by ID.
+func matchObserved(observed []runtime.Container, want map[state.Key]desiredContainer, hashes map[string]string) observedMatch {
+	m := observedMatch{keep: map[state.Key]runtime.Container{}, replaced: map[string]bool{}}
 	obs := slices.Clone(observed)
 	slices.SortFunc(obs, func(a, b runtime.Container) int { return strings.Compare(a.ID, b.ID) })
-	keep := map[state.Key]runtime.Container{}
-	var removes []Action
-	replaced := map[string]bool{}
 	for _, c := range obs {
 		k := state.Key{Pod: c.Pod, Container: c.Name, Hash: c.PodHash}
 		if c.Pod == "" || c.Name == "" {
-			removes = append(removes, Action{Kind: Remove, Key: k, ID: c.ID, Reason: ReasonUnlabelled})
+			m.removes = append(m.removes, Action{Kind: Remove, Key: k, ID: c.ID, Reason: ReasonUnlabelled})
 			continue
 		}
 		if _, ok := want[k]; !ok {
 			reason := ReasonNotDesired
-			if _, podWanted := plan.Hashes[c.Pod]; podWanted {
+			if _, podWanted := hashes[c.Pod]; podWanted {
 				reason = ReasonSpecChanged
-				replaced[c.Pod] = true
+				m.replaced[c.Pod] = true
 			}
-			removes = append(removes, Action{Kind: Remove, Key: k, ID: c.ID, Reason: reason})
+			m.removes = append(m.removes, Action{Kind: Remove, Key: k, ID: c.ID, Reason: reason})
 			continue
 		}
-		prev, seen := keep[k]
+		prev, seen := m.keep[k]
 		if !seen {
-			keep[k] = c
+			m.keep[k] = c
 			continue
 		}
-		// Two containers for one key: keep the one with the canonical ID,
-		// else the first by ID.
-		canonical := ContainerID(k.Pod, k.Container, k.Hash)
-		if c.ID == canonical {
-			keep[k] = c
-			removes = append(removes, Action{Kind: Remove, Key: k, ID: prev.ID, Reason: ReasonDuplicate})
+		if c.ID == ContainerID(k.Pod, k.Container, k.Hash) {
+			m.keep[k] = c
+			m.removes = append(m.removes, Action{Kind: Remove, Key: k, ID: prev.ID, Reason: ReasonDuplicate})
 		} else {
-			removes = append(removes, Action{Kind: Remove, Key: k, ID: c.ID, Reason: ReasonDuplicate})
+			m.removes = append(m.removes, Action{Kind: Remove, Key: k, ID: c.ID, Reason: ReasonDuplicate})
 		}
 	}
-	var kills, replaces, creates, starts, held []Action
-	initializing := map[string]bool{} // pods whose init containers have not all completed
-	for _, k := range order {
-		d := want[k]
-		rec := hist[k]
-		id := ContainerID(k.Pod, k.Container, k.Hash)
-		c, ok := keep[k]
-		if ok {
-			id = c.ID
+	return m
+}
+
+// containerDiff decides, one desired container at a time, what a plan does:
+// it appends waits and exits to plan and sorts the actions by kind, in the
+// order Plan.Actions lists them.
+type containerDiff struct {
+	plan     *Plan
+	replaced map[string]bool
+	probes   probe.Results
+	now      time.Time
+	pol      Policy
+
+	kills, replaces, creates, starts []Action
+	// held are the preparations of containers that init containers hold
+	// back (see holdUnprepared).
+	held []Action
+}
+
+// holdBack leaves a container behind an uncompleted init container as it
+// is, keeping its record; one of a pod being replaced is prepared.
+func (d *containerDiff) holdBack(k state.Key, dc desiredContainer, rec state.Record, id string) {
+	if d.replaced[k.Pod] && !rec.Prepared {
+		d.held = append(d.held, Action{Kind: Prepare, Key: k, ID: id, Container: dc.spec})
+	}
+	if rec != (state.Record{}) {
+		d.plan.History[k] = rec
+	}
+}
+
+// step decides what to do with one desired container, c being its
+// observed container (ok: there is one) and id the ID to act on; it
+// returns the container's next record.
+func (d *containerDiff) step(k state.Key, dc desiredContainer, rec state.Record, c runtime.Container, ok bool, id string) state.Record {
+	switch {
+	case !ok:
+		d.missing(k, dc, rec, id)
+	case c.State == runtime.StateRunning:
+		rec = d.running(k, dc, rec, c, id)
+	case c.State == runtime.StateCreated:
+		if rec.RetryAt.After(d.now) {
+			d.wait(k, id, rec.RetryAt, backoffReason(rec.Reason))
+		} else {
+			d.starts = append(d.starts, Action{Kind: Start, Key: k, ID: id})
 		}
-		if initializing[k.Pod] {
-			// Held back behind an init container.
-			if replaced[k.Pod] && !rec.Prepared {
-				held = append(held, Action{Kind: Prepare, Key: k, ID: id, Container: d.spec})
-			}
-			if rec != (state.Record{}) {
-				plan.History[k] = rec
-			}
-			continue
-		}
-		switch {
-		case !ok:
-			switch {
-			case rec.Done:
-				// Ran to completion under a no-restart policy, then was
-				// deleted by someone else: do not run it again.
-			case rec.RetryAt.After(now):
-				plan.Waits = append(plan.Waits, Wait{Key: k, ID: id, Until: rec.RetryAt, Reason: backoffReason(rec.Reason)})
-			default:
-				a := Action{Kind: Create, Key: k, ID: id, Container: d.spec, Replace: replaced[k.Pod]}
-				if a.Replace {
-					replaces = append(replaces, a)
-				} else {
-					creates = append(creates, a)
-				}
-			}
-		case c.State == runtime.StateRunning:
-			if rec.Failures > 0 {
-				// A start that reported failure (a timeout, say) did start.
-				rec.Failures, rec.RetryAt, rec.Reason, rec.Message = 0, time.Time{}, "", ""
-			}
-			if why := probeFailure(d.spec, c, probes); why != "" {
-				rec.Unhealthy = true
-				kills = append(kills, Action{Kind: Kill, Key: k, ID: id, Reason: ReasonUnhealthy, Message: why})
-			}
-		case c.State == runtime.StateCreated:
-			if rec.RetryAt.After(now) {
-				plan.Waits = append(plan.Waits, Wait{Key: k, ID: id, Until: rec.RetryAt, Reason: backoffReason(rec.Reason)})
-			} else {
-				starts = append(starts, Action{Kind: Start, Key: k, ID: id})
-			}
-		case c.State == runtime.StateExited:
-			if newExit(rec, c) {
-				rec, plan.Exits = accountExit(rec, c, k, d.policy, now, pol, plan.Exits)
-				plan.Exits[len(plan.Exits)-1].Init = d.init
-			}
-			switch {
-			case rec.Done:
-			case rec.RetryAt.After(now):
-				plan.Waits = append(plan.Waits, Wait{Key: k, ID: id, Until: rec.RetryAt, Reason: backoffReason(rec.Reason)})
-			case rec.NotBefore.After(now):
-				plan.Waits = append(plan.Waits, Wait{Key: k, ID: id, Until: rec.NotBefore, Reason: ReasonCrashLoopBackOff})
-			default:
-				starts = append(starts, Action{Kind: Restart, Key: k, ID: id})
-			}
-		default:
-			// StateUnknown: the runtime cannot say; touch nothing.
-		}
-		if d.init && !completed(rec) {
-			initializing[k.Pod] = true
-		}
-		if rec != (state.Record{}) {
-			plan.History[k] = rec
+	case c.State == runtime.StateExited:
+		rec = d.exited(k, dc, rec, c, id)
+	default:
+		// StateUnknown: the runtime cannot say; touch nothing.
+	}
+	return rec
+}
+
+// missing creates a container that does not exist, unless it completed or
+// waits out a failed attempt.
+func (d *containerDiff) missing(k state.Key, dc desiredContainer, rec state.Record, id string) {
+	switch {
+	case rec.Done:
+		// Ran to completion under a no-restart policy, then was
+		// deleted by someone else: do not run it again.
+	case rec.RetryAt.After(d.now):
+		d.wait(k, id, rec.RetryAt, backoffReason(rec.Reason))
+	default:
+		a := Action{Kind: Create, Key: k, ID: id, Container: dc.spec, Replace: d.replaced[k.Pod]}
+		if a.Replace {
+			d.replaces = append(d.replaces, a)
+		} else {
+			d.creates = append(d.creates, a)
 		}
 	}
-	removes, replaces = holdUnprepared(removes, replaces, held, plan.History)
-	plan.Actions = append(plan.Actions, removes...)
-	plan.Actions = append(plan.Actions, kills...)
-	plan.Actions = append(plan.Actions, replaces...)
-	plan.Actions = append(plan.Actions, creates...)
-	plan.Actions = append(plan.Actions, starts...)
-	return plan
+}
+
+// running clears the failures of a container that did start, and kills it
+// when its liveness or startup probe failed.
+func (d *containerDiff) running(k state.Key, dc desiredContainer, rec state.Record, c runtime.Container, id string) state.Record {
+	if rec.Failures > 0 {
+		// A start that reported failure (a timeout, say) did start.
+		rec.Failures, rec.RetryAt, rec.Reason, rec.Message = 0, time.Time{}, "", ""
+	}
+	if why := probeFailure(dc.spec, c, d.probes); why != "" {
+		rec.Unhealthy = true
+		d.kills = append(d.kills, Action{Kind: Kill, Key: k, ID: id, Reason: ReasonUnhealthy, Message: why})
+	}
+	return rec
+}
+
+// exited accounts a new exit, then restarts the container once its
+// backoff has elapsed, unless it is done.
+func (d *containerDiff) exited(k state.Key, dc desiredContainer, rec state.Record, c runtime.Container, id string) state.Record {
+	if newExit(rec, c) {
+		rec, d.plan.Exits = accountExit(rec, c, k, dc.policy, d.now, d.pol, d.plan.Exits)
+		d.plan.Exits[len(d.plan.Exits)-1].Init = dc.init
+	}
+	switch {
+	case rec.Done:
+	case rec.RetryAt.After(d.now):
+		d.wait(k, id, rec.RetryAt, backoffReason(rec.Reason))
+	case rec.NotBefore.After(d.now):
+		d.wait(k, id, rec.NotBefore, ReasonCrashLoopBackOff)
+	default:
+		d.starts = append(d.starts, Action{Kind: Restart, Key: k, ID: id})
+	}
+	return rec
+}
+
+func (d *containerDiff) wait(k state.Key, id string, until time.Time, reason string) {
+	d.plan.Waits = append(d.plan.Waits, Wait{Key: k, ID: id, Until: until, Reason: reason})
 }
 
 // holdUnprepared keeps the running version of every replaced pod whose new

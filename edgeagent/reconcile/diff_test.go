@@ -209,6 +209,73 @@ func TestDiff(t *testing.T) {
 	}
 }
 
+// TestMatchObserved: which observed container each desired key keeps,
+// and why the others go, whatever order the runtime lists them in.
+func TestMatchObserved(t *testing.T) {
+	web := pod("web", schema.RestartAlways, "nginx:1")
+	web2 := pod("web", schema.RestartAlways, "nginx:2")
+	withID := func(c runtime.Container, id string) runtime.Container { c.ID = id; return c }
+	running := ctr(key(web, "c0"), runtime.StateRunning)
+	canonical := running.ID
+	tests := []struct {
+		name     string
+		desired  []schema.Pod
+		observed []runtime.Container
+		want     string
+	}{
+		{name: "one per key is kept", desired: []schema.Pod{web}, observed: []runtime.Container{running}, want: "keep web/c0 " + canonical},
+		{
+			name:     "the canonical id wins though it sorts last",
+			desired:  []schema.Pod{web},
+			observed: []runtime.Container{running, withID(running, "aaa")},
+			want:     "keep web/c0 " + canonical + "; remove aaa (Duplicate)",
+		},
+		{
+			name:     "the canonical id wins though it sorts first",
+			desired:  []schema.Pod{web},
+			observed: []runtime.Container{withID(running, "zzz"), running},
+			want:     "keep web/c0 " + canonical + "; remove zzz (Duplicate)",
+		},
+		{
+			name:     "no canonical id: the first by id wins",
+			desired:  []schema.Pod{web},
+			observed: []runtime.Container{withID(running, "zzz"), withID(running, "aaa"), withID(running, "mmm")},
+			want:     "keep web/c0 aaa; remove mmm (Duplicate); remove zzz (Duplicate)",
+		},
+		{
+			name:     "another spec of a desired pod is replaced",
+			desired:  []schema.Pod{web2},
+			observed: []runtime.Container{running},
+			want:     "remove " + canonical + " (SpecChanged); replaced web",
+		},
+		{
+			name:     "an undesired pod is not",
+			observed: []runtime.Container{running, {ID: "stray"}},
+			want:     "remove stray (Unlabelled); remove " + canonical + " (NotDesired)",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hashes := map[string]string{}
+			want, _ := desiredContainers(tt.desired, hashes)
+			m := matchObserved(tt.observed, want, hashes)
+			var got []string
+			for k, c := range m.keep {
+				got = append(got, "keep "+k.Pod+"/"+k.Container+" "+c.ID)
+			}
+			for _, a := range m.removes {
+				got = append(got, "remove "+a.ID+" ("+a.Reason+")")
+			}
+			for p := range m.replaced {
+				got = append(got, "replaced "+p)
+			}
+			if g := strings.Join(got, "; "); g != tt.want {
+				t.Errorf("got  %q\nwant %q", g, tt.want)
+			}
+		})
+	}
+}
+
 func TestDiffIsPureAndIdempotent(t *testing.T) {
 	web := pod("web", schema.RestartAlways, "nginx:1")
 	obs := []runtime.Container{exited(key(web, "c0"), 3, t0)}
@@ -341,6 +408,31 @@ func TestPodStatuses(t *testing.T) {
 			phase: schema.PhaseFailed, states: "exited/Error",
 		},
 		{name: "runtime down", pod: web, listErr: fmt.Errorf("dial: refused"), phase: schema.PhaseUnknown, states: "waiting/Unknown"},
+		{
+			name: "created, start failed", pod: web, observed: []runtime.Container{ctr(key(web, "c0"), runtime.StateCreated)},
+			hist:  state.History{key(web, "c0"): {Failures: 1, Reason: ReasonStartError, RetryAt: t0.Add(time.Minute)}},
+			phase: schema.PhasePending, states: "waiting/RunContainerError",
+		},
+		{
+			name: "created, start failed, retry in flight", pod: web, observed: []runtime.Container{ctr(key(web, "c0"), runtime.StateCreated)}, busy: true,
+			hist:  state.History{key(web, "c0"): {Failures: 1, Reason: ReasonStartError, RetryAt: t0}},
+			phase: schema.PhasePending, states: "waiting/ContainerCreating",
+		},
+		{
+			name: "completed, then deleted", pod: once,
+			hist:  state.History{key(once, "c0"): {ExitSeen: true, Done: true}},
+			phase: schema.PhaseSucceeded, states: "exited/Completed",
+		},
+		{
+			name: "exited, restart due", pod: web, observed: []runtime.Container{exited(key(web, "c0"), 0, t0)},
+			hist:  state.History{key(web, "c0"): {ExitSeen: true, LastExitAt: t0, Delay: 10 * time.Second, NotBefore: t0}},
+			phase: schema.PhaseRunning, states: "waiting/Restarting",
+		},
+		{
+			name: "exited, not accounted yet, no restart", pod: once, observed: []runtime.Container{exited(key(once, "c0"), 3, t0)},
+			phase: schema.PhaseFailed, states: "exited/Error",
+		},
+		{name: "unknown state", pod: web, observed: []runtime.Container{ctr(key(web, "c0"), runtime.StateUnknown)}, phase: schema.PhaseUnknown, states: "waiting/Unknown"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

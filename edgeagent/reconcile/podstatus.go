@@ -85,12 +85,8 @@ func podStatus(p schema.Pod, byKey map[state.Key]runtime.Container, probes probe
 			return ps
 		}
 	}
-	policy := p.Spec.RestartPolicy
 	ps := schema.PodStatus{Name: p.Name, Hash: hash, Containers: make([]schema.ContainerStatus, 0, len(p.Spec.Containers))}
-	var (
-		running, ready, pending, restarting, unknown, failed int
-		msgs                                                 []string
-	)
+	var t podTally
 	for _, spec := range p.Spec.Containers {
 		k := state.Key{Pod: p.Name, Container: spec.Name, Hash: hash}
 		rec := hist[k]
@@ -99,88 +95,115 @@ func podStatus(p schema.Pod, byKey map[state.Key]runtime.Container, probes probe
 		c, ok := byKey[k]
 		switch {
 		case listErr != nil:
-			cs.State, cs.Reason = schema.ContainerWaiting, "Unknown"
-			unknown++
+			t.addUnknown(&cs)
 		case !ok && rec.Done:
-			cs.State, cs.ExitCode = schema.ContainerExited, rec.LastExitCode
-			cs.Reason = exitReason(rec.LastExitCode)
-			if rec.LastExitCode != 0 {
-				failed++
-			}
-		case !ok:
-			cs.State = schema.ContainerWaiting
-			cs.Reason = ReasonCreating
-			if rec.Failures > 0 && !busy[p.Name] {
-				cs.Reason = backoffReason(rec.Reason)
-				msgs = append(msgs, retryMsg(spec.Name, cs.Reason, rec))
-			}
-			pending++
+			t.addCompleted(&cs, rec.LastExitCode)
+		case !ok, c.State == runtime.StateCreated:
+			t.addCreating(&cs, rec, busy[p.Name])
 		case c.State == runtime.StateRunning:
-			cs.State = schema.ContainerRunning
-			cs.StartedAt = timePtr(c.StartedAt)
-			running++
-			ok, why := containerReady(spec, c, probes)
-			cs.Ready = &ok
-			if ok {
-				ready++
-			} else if why != "" {
-				msgs = append(msgs, spec.Name+": "+why)
-			}
-		case c.State == runtime.StateCreated:
-			cs.State, cs.Reason = schema.ContainerWaiting, ReasonCreating
-			if rec.Failures > 0 && !busy[p.Name] {
-				cs.Reason = backoffReason(rec.Reason)
-				msgs = append(msgs, retryMsg(spec.Name, cs.Reason, rec))
-			}
-			pending++
+			t.addRunning(&cs, spec, c, probes)
 		case c.State == runtime.StateExited:
-			cs.ExitCode = c.ExitCode
-			cs.StartedAt = timePtr(c.StartedAt)
-			if rec.Done || (!rec.ExitSeen && !ShouldRestart(policy, c.ExitCode)) {
-				cs.State, cs.Reason = schema.ContainerExited, exitReason(c.ExitCode)
-				if c.ExitCode != 0 {
-					failed++
-				}
-				break
-			}
-			cs.State, cs.Reason = schema.ContainerWaiting, ReasonCrashLoopBackOff
-			switch {
-			case rec.Failures > 0:
-				cs.Reason = backoffReason(rec.Reason)
-				msgs = append(msgs, retryMsg(spec.Name, cs.Reason, rec))
-			case rec.NotBefore.After(now):
-				msgs = append(msgs, fmt.Sprintf("%s: back-off %s restarting container that exited with code %d", spec.Name, rec.Delay, c.ExitCode))
-			default:
-				cs.Reason = "Restarting"
-			}
-			restarting++
+			t.addExited(&cs, c, rec, p.Spec.RestartPolicy, now)
 		default:
-			cs.State, cs.Reason = schema.ContainerWaiting, "Unknown"
-			unknown++
+			t.addUnknown(&cs)
 		}
 		ps.Containers = append(ps.Containers, cs)
 	}
 	n := len(p.Spec.Containers)
-	switch {
-	case unknown > 0:
-		ps.Phase = schema.PhaseUnknown
-		if listErr != nil {
-			msgs = append(msgs, "cannot list containers: "+listErr.Error())
-		}
-	case pending > 0:
-		ps.Phase = schema.PhasePending
-	case running > 0 || restarting > 0:
-		ps.Phase = schema.PhaseRunning
-	case failed > 0:
-		ps.Phase = schema.PhaseFailed
-	case n > 0:
-		ps.Phase = schema.PhaseSucceeded
-	default:
-		ps.Phase = schema.PhasePending
+	ps.Phase = t.phase(n)
+	if t.unknown > 0 && listErr != nil {
+		t.msgs = append(t.msgs, "cannot list containers: "+listErr.Error())
 	}
-	ps.Ready = n > 0 && ready == n
-	ps.Message = strings.Join(msgs, "; ")
+	ps.Ready = n > 0 && t.ready == n
+	ps.Message = strings.Join(t.msgs, "; ")
 	return ps
+}
+
+// podTally counts a pod's containers by what they make of its phase, and
+// collects what its message says. Each method fills in the status of one
+// container in one state and counts it.
+type podTally struct {
+	running, ready, pending, restarting, unknown, failed int
+	msgs                                                 []string
+}
+
+// phase is the pod's phase, of its n containers.
+func (t *podTally) phase(n int) schema.PodPhase {
+	switch {
+	case t.unknown > 0:
+		return schema.PhaseUnknown
+	case t.pending > 0:
+		return schema.PhasePending
+	case t.running > 0 || t.restarting > 0:
+		return schema.PhaseRunning
+	case t.failed > 0:
+		return schema.PhaseFailed
+	case n > 0:
+		return schema.PhaseSucceeded
+	}
+	return schema.PhasePending
+}
+
+// addUnknown: the runtime cannot say (or cannot be listed).
+func (t *podTally) addUnknown(cs *schema.ContainerStatus) {
+	cs.State, cs.Reason = schema.ContainerWaiting, "Unknown"
+	t.unknown++
+}
+
+// addCompleted: the container exited with code and will not run again.
+func (t *podTally) addCompleted(cs *schema.ContainerStatus, code int32) {
+	cs.State, cs.ExitCode = schema.ContainerExited, code
+	cs.Reason = exitReason(code)
+	if code != 0 {
+		t.failed++
+	}
+}
+
+// addCreating: the container is missing or never started: being created, or
+// waiting out its last failed attempt (unless work on its pod is in
+// flight).
+func (t *podTally) addCreating(cs *schema.ContainerStatus, rec state.Record, busy bool) {
+	cs.State, cs.Reason = schema.ContainerWaiting, ReasonCreating
+	if rec.Failures > 0 && !busy {
+		cs.Reason = backoffReason(rec.Reason)
+		t.msgs = append(t.msgs, retryMsg(cs.Name, cs.Reason, rec))
+	}
+	t.pending++
+}
+
+// addRunning: the container runs, ready or not as its probes say.
+func (t *podTally) addRunning(cs *schema.ContainerStatus, spec schema.Container, c runtime.Container, probes probe.Results) {
+	cs.State = schema.ContainerRunning
+	cs.StartedAt = timePtr(c.StartedAt)
+	t.running++
+	ok, why := containerReady(spec, c, probes)
+	cs.Ready = &ok
+	if ok {
+		t.ready++
+	} else if why != "" {
+		t.msgs = append(t.msgs, spec.Name+": "+why)
+	}
+}
+
+// addExited: the container exited; it completed, or waits to be restarted.
+func (t *podTally) addExited(cs *schema.ContainerStatus, c runtime.Container, rec state.Record, policy schema.RestartPolicy, now time.Time) {
+	cs.ExitCode = c.ExitCode
+	cs.StartedAt = timePtr(c.StartedAt)
+	if rec.Done || (!rec.ExitSeen && !ShouldRestart(policy, c.ExitCode)) {
+		t.addCompleted(cs, c.ExitCode)
+		return
+	}
+	cs.State, cs.Reason = schema.ContainerWaiting, ReasonCrashLoopBackOff
+	switch {
+	case rec.Failures > 0:
+		cs.Reason = backoffReason(rec.Reason)
+		t.msgs = append(t.msgs, retryMsg(cs.Name, cs.Reason, rec))
+	case rec.NotBefore.After(now):
+		t.msgs = append(t.msgs, fmt.Sprintf("%s: back-off %s restarting container that exited with code %d", cs.Name, rec.Delay, c.ExitCode))
+	default:
+		cs.Reason = "Restarting"
+	}
+	t.restarting++
 }
 
 func exitReason(code int32) string {

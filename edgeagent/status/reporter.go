@@ -200,130 +200,211 @@ func Settled(st *schema.DeviceStatus) bool {
 
 // Run publishes until ctx is done.
 func (r *Reporter) Run(ctx context.Context) error {
-	var sent []byte // the last published status without time and node facts
-	var lastAttempt time.Time
+	l := r.newReportLoop()
+	defer l.stop()
+	for {
+		if !l.wake(ctx) {
+			return nil
+		}
+		st, have := r.snapshot()
+		settled := have && Settled(&st)
+		if l.holdBack(&st, have, settled) {
+			continue
+		}
+		force := r.takeForce()
+		if !have {
+			r.resetHeartbeat(l.heartbeat)
+			continue
+		}
+		key, payload, ok := l.encode(&st, force)
+		if !ok {
+			continue
+		}
+		if !l.publish(ctx, &st, key, payload, settled) {
+			return nil
+		}
+	}
+}
+
+// snapshot returns the latest status Update set, and whether there is one.
+func (r *Reporter) snapshot() (schema.DeviceStatus, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.latest, r.have
+}
+
+// setForce makes the next publish go out even if nothing changed.
+func (r *Reporter) setForce() {
+	r.mu.Lock()
+	r.force = true
+	r.mu.Unlock()
+}
+
+// takeForce reports and clears a forced publish.
+func (r *Reporter) takeForce() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	force := r.force
+	r.force = false
+	return force
+}
+
+// reportLoop is what Run remembers between two wake-ups: what it last
+// attempted and sent, and its timers.
+type reportLoop struct {
+	r           *Reporter
+	sent        []byte // the last published status without time and node facts
+	sentNode    *schema.NodeInfo
+	lastAttempt time.Time
 	// What the last attempted publish said: a settled status is urgent
 	// (skips MinInterval) only if it ends an intermediate state or moves
 	// observedGeneration, so the rate stays bounded by the intermediate
 	// publishes (one per interval) and the hub's desired-state changes.
-	attempted, attemptedSettled, attemptedGen := false, false, int64(0)
-	var sentNode *schema.NodeInfo // the node figures last sent
-	heartbeat := r.o.Clock.NewTimer(time.Hour)
-	heartbeat.Stop()
-	r.resetHeartbeat(heartbeat)
-	defer heartbeat.Stop()
-	nodeCheck := r.o.Clock.NewTimer(time.Hour)
-	nodeCheck.Stop()
+	attempted, attemptedSettled bool
+	attemptedGen                int64
+
+	heartbeat, nodeCheck, hold clock.Timer
+	holding                    bool // hold runs: it publishes the latest when it fires
+	graced                     bool // the intermediate status being held had its grace
+}
+
+// newReportLoop starts the heartbeat and node check timers; hold starts
+// stopped.
+func (r *Reporter) newReportLoop() *reportLoop {
+	l := &reportLoop{r: r}
+	l.heartbeat = r.o.Clock.NewTimer(time.Hour)
+	l.heartbeat.Stop()
+	r.resetHeartbeat(l.heartbeat)
+	l.nodeCheck = r.o.Clock.NewTimer(time.Hour)
+	l.nodeCheck.Stop()
 	if r.o.NodeCheck > 0 {
-		nodeCheck.Reset(r.o.NodeCheck)
+		l.nodeCheck.Reset(r.o.NodeCheck)
 	}
-	defer nodeCheck.Stop()
-	hold := r.o.Clock.NewTimer(time.Hour)
-	hold.Stop()
-	defer hold.Stop()
-	holding := false
-	graced := false // the intermediate status being held had its grace
+	l.hold = r.o.Clock.NewTimer(time.Hour)
+	l.hold.Stop()
+	return l
+}
+
+func (l *reportLoop) stop() {
+	l.hold.Stop()
+	l.nodeCheck.Stop()
+	l.heartbeat.Stop()
+}
+
+// wake waits for a reason to look at the status: an Update or Republish,
+// the heartbeat (which forces a publish), node figures that moved since
+// they were sent (likewise), or the end of a hold. It returns false once
+// ctx is done.
+func (l *reportLoop) wake(ctx context.Context) bool {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-r.kick:
-		case <-heartbeat.C():
-			r.mu.Lock()
-			r.force = true
-			r.mu.Unlock()
-		case <-nodeCheck.C():
-			nodeCheck.Reset(r.o.NodeCheck)
-			if sentNode == nil || !NodeMoved(sentNode, r.o.NodeInfo()) {
+			return false
+		case <-l.r.kick:
+		case <-l.heartbeat.C():
+			l.r.setForce()
+		case <-l.nodeCheck.C():
+			l.nodeCheck.Reset(l.r.o.NodeCheck)
+			if l.sentNode == nil || !NodeMoved(l.sentNode, l.r.o.NodeInfo()) {
 				continue
 			}
-			r.mu.Lock()
-			r.force = true
-			r.mu.Unlock()
-		case <-hold.C():
-			holding = false
+			l.r.setForce()
+		case <-l.hold.C():
+			l.holding = false
 		}
-
-		r.mu.Lock()
-		st, have := r.latest, r.have
-		r.mu.Unlock()
-		settled := have && Settled(&st)
-		urgent := settled && attempted && (!attemptedSettled || st.ObservedGeneration != attemptedGen)
-		if !urgent {
-			if holding {
-				continue // the hold timer publishes the latest
-			}
-			if wait := r.o.MinInterval - r.o.Clock.Now().Sub(lastAttempt); !lastAttempt.IsZero() && wait > 0 {
-				hold.Reset(wait)
-				holding = true
-				continue
-			}
-			if r.o.SettleGrace > 0 && !graced && have && !settled && attempted && attemptedSettled {
-				// Work just started: it may settle before anyone needs
-				// to see it in progress.
-				graced = true
-				hold.Reset(r.o.SettleGrace)
-				holding = true
-				continue
-			}
-		}
-
-		r.mu.Lock()
-		force := r.force
-		r.force = false
-		r.mu.Unlock()
-		if !have {
-			r.resetHeartbeat(heartbeat)
-			continue
-		}
-		st.TypeMeta = schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDeviceStatus}
-		st.Device = r.o.Device
-		st.Agent = schema.AgentInfo{Version: r.o.Version, OS: goruntime.GOOS, Arch: goruntime.GOARCH}
-		st.Time, st.Node = time.Time{}, nil
-		key, err := json.Marshal(st)
-		if err != nil {
-			r.o.Logger.Error("encode status failed", "err", err)
-			continue
-		}
-		if !force && bytes.Equal(key, sent) {
-			continue
-		}
-		st.Time = r.o.Clock.Now().UTC()
-		st.Node = r.o.NodeInfo()
-		payload, err := json.Marshal(st)
-		if err != nil {
-			r.o.Logger.Error("encode status failed", "err", err)
-			continue
-		}
-		if holding {
-			// This publish carries the latest state; a later change
-			// starts a new interval from it.
-			hold.Stop()
-			holding = false
-		}
-		lastAttempt = r.o.Clock.Now()
-		graced = false
-		attempted, attemptedSettled, attemptedGen = true, settled, st.ObservedGeneration
-		pctx, cancel := context.WithTimeout(ctx, r.o.PublishTimeout)
-		err = r.o.Publisher.Publish(pctx, r.o.Topic, true, payload)
-		cancel()
-		// A success also cancels the retry of an earlier failure.
-		heartbeat.Stop()
-		r.resetHeartbeat(heartbeat)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			r.mu.Lock()
-			r.force = true // whatever it was, it still has to go out
-			r.mu.Unlock()
-			heartbeat.Reset(r.o.PublishTimeout) // retry, connected or not
-			// Offline: the session calls Republish after reconnecting
-			// (and the heartbeat, if any, retries meanwhile).
-			r.o.Logger.Debug("publish status failed", "err", err)
-			continue
-		}
-		sent, sentNode = key, st.Node
-		r.o.Logger.Debug("published status", "observedGeneration", st.ObservedGeneration, "pods", len(st.Pods))
+		return true
 	}
+}
+
+// holdBack reports whether st waits rather than goes out now: a status
+// that is not urgent waits out MinInterval since the last attempt, and an
+// intermediate one right after a settled one waits SettleGrace once. The
+// hold timer brings Run back to publish the latest.
+func (l *reportLoop) holdBack(st *schema.DeviceStatus, have, settled bool) bool {
+	o := &l.r.o
+	urgent := settled && l.attempted && (!l.attemptedSettled || st.ObservedGeneration != l.attemptedGen)
+	if urgent {
+		return false
+	}
+	if l.holding {
+		return true // the hold timer publishes the latest
+	}
+	if wait := o.MinInterval - o.Clock.Now().Sub(l.lastAttempt); !l.lastAttempt.IsZero() && wait > 0 {
+		l.hold.Reset(wait)
+		l.holding = true
+		return true
+	}
+	if o.SettleGrace > 0 && !l.graced && have && !settled && l.attempted && l.attemptedSettled {
+		// Work just started: it may settle before anyone needs
+		// to see it in progress.
+		l.graced = true
+		l.hold.Reset(o.SettleGrace)
+		l.holding = true
+		return true
+	}
+	return false
+}
+
+// encode fills in what the Reporter owns in st and returns the status
+// without time and node facts (key, compared with the last sent) and the
+// payload to publish, with them. It returns false when st says nothing
+// new and the publish is not forced, or cannot be encoded.
+func (l *reportLoop) encode(st *schema.DeviceStatus, force bool) (key, payload []byte, ok bool) {
+	o := &l.r.o
+	st.TypeMeta = schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDeviceStatus}
+	st.Device = o.Device
+	st.Agent = schema.AgentInfo{Version: o.Version, OS: goruntime.GOOS, Arch: goruntime.GOARCH}
+	st.Time, st.Node = time.Time{}, nil
+	key, err := json.Marshal(st)
+	if err != nil {
+		o.Logger.Error("encode status failed", "err", err)
+		return nil, nil, false
+	}
+	if !force && bytes.Equal(key, l.sent) {
+		return nil, nil, false
+	}
+	st.Time = o.Clock.Now().UTC()
+	st.Node = o.NodeInfo()
+	payload, err = json.Marshal(st)
+	if err != nil {
+		o.Logger.Error("encode status failed", "err", err)
+		return nil, nil, false
+	}
+	return key, payload, true
+}
+
+// publish sends payload, the encoding of st, and records the attempt; a
+// failure forces the next publish and retries it after PublishTimeout.
+// It returns false once ctx is done.
+func (l *reportLoop) publish(ctx context.Context, st *schema.DeviceStatus, key, payload []byte, settled bool) bool {
+	o := &l.r.o
+	if l.holding {
+		// This publish carries the latest state; a later change
+		// starts a new interval from it.
+		l.hold.Stop()
+		l.holding = false
+	}
+	l.lastAttempt = o.Clock.Now()
+	l.graced = false
+	l.attempted, l.attemptedSettled, l.attemptedGen = true, settled, st.ObservedGeneration
+	pctx, cancel := context.WithTimeout(ctx, o.PublishTimeout)
+	err := o.Publisher.Publish(pctx, o.Topic, true, payload)
+	cancel()
+	// A success also cancels the retry of an earlier failure.
+	l.heartbeat.Stop()
+	l.r.resetHeartbeat(l.heartbeat)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		l.r.setForce()                      // whatever it was, it still has to go out
+		l.heartbeat.Reset(o.PublishTimeout) // retry, connected or not
+		// Offline: the session calls Republish after reconnecting
+		// (and the heartbeat, if any, retries meanwhile).
+		o.Logger.Debug("publish status failed", "err", err)
+		return true
+	}
+	l.sent, l.sentNode = key, st.Node
+	o.Logger.Debug("published status", "observedGeneration", st.ObservedGeneration, "pods", len(st.Pods))
+	return true
 }

@@ -71,29 +71,11 @@ type result struct {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fl := flag.NewFlagSet("fuzz", flag.ContinueOnError)
-	fl.SetOutput(stderr)
-	fuzztime := fl.Duration("fuzztime", 3*time.Second, "how long to fuzz each target")
-	match := fl.String("run", "", "fuzz only the targets whose name or package directory matches this regular expression")
-	minimize := fl.Duration("minimizetime", time.Second, "how long to minimize each new input (the fuzzer's default, 60s, would take the whole run of a short one)")
-	list := fl.Bool("list", false, "list the targets and exit")
-	verbose := fl.Bool("v", false, "print the fuzzer's output")
-	if err := fl.Parse(args); err != nil {
-		return err
-	}
-	re, err := regexp.Compile(*match)
-	if err != nil {
-		return fmt.Errorf("-run: %w", err)
-	}
-	root, err := goOutput(ctx, "", "env", "GOMOD")
+	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	if root == "" || root == os.DevNull {
-		return errors.New("not inside a Go module")
-	}
-	root = filepath.Dir(root)
-	gocache, err := goOutput(ctx, root, "env", "GOCACHE")
+	root, gocache, err := moduleDirs(ctx)
 	if err != nil {
 		return err
 	}
@@ -101,20 +83,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var targets []target
-	for _, t := range all {
-		if re.MatchString(t.name) || re.MatchString(t.dir) {
-			targets = append(targets, t)
-		}
-	}
-	if *list {
+	targets := matching(all, o.match)
+	if o.list {
 		for _, t := range targets {
 			fmt.Fprintf(stdout, "./%s %s\n", t.dir, t.name)
 		}
 		return nil
 	}
 	if len(targets) == 0 {
-		return fmt.Errorf("no fuzz target matches %q", *match)
+		return fmt.Errorf("no fuzz target matches %q", o.match.String())
 	}
 	bin, err := os.MkdirTemp("", "fleet-fuzz-")
 	if err != nil {
@@ -123,60 +100,141 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer os.RemoveAll(bin)
 
 	start := time.Now()
-	var results []result
-	var failures []string
-	built := map[string]string{} // dir → test binary, "" when it did not build
+	f := &fuzzRun{o: o, root: root, gocache: gocache, bin: bin, stderr: stderr, built: map[string]string{}}
 	for _, t := range targets {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		exe, ok := built[t.dir]
-		if !ok {
-			fmt.Fprintf(stderr, "fuzz: building ./%s\n", t.dir)
-			exe = filepath.Join(bin, strings.ReplaceAll(t.dir, "/", "_")+".test")
-			cmd := exec.CommandContext(ctx, "go", "test", "-c", "-fuzz=.", "-o", exe, "./"+t.dir)
-			cmd.Dir, cmd.Stdout, cmd.Stderr = root, stderr, stderr
-			if err := cmd.Run(); err != nil {
-				failures = append(failures, fmt.Sprintf("./%s: build: %v", t.dir, err))
-				exe = ""
-			}
-			built[t.dir] = exe
-		}
-		if exe == "" {
-			continue
-		}
-		importPath, err := goOutput(ctx, root, "list", "./"+t.dir)
-		if err != nil {
+		if err := f.target(ctx, t); err != nil {
 			return err
-		}
-		runTarget := func() (result, []byte, error) {
-			return fuzz(ctx, exe, filepath.Join(root, filepath.FromSlash(t.dir)), filepath.Join(gocache, "fuzz", importPath), t, *fuzztime, *minimize)
-		}
-		r, out, err := runTarget()
-		for retry := 0; err == nil && r.failed && deadlineRace(out) && retry < maxDeadlineRetries; retry++ {
-			fmt.Fprintf(stderr, "fuzz: ./%s %s: Go's fuzz coordinator raced its own -fuzztime deadline (go.dev/issue/75804: nothing found, no input written); running it again\n", t.dir, t.name)
-			r, out, err = runTarget()
-		}
-		if err != nil {
-			return err
-		}
-		results = append(results, r)
-		status := "ok"
-		if r.failed {
-			status = "FAIL"
-			failures = append(failures, fmt.Sprintf("./%s %s", t.dir, t.name))
-		}
-		fmt.Fprintf(stderr, "fuzz: %-4s ./%s %s: %d execs in %s (%s/s)\n", status, t.dir, t.name, r.execs, r.elapsed.Round(time.Millisecond), rate(r))
-		if r.failed || *verbose {
-			stderr.Write(out)
 		}
 	}
-	printTable(stdout, results, *fuzztime)
-	fmt.Fprintf(stderr, "fuzz: %d targets in %s\n", len(results), time.Since(start).Round(time.Second))
-	if len(failures) > 0 {
-		return fmt.Errorf("failed (failing inputs are in each package's testdata/fuzz/):\n  %s", strings.Join(failures, "\n  "))
+	printTable(stdout, f.results, o.fuzztime)
+	fmt.Fprintf(stderr, "fuzz: %d targets in %s\n", len(f.results), time.Since(start).Round(time.Second))
+	if len(f.failures) > 0 {
+		return fmt.Errorf("failed (failing inputs are in each package's testdata/fuzz/):\n  %s", strings.Join(f.failures, "\n  "))
 	}
 	return nil
+}
+
+// options are the command's flags.
+type options struct {
+	fuzztime, minimize time.Duration
+	match              *regexp.Regexp
+	list, verbose      bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	fl := flag.NewFlagSet("fuzz", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	fuzztime := fl.Duration("fuzztime", 3*time.Second, "how long to fuzz each target")
+	match := fl.String("run", "", "fuzz only the targets whose name or package directory matches this regular expression")
+	minimize := fl.Duration("minimizetime", time.Second, "how long to minimize each new input (the fuzzer's default, 60s, would take the whole run of a short one)")
+	list := fl.Bool("list", false, "list the targets and exit")
+	verbose := fl.Bool("v", false, "print the fuzzer's output")
+	if err := fl.Parse(args); err != nil {
+		return options{}, err
+	}
+	re, err := regexp.Compile(*match)
+	if err != nil {
+		return options{}, fmt.Errorf("-run: %w", err)
+	}
+	return options{fuzztime: *fuzztime, minimize: *minimize, match: re, list: *list, verbose: *verbose}, nil
+}
+
+// moduleDirs returns the root of the module the command runs in and the
+// go command's build cache.
+func moduleDirs(ctx context.Context) (root, gocache string, err error) {
+	root, err = goOutput(ctx, "", "env", "GOMOD")
+	if err != nil {
+		return "", "", err
+	}
+	if root == "" || root == os.DevNull {
+		return "", "", errors.New("not inside a Go module")
+	}
+	root = filepath.Dir(root)
+	gocache, err = goOutput(ctx, root, "env", "GOCACHE")
+	if err != nil {
+		return "", "", err
+	}
+	return root, gocache, nil
+}
+
+// matching returns the targets whose name or package directory re
+// matches.
+func matching(all []target, re *regexp.Regexp) []target {
+	var targets []target
+	for _, t := range all {
+		if re.MatchString(t.name) || re.MatchString(t.dir) {
+			targets = append(targets, t)
+		}
+	}
+	return targets
+}
+
+// fuzzRun fuzzes targets one after the other, building each package's
+// fuzzing binary once, and collects their results and failures.
+type fuzzRun struct {
+	o                  options
+	root, gocache, bin string
+	stderr             io.Writer
+
+	built    map[string]string // dir → test binary, "" when it did not build
+	results  []result
+	failures []string
+}
+
+// target fuzzes t and reports it; a package that does not build is a
+// failure, not an error.
+func (f *fuzzRun) target(ctx context.Context, t target) error {
+	exe := f.build(ctx, t.dir)
+	if exe == "" {
+		return nil
+	}
+	importPath, err := goOutput(ctx, f.root, "list", "./"+t.dir)
+	if err != nil {
+		return err
+	}
+	runTarget := func() (result, []byte, error) {
+		return fuzz(ctx, exe, filepath.Join(f.root, filepath.FromSlash(t.dir)), filepath.Join(f.gocache, "fuzz", importPath), t, f.o.fuzztime, f.o.minimize)
+	}
+	r, out, err := runTarget()
+	for retry := 0; err == nil && r.failed && deadlineRace(out) && retry < maxDeadlineRetries; retry++ {
+		fmt.Fprintf(f.stderr, "fuzz: ./%s %s: Go's fuzz coordinator raced its own -fuzztime deadline (go.dev/issue/75804: nothing found, no input written); running it again\n", t.dir, t.name)
+		r, out, err = runTarget()
+	}
+	if err != nil {
+		return err
+	}
+	f.results = append(f.results, r)
+	status := "ok"
+	if r.failed {
+		status = "FAIL"
+		f.failures = append(f.failures, fmt.Sprintf("./%s %s", t.dir, t.name))
+	}
+	fmt.Fprintf(f.stderr, "fuzz: %-4s ./%s %s: %d execs in %s (%s/s)\n", status, t.dir, t.name, r.execs, r.elapsed.Round(time.Millisecond), rate(r))
+	if r.failed || f.o.verbose {
+		f.stderr.Write(out)
+	}
+	return nil
+}
+
+// build returns the fuzzing test binary of the package in dir, building
+// it the first time; "" when it does not build (a failure).
+func (f *fuzzRun) build(ctx context.Context, dir string) string {
+	if exe, ok := f.built[dir]; ok {
+		return exe
+	}
+	fmt.Fprintf(f.stderr, "fuzz: building ./%s\n", dir)
+	exe := filepath.Join(f.bin, strings.ReplaceAll(dir, "/", "_")+".test")
+	cmd := exec.CommandContext(ctx, "go", "test", "-c", "-fuzz=.", "-o", exe, "./"+dir)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = f.root, f.stderr, f.stderr
+	if err := cmd.Run(); err != nil {
+		f.failures = append(f.failures, fmt.Sprintf("./%s: build: %v", dir, err))
+		exe = ""
+	}
+	f.built[dir] = exe
+	return exe
 }
 
 // fuzz runs one target with the package's test binary, as go test -fuzz

@@ -1,6 +1,12 @@
 package main
 
-import "testing"
+import (
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
 
 // TestDeadlineRace: the CI log of the Go race is run again; a finding, a
 // panic or any other failure is not.
@@ -38,5 +44,26 @@ FAIL
 		if got := deadlineRace([]byte(tc.out)); got != tc.race {
 			t.Errorf("%s: deadlineRace = %v, want %v", tc.name, got, tc.race)
 		}
+	}
+}
+
+// TestParseFlagsAndMatching: -run picks targets by name or package
+// directory; the defaults are those the Makefile relies on.
+func TestParseFlagsAndMatching(t *testing.T) {
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil || o.fuzztime != 3*time.Second || o.minimize != time.Second || o.list || o.verbose {
+		t.Fatalf("defaults = %+v, %v", o, err)
+	}
+	if _, err := parseFlags([]string{"-run", "("}, io.Discard); err == nil || !strings.HasPrefix(err.Error(), "-run: ") {
+		t.Errorf("bad -run = %v", err)
+	}
+	o, err = parseFlags([]string{"-run", "Selector|^broker$", "-fuzztime", "2s", "-list"}, io.Discard)
+	if err != nil || o.fuzztime != 2*time.Second || !o.list {
+		t.Fatalf("flags = %+v, %v", o, err)
+	}
+	all := []target{{"broker", "FuzzAllowed"}, {"schema", "FuzzSelector"}, {"schema", "FuzzQuantity"}, {"schema/selector", "FuzzParse"}}
+	got := matching(all, o.match)
+	if want := []target{all[0], all[1]}; !slices.Equal(got, want) {
+		t.Errorf("matching = %v, want %v", got, want)
 	}
 }

@@ -172,106 +172,151 @@ func runFloorRole(ctx context.Context, args []string) error {
 
 // runFloor publishes every device's desired state and waits for every echo.
 func runFloor(ctx context.Context, conn floorConn, topics schema.Topics, cfg floorConfig, timeout time.Duration) floorResult {
-	res := floorResult{Op: "result", Lat: make([]time.Duration, len(cfg.Devices))}
-	idx := make(map[string]int, len(cfg.Devices))
-	topicsOut := make([]string, len(cfg.Devices))
-	payloads := make([][]byte, len(cfg.Devices))
-	ds := cfg.Desired
-	for i, d := range cfg.Devices {
-		idx[d.Name] = i
-		res.Lat[i] = -1
-		topicsOut[i] = topics.Device(d.Name, schema.TopicDesired)
-		ds.Device = d.Name
-		b, err := json.Marshal(ds)
-		if err != nil {
-			res.Error = err.Error()
-			return res
-		}
-		payloads[i] = b
+	res := floorResult{Op: "result"}
+	e := newFloorEchoes(cfg, topics)
+	res.Lat = e.lat
+	topicsOut, payloads, err := floorDesired(cfg, topics)
+	if err != nil {
+		res.Error = err.Error()
+		return res
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var (
-		mu    sync.Mutex
-		got   int
-		start time.Time
-		last  time.Time
-		all   = make(chan struct{})
-	)
-	err := conn.subscribe(ctx, topics.DeviceFilter(schema.TopicStatus), func(topic string, payload []byte) {
-		now := time.Now()
-		dev, kind, err := topics.ParseDevice(topic)
-		if err != nil || kind != schema.TopicStatus || len(payload) == 0 {
-			return
-		}
-		var st struct {
-			ObservedGeneration int64 `json:"observedGeneration"`
-		}
-		if json.Unmarshal(payload, &st) != nil || st.ObservedGeneration != ds.Generation {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		i, ok := idx[dev]
-		if !ok || res.Lat[i] >= 0 || start.IsZero() {
-			return
-		}
-		res.Lat[i] = now.Sub(start)
-		if now.After(last) {
-			last = now // handlers run concurrently: keep the latest
-		}
-		if got++; got == len(res.Lat) {
-			close(all)
-		}
-	})
-	if err != nil {
+	if err := conn.subscribe(ctx, topics.DeviceFilter(schema.TopicStatus), e.handle); err != nil {
 		res.Error = "subscribe: " + err.Error()
 		return res
 	}
-	mu.Lock()
-	start = time.Now()
-	mu.Unlock()
+	e.begin()
 	err = publishAll(ctx, conn, cfg.Inflight, len(payloads), func(i int) (string, []byte) { return topicsOut[i], payloads[i] }, 1)
 	res.Published = len(payloads)
 	if err != nil {
 		res.Error = "publish: " + err.Error()
 		return res
 	}
-	// Wait for every echo; a broker that dropped some never sends them,
-	// so ten seconds without progress end the wait early.
+	res.Error = e.wait(ctx, timeout)
+	res.Wall = e.wall()
+	return res
+}
+
+// floorDesired returns the topic and payload of every device's desired
+// state: cfg.Desired with the device's name.
+func floorDesired(cfg floorConfig, topics schema.Topics) ([]string, [][]byte, error) {
+	topicsOut := make([]string, len(cfg.Devices))
+	payloads := make([][]byte, len(cfg.Devices))
+	ds := cfg.Desired
+	for i, d := range cfg.Devices {
+		topicsOut[i] = topics.Device(d.Name, schema.TopicDesired)
+		ds.Device = d.Name
+		b, err := json.Marshal(ds)
+		if err != nil {
+			return nil, nil, err
+		}
+		payloads[i] = b
+	}
+	return topicsOut, payloads, nil
+}
+
+// floorEchoes collects the devices' echoes: the first status of each
+// that reports the desired generation, timed from begin.
+type floorEchoes struct {
+	topics schema.Topics
+	gen    int64
+	idx    map[string]int // device name → index in lat
+
+	mu sync.Mutex
+	// lat[i] is from begin to device i's echo (-1: none yet).
+	lat         []time.Duration
+	got         int
+	start, last time.Time
+	all         chan struct{} // closed when every device has echoed
+}
+
+func newFloorEchoes(cfg floorConfig, topics schema.Topics) *floorEchoes {
+	e := &floorEchoes{
+		topics: topics, gen: cfg.Desired.Generation, idx: make(map[string]int, len(cfg.Devices)),
+		lat: make([]time.Duration, len(cfg.Devices)), all: make(chan struct{}),
+	}
+	for i, d := range cfg.Devices {
+		e.idx[d.Name] = i
+		e.lat[i] = -1
+	}
+	return e
+}
+
+// begin starts the clock: echoes before it do not count.
+func (e *floorEchoes) begin() {
+	e.mu.Lock()
+	e.start = time.Now()
+	e.mu.Unlock()
+}
+
+// handle takes one status message (conn.subscribe).
+func (e *floorEchoes) handle(topic string, payload []byte) {
+	now := time.Now()
+	dev, kind, err := e.topics.ParseDevice(topic)
+	if err != nil || kind != schema.TopicStatus || len(payload) == 0 {
+		return
+	}
+	var st struct {
+		ObservedGeneration int64 `json:"observedGeneration"`
+	}
+	if json.Unmarshal(payload, &st) != nil || st.ObservedGeneration != e.gen {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	i, ok := e.idx[dev]
+	if !ok || e.lat[i] >= 0 || e.start.IsZero() {
+		return
+	}
+	e.lat[i] = now.Sub(e.start)
+	if now.After(e.last) {
+		e.last = now // handlers run concurrently: keep the latest
+	}
+	if e.got++; e.got == len(e.lat) {
+		close(e.all)
+	}
+}
+
+// wait waits for every echo and returns "" or what went wrong: ctx ended
+// (after timeout), or the echoes stopped coming. A broker that dropped
+// some never sends them, so ten seconds without progress end the wait
+// early.
+func (e *floorEchoes) wait(ctx context.Context, timeout time.Duration) string {
 	progress := time.NewTicker(time.Second)
 	defer progress.Stop()
 	seen, idle := -1, 0
-wait:
 	for {
 		select {
-		case <-all:
-			break wait
+		case <-e.all:
+			return ""
 		case <-ctx.Done():
-			mu.Lock()
-			res.Error = fmt.Sprintf("%d of %d echoes within %v", got, len(res.Lat), timeout)
-			mu.Unlock()
-			break wait
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			return fmt.Sprintf("%d of %d echoes within %v", e.got, len(e.lat), timeout)
 		case <-progress.C:
-			mu.Lock()
-			n := got
-			mu.Unlock()
+			e.mu.Lock()
+			n := e.got
+			e.mu.Unlock()
 			if n != seen {
 				seen, idle = n, 0
 				continue
 			}
 			if idle++; idle >= 10 {
-				res.Error = fmt.Sprintf("%d of %d echoes; none for 10s (did the broker drop some?)", n, len(res.Lat))
-				break wait
+				return fmt.Sprintf("%d of %d echoes; none for 10s (did the broker drop some?)", n, len(e.lat))
 			}
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !last.IsZero() {
-		res.Wall = last.Sub(start)
+}
+
+// wall is from begin to the last echo (0: none).
+func (e *floorEchoes) wall() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.last.IsZero() {
+		return 0
 	}
-	return res
+	return e.last.Sub(e.start)
 }
 
 // publishAll publishes n×per messages with at most inflight awaiting the

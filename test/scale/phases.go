@@ -49,53 +49,23 @@ func (s *suite) floor(ctx context.Context) Result {
 	ctx, cancel := context.WithTimeout(ctx, s.deadline(60*time.Second, 8*time.Millisecond))
 	defer cancel()
 
-	devices := make([]hollow.Device, len(s.names))
-	for i, name := range s.names {
-		tok, err := newSecret()
-		if err != nil {
-			return fail(err)
-		}
-		devices[i] = hollow.Device{Name: name, Token: tok}
+	devices, err := floorDevices(s.names)
+	if err != nil {
+		return fail(err)
 	}
 	cfg := floorConfig{
 		Devices: devices, TopicPrefix: s.topics.Prefix, Inflight: s.o.FloorInflight,
 		// Generation 2: what the converge phase's apply gives each device.
 		Desired: desiredFor(s.convergeDep, 2),
 	}
-	if s.o.Broker == "mosquitto" {
-		pw, err := newSecret()
-		if err != nil {
-			return fail(err)
-		}
-		floorHub := broker.MosquittoAccount{Identity: broker.Identity{Name: floorHubUsername, Role: broker.RoleHub}, Password: pw}
-		m, err := startMosquitto(ctx, filepath.Join(s.dir, "mosquitto"), s.topics, s.o.MosquittoExtra, s.mosquittoAccounts(devices, floorHub))
-		if err != nil {
-			return fail(err)
-		}
-		s.mosq = m
-		cfg.Mode, cfg.Broker, cfg.Username, cfg.Password = "external", m.URL, floorHubUsername, pw
-	} else {
-		cfg.Mode, cfg.Addr = "embedded", "127.0.0.1:0"
-	}
-	path := filepath.Join(s.dir, "floor.json")
-	if err := writeJSONFile(path, cfg); err != nil {
+	if err := s.floorBroker(ctx, &cfg); err != nil {
 		return fail(err)
 	}
-	fl, err := startChild("floor", filepath.Join(s.dir, "floor.log"), "floor", "-config", path)
+	fl, url, err := s.startFloor(ctx, cfg)
 	if err != nil {
 		return fail(err)
 	}
 	defer func() { _ = fl.stop(10 * time.Second) }()
-	var ready struct {
-		Addr string `json:"addr"`
-	}
-	if err := fl.await(ctx, "ready", &ready); err != nil {
-		return fail(err)
-	}
-	url := cfg.Broker
-	if cfg.Mode == "embedded" {
-		url = "tcp://" + ready.Addr
-	}
 	clients, err := s.startHollow(ctx, "floor-clients", hollow.Config{
 		Mode: hollow.ModeFloor, Broker: url, Devices: devices, ConnectRate: s.o.ConnectRate,
 	})
@@ -106,28 +76,10 @@ func (s *suite) floor(ctx context.Context) Result {
 	if err := s.awaitConnected(ctx, clients); err != nil {
 		return fail(fmt.Errorf("floor clients: %w", err))
 	}
-	left := time.Until(deadlineOf(ctx)) - 5*time.Second
-	var res floorResult
-	// CPU: the broker side (the floor process, or Mosquitto) as "hub",
-	// the clients as "agents".
-	brokerPID := fl.cmd.Process.Pid
-	if s.mosq != nil {
-		brokerPID = s.mosq.cmd.Process.Pid
-	}
-	cpuBroker, cpuClients, cpuSelf, host := cpuTime(brokerPID), cpuTime(clients.cmd.Process.Pid), cpuTime(os.Getpid()), readHostCPU()
-	if err := fl.call(ctx, floorRun{Op: "run", Timeout: max(left, time.Second)}, "result", &res); err != nil {
+	res, err := s.measureFloor(ctx, fl, clients, &r)
+	if err != nil {
 		return fail(err)
 	}
-	if c := cpuTime(brokerPID); c >= 0 && cpuBroker >= 0 {
-		r.HubCPUMS = ms(c - cpuBroker)
-	}
-	if c := cpuTime(clients.cmd.Process.Pid); c >= 0 && cpuClients >= 0 {
-		r.AgentsCPUMS = ms(c - cpuClients)
-	}
-	if c := cpuTime(os.Getpid()); c >= 0 && cpuSelf >= 0 {
-		r.SuiteCPUMS = ms(c - cpuSelf)
-	}
-	r.StealPct = stealPercent(host, readHostCPU())
 	r.fill(res.Lat)
 	s.dump(phaseFloor, res.Lat)
 	r.WallMS = ms(res.Wall)
@@ -138,19 +90,127 @@ func (s *suite) floor(ctx context.Context) Result {
 		s.log.Warn("stop floor clients", "err", err)
 	}
 	if cfg.Mode == "external" {
-		// Whatever the run gave: nothing the floor left retained on the
-		// hub's Mosquitto may reach the hub or its agents.
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), s.deadline(30*time.Second, time.Millisecond))
-		defer ccancel()
-		if err := fl.call(cctx, floorRun{Op: "clear"}, "cleared", nil); err != nil {
-			s.floorUnclean = true
-			return fail(fmt.Errorf("clear the floor's retained messages: %w", err))
+		if err := s.clearFloor(ctx, fl); err != nil {
+			return fail(err)
 		}
 	}
 	if res.Error != "" {
 		return fail(fmt.Errorf("%s", res.Error))
 	}
 	return r
+}
+
+// floorDevices returns the floor clients' accounts: one per device name,
+// each with a new token.
+func floorDevices(names []string) ([]hollow.Device, error) {
+	devices := make([]hollow.Device, len(names))
+	for i, name := range names {
+		tok, err := newSecret()
+		if err != nil {
+			return nil, err
+		}
+		devices[i] = hollow.Device{Name: name, Token: tok}
+	}
+	return devices, nil
+}
+
+// floorBroker sets cfg's broker: with Mosquitto, the Mosquitto the hub
+// will use, started here with the floor's accounts (s.mosq); else the
+// floor's own embedded broker.
+func (s *suite) floorBroker(ctx context.Context, cfg *floorConfig) error {
+	if s.o.Broker != "mosquitto" {
+		cfg.Mode, cfg.Addr = "embedded", "127.0.0.1:0"
+		return nil
+	}
+	pw, err := newSecret()
+	if err != nil {
+		return err
+	}
+	floorHub := broker.MosquittoAccount{Identity: broker.Identity{Name: floorHubUsername, Role: broker.RoleHub}, Password: pw}
+	m, err := startMosquitto(ctx, filepath.Join(s.dir, "mosquitto"), s.topics, s.o.MosquittoExtra, s.mosquittoAccounts(cfg.Devices, floorHub))
+	if err != nil {
+		return err
+	}
+	s.mosq = m
+	cfg.Mode, cfg.Broker, cfg.Username, cfg.Password = "external", m.URL, floorHubUsername, pw
+	return nil
+}
+
+// startFloor starts the floor process with cfg and returns it once ready,
+// with the URL of the broker the floor clients connect to.
+func (s *suite) startFloor(ctx context.Context, cfg floorConfig) (*child, string, error) {
+	path := filepath.Join(s.dir, "floor.json")
+	if err := writeJSONFile(path, cfg); err != nil {
+		return nil, "", err
+	}
+	fl, err := startChild("floor", filepath.Join(s.dir, "floor.log"), "floor", "-config", path)
+	if err != nil {
+		return nil, "", err
+	}
+	var ready struct {
+		Addr string `json:"addr"`
+	}
+	if err := fl.await(ctx, "ready", &ready); err != nil {
+		_ = fl.stop(10 * time.Second)
+		return nil, "", err
+	}
+	url := cfg.Broker
+	if cfg.Mode == "embedded" {
+		url = "tcp://" + ready.Addr
+	}
+	return fl, url, nil
+}
+
+// measureFloor runs the floor once, within what is left of ctx, and
+// records in r the CPU it cost: the broker side's (the floor process, or
+// Mosquitto) as the hub's, the clients' as the agents'.
+func (s *suite) measureFloor(ctx context.Context, fl, clients *child, r *Result) (floorResult, error) {
+	left := time.Until(deadlineOf(ctx)) - 5*time.Second
+	var res floorResult
+	brokerPID := fl.cmd.Process.Pid
+	if s.mosq != nil {
+		brokerPID = s.mosq.cmd.Process.Pid
+	}
+	clientsPID := clients.cmd.Process.Pid
+	cpu := cpuStartOf(brokerPID, clientsPID)
+	if err := fl.call(ctx, floorRun{Op: "run", Timeout: max(left, time.Second)}, "result", &res); err != nil {
+		return res, err
+	}
+	cpu.stopOf(r, brokerPID, clientsPID)
+	return res, nil
+}
+
+// cpuStartOf is cpuStart with the processes hubPID and agentsPID in the
+// hub's and the agents' places.
+func cpuStartOf(hubPID, agentsPID int) cpuMeter {
+	return cpuMeter{hub: cpuTime(hubPID), agents: cpuTime(agentsPID), self: cpuTime(os.Getpid()), host: readHostCPU()}
+}
+
+// stopOf is cpuStop for the processes of cpuStartOf.
+func (m cpuMeter) stopOf(r *Result, hubPID, agentsPID int) {
+	if c := cpuTime(hubPID); c >= 0 && m.hub >= 0 {
+		r.HubCPUMS = ms(c - m.hub)
+	}
+	if c := cpuTime(agentsPID); c >= 0 && m.agents >= 0 {
+		r.AgentsCPUMS = ms(c - m.agents)
+	}
+	if c := cpuTime(os.Getpid()); c >= 0 && m.self >= 0 {
+		r.SuiteCPUMS = ms(c - m.self)
+	}
+	r.StealPct = stealPercent(m.host, readHostCPU())
+}
+
+// clearFloor has the floor clear what it left retained on the hub's
+// Mosquitto, whatever the run gave: none of it may reach the hub or its
+// agents. On failure the suite is marked unclean.
+func (s *suite) clearFloor(ctx context.Context, fl *child) error {
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), s.deadline(30*time.Second, time.Millisecond))
+	defer ccancel()
+	if err := fl.call(cctx, floorRun{Op: "clear"}, "cleared", nil); err != nil {
+		s.floorUnclean = true
+		return fmt.Errorf("clear the floor's retained messages: %w", err)
+	}
+	return nil
 }
 
 // converge is B2: apply a Deployment targeting every device; per device,

@@ -171,83 +171,16 @@ func (s *suite) rollout(ctx context.Context) Result {
 	s.mon.setTap(tr.observe)
 	defer s.mon.setTap(nil)
 
-	// v1: the last good revision.
-	ack, err := s.applyObject(ctx, v1)
-	if err != nil {
-		return fail(fmt.Errorf("apply v1: %w", err))
+	if err := s.rolloutV1(ctx, v1, oldHash, tr, fig); err != nil {
+		return fail(err)
 	}
-	rs, at, err := s.awaitRollout(ctx, oldHash, nil)
-	if err != nil {
-		return fail(fmt.Errorf("v1 rollout: %w", err))
-	}
-	if rs.Phase != schema.RolloutComplete {
-		return fail(fmt.Errorf("v1 rollout ended %s, want Complete: %s", rs.Phase, rs.Reason))
-	}
-	fig.V1MS = ms(finished(rs, at).Sub(ack))
-	if _, _, err := s.awaitOld(ctx, tr); err != nil {
-		return fail(fmt.Errorf("v1 rollout Complete, but %w", err))
-	}
-
-	// v2: fails on s.failing.
 	s.profileStart(ctx, phaseRollout)
 	defer s.profileStop(ctx)
-	counters, _ := s.hub.counters(ctx)
-	cpu := s.cpuStart()
-	ack, err = s.applyObject(ctx, v2)
+	back, err := s.rolloutV2(ctx, v2, newHash, tr, fig, &r)
 	if err != nil {
-		return fail(fmt.Errorf("apply v2: %w", err))
+		return fail(err)
 	}
-	rs, at, err = s.awaitRollout(ctx, newHash, func(rs *schema.RolloutStatus) {
-		fig.MaxUpdated = max(fig.MaxUpdated, rs.Updated)
-		fig.MaxFailed = max(fig.MaxFailed, rs.Failed)
-	})
-	if err != nil {
-		return fail(fmt.Errorf("v2 rollout: %w", err))
-	}
-	rolledBack := finished(rs, at)
-	fig.Phase, fig.Reason, fig.StopStep = string(rs.Phase), rs.Reason, rs.Step
-	fig.Allowed = staged.StepTarget(rs.Step-1, n)
-	var problems []string
-	var (
-		allBack time.Time
-		missing []string
-		werr    error
-	)
-	rolledBackOK := rs.Phase == schema.RolloutRolledBack
-	if rolledBackOK {
-		// Every device is given v1 again: wait for each to say it runs
-		// it.
-		allBack, missing, werr = s.awaitOld(ctx, tr)
-	} else {
-		problems = append(problems, fmt.Sprintf("the rollout of v2 ended %s, want RolledBack: %s", rs.Phase, rs.Reason))
-	}
-	s.cpuStop(cpu, &r, false)
-	s.countersStop(ctx, counters, &r)
-	everNew, failures := tr.counts()
-	fig.EverNew, fig.FailedReported = everNew, len(failures)
-	if len(failures) > 0 {
-		fig.FailureToRollbackMS = ms(rolledBack.Sub(failures[0]))
-		if len(failures) >= fig.FailureLimit {
-			fig.LimitToRollbackMS = ms(rolledBack.Sub(failures[fig.FailureLimit-1]))
-		}
-	}
-	// Not dumped (-dump): the latencies are of the devices that ran v2
-	// only.
-	r.fill(tr.backLatencies(rolledBack))
-	switch {
-	case rolledBackOK && werr == nil:
-		r.WallMS = ms(allBack.Sub(ack))
-		fig.RollbackToOldMS = ms(max(allBack.Sub(rolledBack), 0))
-	case rolledBackOK:
-		problems = append(problems, fmt.Sprintf("after the rollback, %v (e.g. %s)", werr, strings.Join(missing[:min(3, len(missing))], ", ")))
-	}
-	if fig.StopStep > fig.DueStep {
-		problems = append(problems, fmt.Sprintf("stopped at step %d, after step %d whose devices already held %d failing ones", fig.StopStep, fig.DueStep, fig.FailureLimit))
-	}
-	if fig.EverNew > fig.Allowed || fig.MaxUpdated > fig.Allowed {
-		problems = append(problems, fmt.Sprintf("%d devices reported v2 and the hub gave it to up to %d, more than the %d step %d allows",
-			fig.EverNew, fig.MaxUpdated, fig.Allowed, fig.StopStep))
-	}
+	problems := back.problems(&r, fig, tr)
 	if len(problems) == 0 {
 		cctx, ccancel := context.WithTimeout(ctx, s.hubConfirmSlack())
 		at, _, err := s.awaitHub(cctx, func(d *schema.Device) bool { return d.Status != nil && d.Status.Converged })
@@ -255,7 +188,7 @@ func (s *suite) rollout(ctx context.Context) Result {
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("the hub did not report every device converged on v1: %v", err))
 		} else {
-			r.HubConfirmMS = ms(at.Sub(ack))
+			r.HubConfirmMS = ms(at.Sub(back.ack))
 		}
 	}
 	r.Target = fmt.Sprintf("RolledBack by step %d, ≤ %d devices on v2, all back on v1", fig.DueStep, staged.StepTarget(fig.DueStep-1, n))
@@ -264,6 +197,109 @@ func (s *suite) rollout(ctx context.Context) Result {
 	}
 	r.OK = true
 	return r
+}
+
+// rolloutV1 applies v1, the last good revision, and waits for its rollout
+// to complete and every device to report it ready (fig.V1MS).
+func (s *suite) rolloutV1(ctx context.Context, v1 *schema.Deployment, oldHash string, tr *rolloutTracker, fig *RolloutFigures) error {
+	ack, err := s.applyObject(ctx, v1)
+	if err != nil {
+		return fmt.Errorf("apply v1: %w", err)
+	}
+	rs, at, err := s.awaitRollout(ctx, oldHash, nil)
+	if err != nil {
+		return fmt.Errorf("v1 rollout: %w", err)
+	}
+	if rs.Phase != schema.RolloutComplete {
+		return fmt.Errorf("v1 rollout ended %s, want Complete: %s", rs.Phase, rs.Reason)
+	}
+	fig.V1MS = ms(finished(rs, at).Sub(ack))
+	if _, _, err := s.awaitOld(ctx, tr); err != nil {
+		return fmt.Errorf("v1 rollout Complete, but %w", err)
+	}
+	return nil
+}
+
+// rolloutBack is what the v2 half of the rollout phase saw.
+type rolloutBack struct {
+	ack        time.Time // the hub answered v2's apply
+	rolledBack time.Time // v2's rollout finished
+	// ok: it finished RolledBack; then allBack is when the last device
+	// reported v1 ready again, or err says which did not (missing).
+	ok      bool
+	allBack time.Time
+	missing []string
+	err     error
+}
+
+// rolloutV2 applies v2, which s.failing cannot run, and waits for its
+// rollout to end and, if it rolled back, for every device to report v1
+// ready again; the CPU and the hub's counters of r are those of that
+// span. It records the rollout's end in fig.
+func (s *suite) rolloutV2(ctx context.Context, v2 *schema.Deployment, newHash string, tr *rolloutTracker, fig *RolloutFigures, r *Result) (rolloutBack, error) {
+	var b rolloutBack
+	counters, _ := s.hub.counters(ctx)
+	cpu := s.cpuStart()
+	ack, err := s.applyObject(ctx, v2)
+	if err != nil {
+		return b, fmt.Errorf("apply v2: %w", err)
+	}
+	b.ack = ack
+	rs, at, err := s.awaitRollout(ctx, newHash, func(rs *schema.RolloutStatus) {
+		fig.MaxUpdated = max(fig.MaxUpdated, rs.Updated)
+		fig.MaxFailed = max(fig.MaxFailed, rs.Failed)
+	})
+	if err != nil {
+		return b, fmt.Errorf("v2 rollout: %w", err)
+	}
+	b.rolledBack = finished(rs, at)
+	fig.Phase, fig.Reason, fig.StopStep = string(rs.Phase), rs.Reason, rs.Step
+	fig.Allowed = v2.Spec.Strategy.Staged.StepTarget(rs.Step-1, len(s.names))
+	b.ok = rs.Phase == schema.RolloutRolledBack
+	if b.ok {
+		// Every device is given v1 again: wait for each to say it runs
+		// it.
+		b.allBack, b.missing, b.err = s.awaitOld(ctx, tr)
+	}
+	s.cpuStop(cpu, r, false)
+	s.countersStop(ctx, counters, r)
+	return b, nil
+}
+
+// problems fills in r and fig from what the devices reported and returns
+// what the phase got wrong: v2 not rolled back, devices not back on v1,
+// a stop later than due, more devices on v2 than the step allows.
+func (b rolloutBack) problems(r *Result, fig *RolloutFigures, tr *rolloutTracker) []string {
+	var problems []string
+	if !b.ok {
+		problems = append(problems, fmt.Sprintf("the rollout of v2 ended %s, want RolledBack: %s", fig.Phase, fig.Reason))
+	}
+	everNew, failures := tr.counts()
+	fig.EverNew, fig.FailedReported = everNew, len(failures)
+	if len(failures) > 0 {
+		fig.FailureToRollbackMS = ms(b.rolledBack.Sub(failures[0]))
+		if len(failures) >= fig.FailureLimit {
+			fig.LimitToRollbackMS = ms(b.rolledBack.Sub(failures[fig.FailureLimit-1]))
+		}
+	}
+	// Not dumped (-dump): the latencies are of the devices that ran v2
+	// only.
+	r.fill(tr.backLatencies(b.rolledBack))
+	switch {
+	case b.ok && b.err == nil:
+		r.WallMS = ms(b.allBack.Sub(b.ack))
+		fig.RollbackToOldMS = ms(max(b.allBack.Sub(b.rolledBack), 0))
+	case b.ok:
+		problems = append(problems, fmt.Sprintf("after the rollback, %v (e.g. %s)", b.err, strings.Join(b.missing[:min(3, len(b.missing))], ", ")))
+	}
+	if fig.StopStep > fig.DueStep {
+		problems = append(problems, fmt.Sprintf("stopped at step %d, after step %d whose devices already held %d failing ones", fig.StopStep, fig.DueStep, fig.FailureLimit))
+	}
+	if fig.EverNew > fig.Allowed || fig.MaxUpdated > fig.Allowed {
+		problems = append(problems, fmt.Sprintf("%d devices reported v2 and the hub gave it to up to %d, more than the %d step %d allows",
+			fig.EverNew, fig.MaxUpdated, fig.Allowed, fig.StopStep))
+	}
+	return problems
 }
 
 // runName is the run's directory name, which the suite's deployments carry

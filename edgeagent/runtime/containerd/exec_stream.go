@@ -34,59 +34,18 @@ func (r *Runtime) ExecStream(ctx context.Context, id string, o runtime.ExecStrea
 	if len(o.Cmd) == 0 {
 		return -1, fmt.Errorf("exec in container %s: empty command", id)
 	}
-	c, _, err := r.load(ctx, "exec in", id)
+	task, base, err := r.execTarget(ctx, id)
 	if err != nil {
 		return -1, err
 	}
-	task, err := c.Task(ctx, nil)
-	if errdefs.IsNotFound(err) {
-		return -1, fmt.Errorf("exec in container %s: no task: %w", id, runtime.ErrNotRunning)
-	}
-	if err != nil {
-		return -1, fmt.Errorf("exec in container %s: load task: %w", id, err)
-	}
-	st, err := task.Status(ctx)
-	if err != nil {
-		return -1, fmt.Errorf("exec in container %s: task status: %w", id, err)
-	}
-	if st.Status != ctrd.Running {
-		return -1, fmt.Errorf("exec in container %s: task is %s: %w", id, st.Status, runtime.ErrNotRunning)
-	}
-	spec, err := c.Spec(ctx)
-	if err != nil {
-		return -1, fmt.Errorf("exec in container %s: spec: %w", id, err)
-	}
-	if spec.Process == nil {
-		return -1, fmt.Errorf("exec in container %s: spec has no process", id)
-	}
-	pspec := *spec.Process
-	pspec.Args = append([]string(nil), o.Cmd...)
-	pspec.Terminal = o.TTY
-	pspec.ConsoleSize = nil
-	if o.TTY && o.Size != nil {
-		pspec.ConsoleSize = &specs.Box{Width: uint(o.Size.Cols), Height: uint(o.Size.Rows)}
-	}
-	if o.TTY {
-		// A shell wants to know it has a terminal it can draw on.
-		pspec.Env = append(append([]string(nil), pspec.Env...), "TERM=xterm")
-	}
-
+	pspec := streamProcessSpec(base, o)
 	execID, err := newExecID()
 	if err != nil {
 		return -1, fmt.Errorf("exec in container %s: %w", id, err)
 	}
 	var watch ioWatch
-	stdout, stderr := watch.writer(o.Stdout), watch.writer(o.Stderr)
-	var stdin io.Reader
-	stdinDone := make(chan struct{})
-	if o.Stdin != nil {
-		stdin = &eofReader{r: o.Stdin, done: stdinDone}
-	}
-	copts := []cio.Opt{cio.WithStreams(stdin, stdout, stderr)}
-	if o.TTY {
-		copts = append(copts, cio.WithTerminal)
-	}
-	proc, err := task.Exec(ctx, execID, &pspec, cio.NewCreator(copts...))
+	creator, stdinDone := execStreamIO(o, &watch)
+	proc, err := task.Exec(ctx, execID, pspec, creator)
 	if err != nil {
 		return -1, fmt.Errorf("exec %v in container %s: %w", o.Cmd, id, err)
 	}
@@ -106,32 +65,10 @@ func (r *Runtime) ExecStream(ctx context.Context, id string, o runtime.ExecStrea
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
 	if o.Stdin != nil {
-		// The shim keeps a writer of the input FIFO open, so the process
-		// sees end of input only once it is told to close it.
-		wg.Go(func() {
-			select {
-			case <-bg.Done():
-				return
-			case <-stdinDone:
-			}
-			if err := proc.CloseIO(bg, ctrd.WithStdinCloser); err != nil && bg.Err() == nil {
-				r.log.Debug("close exec input", "container", id, "exec", execID, "err", err)
-			}
-		})
+		wg.Go(func() { r.closeInputAtEOF(bg, proc, stdinDone, id, execID) })
 	}
 	if o.TTY && o.Resize != nil {
-		wg.Go(func() {
-			for {
-				select {
-				case <-bg.Done():
-					return
-				case sz := <-o.Resize:
-					if err := proc.Resize(bg, uint32(sz.Cols), uint32(sz.Rows)); err != nil && bg.Err() == nil {
-						r.log.Debug("resize exec terminal", "container", id, "exec", execID, "err", err)
-					}
-				}
-			}
-		})
+		wg.Go(func() { r.forwardResizes(bg, proc, o.Resize, id, execID) })
 	}
 	select {
 	case es := <-exited:
@@ -145,6 +82,99 @@ func (r *Runtime) ExecStream(ctx context.Context, id string, o runtime.ExecStrea
 		return int(code), nil
 	case <-ctx.Done():
 		return -1, fmt.Errorf("exec %v in container %s: %w", o.Cmd, id, ctx.Err())
+	}
+}
+
+// execTarget returns the running task of container id and the
+// container's process spec, which an exec process starts from.
+func (r *Runtime) execTarget(ctx context.Context, id string) (ctrd.Task, specs.Process, error) {
+	c, _, err := r.load(ctx, "exec in", id)
+	if err != nil {
+		return nil, specs.Process{}, err
+	}
+	task, err := c.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return nil, specs.Process{}, fmt.Errorf("exec in container %s: no task: %w", id, runtime.ErrNotRunning)
+	}
+	if err != nil {
+		return nil, specs.Process{}, fmt.Errorf("exec in container %s: load task: %w", id, err)
+	}
+	st, err := task.Status(ctx)
+	if err != nil {
+		return nil, specs.Process{}, fmt.Errorf("exec in container %s: task status: %w", id, err)
+	}
+	if st.Status != ctrd.Running {
+		return nil, specs.Process{}, fmt.Errorf("exec in container %s: task is %s: %w", id, st.Status, runtime.ErrNotRunning)
+	}
+	spec, err := c.Spec(ctx)
+	if err != nil {
+		return nil, specs.Process{}, fmt.Errorf("exec in container %s: spec: %w", id, err)
+	}
+	if spec.Process == nil {
+		return nil, specs.Process{}, fmt.Errorf("exec in container %s: spec has no process", id)
+	}
+	return task, *spec.Process, nil
+}
+
+// streamProcessSpec is the container's process spec pspec run as o.Cmd,
+// with a terminal of o.Size when o.TTY. It shares no slice with pspec.
+func streamProcessSpec(pspec specs.Process, o runtime.ExecStreamOptions) *specs.Process {
+	pspec.Args = append([]string(nil), o.Cmd...)
+	pspec.Terminal = o.TTY
+	pspec.ConsoleSize = nil
+	if o.TTY && o.Size != nil {
+		pspec.ConsoleSize = &specs.Box{Width: uint(o.Size.Cols), Height: uint(o.Size.Rows)}
+	}
+	if o.TTY {
+		// A shell wants to know it has a terminal it can draw on.
+		pspec.Env = append(append([]string(nil), pspec.Env...), "TERM=xterm")
+	}
+	return &pspec
+}
+
+// execStreamIO returns the creator of the process's FIFOs, its output
+// through watch, and a channel closed once o.Stdin reaches its end.
+func execStreamIO(o runtime.ExecStreamOptions, watch *ioWatch) (cio.Creator, chan struct{}) {
+	stdout, stderr := watch.writer(o.Stdout), watch.writer(o.Stderr)
+	var stdin io.Reader
+	stdinDone := make(chan struct{})
+	if o.Stdin != nil {
+		stdin = &eofReader{r: o.Stdin, done: stdinDone}
+	}
+	copts := []cio.Opt{cio.WithStreams(stdin, stdout, stderr)}
+	if o.TTY {
+		copts = append(copts, cio.WithTerminal)
+	}
+	return cio.NewCreator(copts...), stdinDone
+}
+
+// closeInputAtEOF closes the process's input once stdinDone is closed,
+// or returns when bg is done. The shim keeps a writer of the input FIFO
+// open, so the process sees end of input only once it is told to close
+// it.
+func (r *Runtime) closeInputAtEOF(bg context.Context, proc ctrd.Process, stdinDone <-chan struct{}, id, execID string) {
+	select {
+	case <-bg.Done():
+		return
+	case <-stdinDone:
+	}
+	if err := proc.CloseIO(bg, ctrd.WithStdinCloser); err != nil && bg.Err() == nil {
+		r.log.Debug("close exec input", "container", id, "exec", execID, "err", err)
+	}
+}
+
+// forwardResizes applies each terminal size of resize to the process
+// until bg is done.
+func (r *Runtime) forwardResizes(bg context.Context, proc ctrd.Process, resize <-chan runtime.TermSize, id, execID string) {
+	for {
+		select {
+		case <-bg.Done():
+			return
+		case sz := <-resize:
+			if err := proc.Resize(bg, uint32(sz.Cols), uint32(sz.Rows)); err != nil && bg.Err() == nil {
+				r.log.Debug("resize exec terminal", "container", id, "exec", execID, "err", err)
+			}
+		}
 	}
 }
 
