@@ -35,14 +35,14 @@ type logsOptions struct {
 func newLogsCmd(cli *cliContext) *cobra.Command {
 	var o logsOptions
 	cmd := &cobra.Command{
-		Use:   "logs (DEVICE/POD | deployment/NAME [-l key=value,...]) [-c CONTAINER] [--tail N] [--since 10m] [-f] [--previous]",
+		Use:   "logs (DEVICE/POD [CONTAINER] | deployment/NAME [-l key=value,...]) [-c CONTAINER] [--tail N] [--since 10m] [-f] [--previous]",
 		Short: "Print the logs of a container on a device",
 		Long: `Print the log of a container on a device, read from the device through the
 hub (over the device's MQTT session, so it works behind NAT).
 
 DEVICE/POD names one pod on one device (pod/DEVICE/POD too). A pod is named
-after its deployment. -c names the container; it may be left out when the
-pod has one.
+after its deployment. -c names the container (or, as with kubectl, a second
+argument); it may be left out when the pod has one.
 
 deployment/NAME reads the pod NAME on every device that runs it, or should
 (-l narrows the devices by their labels): every line is prefixed with
@@ -61,14 +61,21 @@ reported when the container crashed (a crash report), says so on stderr
 
   # Follow the container app of that pod, with timestamps
   fleet logs pi-kitchen/web -c app -f --timestamps
+  fleet logs pi-kitchen/web app -f --timestamps
 
   # Why did it crash? The log of the previous run (or the crash report)
   fleet logs pi-kitchen/web --previous
 
   # The last 10 minutes of web on every lab device, prefixed
   fleet logs deployment/web -l site=lab --since 10m`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 2 {
+				if o.container != "" && o.container != args[1] {
+					return fmt.Errorf("only one of -c or an inline CONTAINER argument is allowed (got -c %s and %s)", o.container, args[1])
+				}
+				o.container = args[1]
+			}
 			return runLogs(cmd.Context(), cli, args[0], o, cmd.Flags().Changed("prefix"))
 		},
 	}

@@ -43,6 +43,16 @@ func TestLogsOne(t *testing.T) {
 	if query != "container=web&limitBytes=1000&sinceSeconds=90&tailLines=5&timestamps=true" {
 		t.Errorf("query %q", query)
 	}
+	// kubectl's positional container, alone or agreeing with -c.
+	for _, args := range [][]string{{"logs", "pi-1/web", "web"}, {"logs", "pi-1/web", "web", "-c", "web"}} {
+		query = ""
+		if r := e.run("", args...); r.code != 0 || r.stdout != "pi-1 web line 1\nline 2\n" || query != "container=web" {
+			t.Errorf("%v: %+v, query %q", args, r, query)
+		}
+	}
+	if r := e.run("", "logs", "pi-1/web", "web", "-c", "other"); r.code != 1 || !strings.Contains(r.stderr, "only one of -c or an inline CONTAINER argument") {
+		t.Errorf("-c and another positional container: %+v", r)
+	}
 	r = e.run("", "logs", "pod/pi-1/web", "-p")
 	if r.code != 0 || r.stdout != "panic: boom\n" || !strings.HasPrefix(r.stderr, "Warning: device offline since 12:00; showing") {
 		t.Errorf("--previous from a crash report: %+v", r)
@@ -58,6 +68,7 @@ func TestLogsOne(t *testing.T) {
 	for _, bad := range [][]string{
 		{"logs", "pi-1"},
 		{"logs", "pi-1/web", "--tail", "-2"},
+		{"logs", "pi-1/web", "web", "extra"},
 		{"logs", "pi-1/web", "-l", "site=lab"},
 		{"logs", "pi-1/Web"},
 		{"logs", "deployment/web", "-l", "site=="},
