@@ -172,7 +172,7 @@ func TestE2EPrivilege(t *testing.T) {
 			}
 			all := strings.Join(lines, "\n")
 			for _, want := range []string{
-				"admin admin issue-token devices/pi ok", "admin admin apply  ok",
+				"admin admin issue-token devices/pi ok", "admin admin apply deployments/web,configmaps/cfg,secrets/creds ok",
 				"admin admin create credentials/grafana ok", "grafana monitor list secrets 403",
 				"grafana monitor get credentials 403", "grafana monitor apply  403", "ci viewer apply  403",
 			} {

@@ -103,8 +103,8 @@ func TestAuditTrail(t *testing.T) {
 		}
 	}
 	want := []string{
-		"admin admin apply  ok",
-		"admin admin apply  ok",
+		"admin admin apply devices/pi,configmaps/gw ok",
+		"admin admin apply devices/pi ok",
 		"admin admin create devices/pi2 ok",
 		"admin admin issue-token devices/pi ok",
 		"admin admin create credentials/ci ok",
@@ -225,7 +225,23 @@ func TestAuditSurvivesReopen(t *testing.T) {
 	}
 	defer st.Close()
 	got, err := st.Audit(t.Context(), store.AuditQuery{})
-	if err != nil || len(got) != 1 || line(got[0]) != "admin admin apply  ok" || got[0].Detail != "devices/pi created" {
+	if err != nil || len(got) != 1 || line(got[0]) != "admin admin apply devices/pi ok" || got[0].Detail != "devices/pi created" {
 		t.Fatalf("after reopen: %+v %v", got, err)
+	}
+}
+
+func TestAppliedObjects(t *testing.T) {
+	for _, c := range []struct {
+		names []string
+		want  string
+	}{
+		{nil, ""},
+		{[]string{"deployments/web"}, "deployments/web"},
+		{[]string{"secrets/db", "configmaps/gw", "deployments/web"}, "secrets/db,configmaps/gw,deployments/web"},
+		{[]string{"a/1", "a/2", "a/3", "a/4", "a/5"}, "a/1,a/2,a/3 (+2 more)"},
+	} {
+		if got := appliedObjects(c.names); got != c.want {
+			t.Errorf("appliedObjects(%v) = %q, want %q", c.names, got, c.want)
+		}
 	}
 }

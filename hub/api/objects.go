@@ -36,8 +36,10 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := schema.ApplyResponse{DryRun: dry, Results: make([]schema.ApplyResult, 0, len(results))}
-	var changed []string
+	var changed, names []string
 	for _, res := range results {
+		resource, _ := store.ResourceForKind(res.Object.GetTypeMeta().Kind)
+		names = append(names, resource+"/"+res.Object.GetMetadata().Name)
 		raw, err := json.Marshal(res.Object)
 		if err != nil {
 			WriteError(w, r, s.log, fmt.Errorf("encode %s: %w", res.Object.GetMetadata().Name, err))
@@ -48,8 +50,7 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 			Action: res.Action, Object: raw,
 		})
 		if res.Action != schema.ActionUnchanged {
-			resource, _ := store.ResourceForKind(res.Object.GetTypeMeta().Kind)
-			changed = append(changed, resource+"/"+res.Object.GetMetadata().Name+" "+res.Action)
+			changed = append(changed, names[len(names)-1]+" "+res.Action)
 		}
 		if !dry && res.Action != schema.ActionUnchanged {
 			s.log.Info("applied", "kind", res.Object.GetTypeMeta().Kind, "name", res.Object.GetMetadata().Name,
@@ -59,8 +60,22 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 	if len(changed) == 0 {
 		changed = append(changed, "nothing changed")
 	}
-	noteAudit(r, "", strings.Join(changed, ", "))
+	noteAudit(r, appliedObjects(names), strings.Join(changed, ", "))
 	WriteJSON(w, http.StatusOK, resp)
+}
+
+// maxAuditObjects is how many objects an apply's audit entry names in its
+// OBJECT; the DETAIL lists every one that changed.
+const maxAuditObjects = 3
+
+// appliedObjects is the OBJECT of an apply's audit entry: the objects of
+// the manifest (resource/name), the first maxAuditObjects of them and
+// how many more.
+func appliedObjects(names []string) string {
+	if len(names) <= maxAuditObjects {
+		return strings.Join(names, ",")
+	}
+	return fmt.Sprintf("%s (+%d more)", strings.Join(names[:maxAuditObjects], ","), len(names)-maxAuditObjects)
 }
 
 // listOrWatch handles GET /v1/{kind}[?watch=true].
