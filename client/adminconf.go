@@ -13,10 +13,10 @@ import (
 const AdminConfigName = "admin.conf"
 
 // AdminConfig is what admin.conf holds: the flat form of a config file
-// (ConfigFile), the keys hub and token. This package owns the format:
-// fleet-hub writes the file's text with Marshal and reads it back with
-// ReadAdminConfig; the CLI reads it as it reads any config file, with the
-// same parser.
+// (ConfigFile), the keys hub and token. The hub writes and reads the file
+// with hub/adminconf (it must not import this package); the CLI reads it
+// as it reads any config file, with the parser ReadAdminConfig uses.
+// cmd/fleet-hub's tests check that the two agree byte for byte.
 type AdminConfig struct {
 	Hub   string `json:"hub"`
 	Token string `json:"token"`

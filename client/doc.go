@@ -18,10 +18,11 @@
 // ResolveConfig finds the hub and the token the way the fleet CLI does
 // (flags, environment, config files). ConfigFile is the CLI's config file
 // with kubeconfig-style contexts; AdminConfig is the flat form of the same
-// file that fleet-hub writes to <data-dir>/admin.conf, and this package
-// owns that format: the hub writes admin.conf's text with
-// AdminConfig.Marshal and reads it back with ReadAdminConfig, the parser
-// the CLI reads every config file with.
+// file that fleet-hub writes to <data-dir>/admin.conf. The hub, which
+// must not import this package, writes and reads it with hub/adminconf;
+// cmd/fleet-hub's tests check that AdminConfig.Marshal and
+// ReadAdminConfig (the parser the CLI reads every config file with) agree
+// with it byte for byte.
 //
 // The sub-packages serve the CLI: printers formats objects (tables,
 // describe, json, yaml, templates), manifest reads the -f files of apply,

@@ -21,9 +21,6 @@ import (
 // admin.conf.
 func RotateAdminToken(ctx context.Context, opts Options) (string, error) {
 	opts.setDefaults()
-	if opts.AdminConfigFormat == nil {
-		return "", errNoAdminConfigFormat
-	}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return "", fmt.Errorf("create data dir: %w", err)
 	}
@@ -32,7 +29,7 @@ func RotateAdminToken(ctx context.Context, opts Options) (string, error) {
 		return "", fmt.Errorf("rotate admin token (stop the hub first): %w", err)
 	}
 	path := adminconf.Path(opts.DataDir)
-	err = adminconf.Rotate(ctx, st, opts.AdminConfigFormat, path, URLFor(opts.HTTPAddr))
+	err = adminconf.Rotate(ctx, st, path, URLFor(opts.HTTPAddr))
 	if cerr := st.Close(); cerr != nil {
 		err = errors.Join(err, cerr)
 	}

@@ -7,9 +7,8 @@ import (
 )
 
 // TestDependencies pins what the hub may link: not the client package
-// (the CLI's library, which owns admin.conf's format: the hub is given it,
-// see Options.AdminConfigFormat) nor anything under it, and not the edge
-// agent. The leaves the root wires (hub/pki, hub/enrollment,
+// (the CLI's library; hub/adminconf keeps admin.conf's format itself) nor
+// anything under it, and not the edge agent. The leaves the root wires (hub/pki, hub/enrollment,
 // hub/mosquitto, hub/adminconf, hub/memtrim) must never import the root.
 func TestDependencies(t *testing.T) {
 	const module = "github.com/fleetmq/fleet/"

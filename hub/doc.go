@@ -40,7 +40,8 @@
 //	hub/adminconf   admin.conf and the admin credential
 //	hub/memtrim     gives the heap a burst left behind back to the OS
 //
-// The hub must not import package client (the CLI's library), which owns
-// admin.conf's format: Options.AdminConfigFormat hands it in, and
-// deps_test.go checks.
+// The hub must not import package client (the CLI's library);
+// deps_test.go checks. admin.conf is a config file of the CLI's flat
+// form, which hub/adminconf reads and writes itself, checked against the
+// CLI's parser by cmd/fleet-hub's tests.
 package hub

@@ -96,9 +96,6 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
-	if opts.AdminConfigFormat == nil {
-		return nil, errNoAdminConfigFormat
-	}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
@@ -130,7 +127,7 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	if keys.tls.OwnCA() {
 		info.CA, info.CAHash = keys.tls.CAPEM(), keys.tls.CAHash()
 	}
-	if err := adminconf.Ensure(ctx, st, opts.AdminConfigFormat, info.AdminConfig, info.URL, info.CA, log); err != nil {
+	if err := adminconf.Ensure(ctx, st, info.AdminConfig, info.URL, info.CA, log); err != nil {
 		return nil, err
 	}
 	// The parts, in the order data flows: the fleet model first (the

@@ -18,34 +18,10 @@ import (
 	"github.com/fleetmq/fleet/hub/adminconf"
 )
 
-// clientAdminConfig is admin.conf's format as fleet-hub gives it to the
-// hub: the client package's.
-type clientAdminConfig struct{}
-
-func (clientAdminConfig) Marshal(c adminconf.Config) []byte { return client.AdminConfig(c).Marshal() }
-
-func (clientAdminConfig) Read(path string) (adminconf.Config, error) {
+// readAdminConfig reads admin.conf as the fleet CLI does.
+func readAdminConfig(path string) (adminconf.Config, error) {
 	c, err := client.ReadAdminConfig(path)
 	return adminconf.Config(c), err
-}
-
-// readAdminConfig reads admin.conf as the fleet CLI does.
-func readAdminConfig(path string) (adminconf.Config, error) { return clientAdminConfig{}.Read(path) }
-
-// TestNeedsAdminConfigFormat: without the admin.conf format the hub
-// refuses to start, and to rotate the admin token, before touching the
-// data directory.
-func TestNeedsAdminConfigFormat(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "data")
-	if _, err := New(t.Context(), Options{DataDir: dir, HTTPAddr: "127.0.0.1:0", MQTTAddr: "127.0.0.1:0"}); !errors.Is(err, errNoAdminConfigFormat) {
-		t.Errorf("New: %v", err)
-	}
-	if _, err := RotateAdminToken(t.Context(), Options{DataDir: dir}); !errors.Is(err, errNoAdminConfigFormat) {
-		t.Errorf("RotateAdminToken: %v", err)
-	}
-	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("refused hub left %s: %v", dir, err)
-	}
 }
 
 func TestURLFor(t *testing.T) {
@@ -93,7 +69,7 @@ func start(t *testing.T, dir string, logs *lockedBuffer) running {
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Options{
-			DataDir: dir, HTTPAddr: "127.0.0.1:0", MQTTAddr: "127.0.0.1:0", AdminConfigFormat: clientAdminConfig{},
+			DataDir: dir, HTTPAddr: "127.0.0.1:0", MQTTAddr: "127.0.0.1:0",
 			Logger: slog.New(slog.NewTextHandler(logs, nil)),
 			Ready:  func(i Info) { ready <- i },
 		})
@@ -148,7 +124,7 @@ func TestRunAdminConfig(t *testing.T) {
 	if code := get(t, conf.Hub+"/v1/devices", conf.Token); code != http.StatusOK {
 		t.Errorf("admin token: %d", code)
 	}
-	if _, err := RotateAdminToken(t.Context(), Options{DataDir: dir, AdminConfigFormat: clientAdminConfig{}}); err == nil {
+	if _, err := RotateAdminToken(t.Context(), Options{DataDir: dir}); err == nil {
 		t.Error("rotated the token of a running hub")
 	}
 	if err := h.stop(); err != nil {
@@ -182,7 +158,7 @@ func TestRunAdminConfig(t *testing.T) {
 	if err := h.stop(); err != nil {
 		t.Fatal(err)
 	}
-	path, err := RotateAdminToken(t.Context(), Options{DataDir: dir, AdminConfigFormat: clientAdminConfig{}})
+	path, err := RotateAdminToken(t.Context(), Options{DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +210,7 @@ func TestRunFailsOnBusyAddress(t *testing.T) {
 	h := start(t, dir, &lockedBuffer{})
 	defer h.stop()
 	addr := strings.TrimPrefix(h.info.URL, "http://")
-	err := Run(t.Context(), Options{DataDir: t.TempDir(), HTTPAddr: addr, MQTTAddr: "127.0.0.1:0", AdminConfigFormat: clientAdminConfig{}})
+	err := Run(t.Context(), Options{DataDir: t.TempDir(), HTTPAddr: addr, MQTTAddr: "127.0.0.1:0"})
 	if err == nil || !strings.Contains(err.Error(), "listen") {
 		t.Errorf("second hub on %s: %v", addr, err)
 	}

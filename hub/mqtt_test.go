@@ -50,9 +50,6 @@ func startHub(t testing.TB, opts Options) *testHub {
 	if opts.MQTTAddr == "" {
 		opts.MQTTAddr = "127.0.0.1:0"
 	}
-	if opts.AdminConfigFormat == nil {
-		opts.AdminConfigFormat = clientAdminConfig{}
-	}
 	logs := &lockedBuffer{}
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ready := make(chan struct{})
@@ -247,7 +244,7 @@ func TestHubRefusesBadMQTTOptions(t *testing.T) {
 		{AdvertiseMQTTURL: "tcp://"},
 		{Topics: schema.Topics{Prefix: "fleet/+/v1"}},
 	} {
-		o.DataDir, o.HTTPAddr, o.MQTTAddr, o.AdminConfigFormat = t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", clientAdminConfig{}
+		o.DataDir, o.HTTPAddr, o.MQTTAddr = t.TempDir(), "127.0.0.1:0", "127.0.0.1:0"
 		if _, err := New(t.Context(), o); err == nil {
 			t.Errorf("New(%+v) accepted", o)
 		}

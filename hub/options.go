@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/broker"
-	"github.com/fleetmq/fleet/hub/adminconf"
 	"github.com/fleetmq/fleet/hub/memtrim"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -36,19 +35,13 @@ const (
 // Off, as a listen address of Options, turns that listener off.
 const Off = "off"
 
-// Options configure a hub. The zero value with an AdminConfigFormat
-// works (the API on 127.0.0.1:8080, MQTT on 127.0.0.1:1883, no TLS
-// listener).
+// Options configure a hub. The zero value works (the API on
+// 127.0.0.1:8080, MQTT on 127.0.0.1:1883, no TLS listener).
 type Options struct {
 	// DataDir holds the store, admin.conf and secrets.key (the key that
 	// encrypts Secrets in the store: back it up with the store); default
 	// ./fleet-data.
 	DataDir string
-	// AdminConfigFormat reads and renders admin.conf, the fleet CLI's
-	// config file, whose format package client owns (hub/adminconf);
-	// fleet-hub passes client's. Required: New and RotateAdminToken
-	// refuse to start without it.
-	AdminConfigFormat adminconf.Format
 	// HTTPAddr is the API's listen address; default 127.0.0.1:8080. With
 	// port 0 the kernel picks one; admin.conf gets the real address.
 	HTTPAddr string
@@ -222,9 +215,6 @@ func (o *Options) check() error {
 func (o *Options) mqttTLS() bool {
 	return o.Broker == "" && o.MQTTTLSAddr != "" && o.MQTTTLSAddr != Off
 }
-
-// errNoAdminConfigFormat: Options.AdminConfigFormat is required.
-var errNoAdminConfigFormat = errors.New("hub: Options.AdminConfigFormat is nil: give the admin.conf format (fleet-hub passes the client package's)")
 
 // isLoopbackAddr reports whether a listen address binds only loopback:
 // localhost or a loopback IP. An empty or unspecified host (":1883",

@@ -39,7 +39,7 @@ leaked. The hub must be stopped: the store allows one process at a time.`,
 			if err != nil {
 				return err
 			}
-			path, err := hub.RotateAdminToken(cmd.Context(), hub.Options{DataDir: s.DataDir, HTTPAddr: s.HTTPAddr, Logger: log, AdminConfigFormat: adminConfigFormat{}})
+			path, err := hub.RotateAdminToken(cmd.Context(), hub.Options{DataDir: s.DataDir, HTTPAddr: s.HTTPAddr, Logger: log})
 			if err != nil {
 				return err
 			}

@@ -235,7 +235,6 @@ func serveHub(cmd *cobra.Command, s settings) error {
 	}
 	return hub.Run(cmd.Context(), hub.Options{
 		DataDir:           s.DataDir,
-		AdminConfigFormat: adminConfigFormat{},
 		HTTPAddr:          orOff(s.HTTPAddr),
 		HTTPSAddr:         orOff(s.HTTPSAddr),
 		TLSSANs:           s.TLSSANs,

@@ -22,8 +22,8 @@ func Path(dataDir string) string {
 }
 
 // Config is what the hub reads and writes of admin.conf. Its fields are
-// those of client.AdminConfig, in the same order, so that fleet-hub
-// converts one into the other.
+// those of client.AdminConfig, in the same order, so that one converts
+// into the other.
 type Config struct {
 	Hub   string
 	Token string
@@ -32,21 +32,10 @@ type Config struct {
 	CA string
 }
 
-// Format reads and renders admin.conf. The file is the fleet CLI's config
-// file in its flat form, so package client owns its format; the hub must
-// not import client, and is given it (fleet-hub passes client's).
-type Format interface {
-	// Marshal returns the text of admin.conf.
-	Marshal(c Config) []byte
-	// Read reads admin.conf; the error wraps fs.ErrNotExist when there
-	// is none.
-	Read(path string) (Config, error)
-}
-
 // Write replaces admin.conf atomically with mode 0600: a crash leaves
 // either the old file or the new one.
-func Write(f Format, path string, c Config) error {
-	if err := store.WriteFileAtomic(path, f.Marshal(c), 0o600); err != nil {
+func Write(path string, c Config) error {
+	if err := store.WriteFileAtomic(path, Marshal(c), 0o600); err != nil {
 		return fmt.Errorf("write admin config: %w", err)
 	}
 	return nil
@@ -56,8 +45,8 @@ func Write(f Format, path string, c Config) error {
 // start, and on every later start rewrites admin.conf's hub URL and CA,
 // keeping its token. A missing or foreign admin.conf is only warned of:
 // `fleet-hub admin-token --rotate` issues a new one.
-func Ensure(ctx context.Context, st *store.Store, f Format, path, url string, ca []byte, log *slog.Logger) error {
-	conf, err := f.Read(path)
+func Ensure(ctx context.Context, st *store.Store, path, url string, ca []byte, log *slog.Logger) error {
+	conf, err := Read(path)
 	exists := err == nil
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		log.Warn("admin config unreadable; leaving it alone", "path", path, "err", err)
@@ -69,7 +58,7 @@ func Ensure(ctx context.Context, st *store.Store, f Format, path, url string, ca
 		}
 		// The file first: a crash before the hash is stored only means a
 		// new token next start.
-		if err := Write(f, path, Config{Hub: url, Token: token, CA: string(ca)}); err != nil {
+		if err := Write(path, Config{Hub: url, Token: token, CA: string(ca)}); err != nil {
 			return err
 		}
 		if err := st.PutCredential(ctx, store.AdminCredential, store.RoleAdmin, token); err != nil {
@@ -88,19 +77,19 @@ func Ensure(ctx context.Context, st *store.Store, f Format, path, url string, ca
 		log.Warn("the token in the admin config is not the hub's admin token; issue a new one with `fleet-hub admin-token --rotate` while the hub is stopped", "path", path)
 	}
 	conf.Hub, conf.CA = url, string(ca)
-	return Write(f, path, conf)
+	return Write(path, conf)
 }
 
 // Rotate issues a new admin token into st and writes it to admin.conf
 // (at path), keeping the file's hub URL, else using url. The old token
 // stops working. The store must be a stopped hub's.
-func Rotate(ctx context.Context, st *store.Store, f Format, path, url string) error {
-	if old, err := f.Read(path); err == nil && old.Hub != "" {
+func Rotate(ctx context.Context, st *store.Store, path, url string) error {
+	if old, err := Read(path); err == nil && old.Hub != "" {
 		url = old.Hub
 	}
 	token, err := store.NewToken()
 	if err == nil {
-		err = Write(f, path, Config{Hub: url, Token: token})
+		err = Write(path, Config{Hub: url, Token: token})
 	}
 	if err == nil {
 		err = st.PutCredential(ctx, store.AdminCredential, store.RoleAdmin, token)

@@ -3,7 +3,6 @@ package adminconf
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -12,23 +11,6 @@ import (
 
 	"github.com/fleetmq/fleet/hub/store"
 )
-
-// lines is a Format of three lines, hub, token and CA.
-type lines struct{}
-
-func (lines) Marshal(c Config) []byte { return fmt.Appendf(nil, "%s\n%s\n%s\n", c.Hub, c.Token, c.CA) }
-
-func (lines) Read(path string) (Config, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, err
-	}
-	f := strings.SplitN(string(b), "\n", 4)
-	if len(f) < 3 || f[1] == "" {
-		return Config{}, errors.New("no token")
-	}
-	return Config{Hub: f[0], Token: f[1], CA: f[2]}, nil
-}
 
 // TestEnsureAndRotate: the first start creates the token and the file
 // (0600); a later one rewrites the URL and keeps the token; a lost file is
@@ -44,10 +26,10 @@ func TestEnsureAndRotate(t *testing.T) {
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	path := Path(t.TempDir())
-	if err := Ensure(ctx, st, lines{}, path, "http://a", []byte("CA"), log); err != nil {
+	if err := Ensure(ctx, st, path, "http://a", []byte("CA"), log); err != nil {
 		t.Fatal(err)
 	}
-	first, err := lines{}.Read(path)
+	first, err := Read(path)
 	if err != nil || first.Hub != "http://a" || first.CA != "CA" {
 		t.Fatalf("first start: %+v %v", first, err)
 	}
@@ -57,25 +39,25 @@ func TestEnsureAndRotate(t *testing.T) {
 	if c, ok := st.Authenticate(first.Token); !ok || c.Role != store.RoleAdmin {
 		t.Fatal("the token is not the admin's")
 	}
-	if err := Ensure(ctx, st, lines{}, path, "http://b", nil, log); err != nil {
+	if err := Ensure(ctx, st, path, "http://b", nil, log); err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := (lines{}).Read(path); again.Token != first.Token || again.Hub != "http://b" || again.CA != "" {
+	if again, _ := Read(path); again.Token != first.Token || again.Hub != "http://b" || again.CA != "" {
 		t.Errorf("restart: %+v", again)
 	}
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	if err := Ensure(ctx, st, lines{}, path, "http://c", nil, log); err != nil {
+	if err := Ensure(ctx, st, path, "http://c", nil, log); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(logs.String(), "admin config is missing") {
 		t.Errorf("a lost file: %v; logs:\n%s", err, logs.String())
 	}
-	if err := Rotate(ctx, st, lines{}, path, "http://d"); err != nil {
+	if err := Rotate(ctx, st, path, "http://d"); err != nil {
 		t.Fatal(err)
 	}
-	rotated, err := lines{}.Read(path)
+	rotated, err := Read(path)
 	if err != nil || rotated.Hub != "http://d" || rotated.Token == first.Token {
 		t.Fatalf("rotated: %+v %v", rotated, err)
 	}

@@ -9,8 +9,9 @@
 // first, then the hash) and later ones rewrite the file's hub URL and CA,
 // keeping its token. Rotate, for a stopped hub, replaces the token.
 //
-// The file's text is the fleet CLI's config file in its flat form, which
-// package client owns; the hub must not import client, so it is given the
-// format as a Format (fleet-hub passes client's Marshal and
-// ReadAdminConfig).
+// The file's text is the fleet CLI's config file in its flat form
+// (client.AdminConfig). The hub must not import client, so Marshal and
+// Read keep the format here; cmd/fleet-hub's tests check them against
+// client's Marshal and ReadAdminConfig, the parser the CLI reads config
+// files with.
 package adminconf

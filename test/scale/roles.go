@@ -15,9 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fleetmq/fleet/client"
 	"github.com/fleetmq/fleet/hub"
-	"github.com/fleetmq/fleet/hub/adminconf"
 	"github.com/fleetmq/fleet/schema"
 	"github.com/fleetmq/fleet/test/scale/hollow"
 )
@@ -115,7 +113,6 @@ func runHubRole(ctx context.Context, args []string) error {
 	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 	o.Topics = schema.Topics{Prefix: prefix}
 	o.Version = "scale-hub"
-	o.AdminConfigFormat = adminConfigFormat{}
 	if pwFile != "" {
 		b, err := os.ReadFile(pwFile)
 		if err != nil {
@@ -196,15 +193,4 @@ func profileMux(running *os.File) *http.ServeMux {
 		}
 	})
 	return mux
-}
-
-// adminConfigFormat is admin.conf's format (package client's), given to
-// the hub as cmd/fleet-hub gives it.
-type adminConfigFormat struct{}
-
-func (adminConfigFormat) Marshal(c adminconf.Config) []byte { return client.AdminConfig(c).Marshal() }
-
-func (adminConfigFormat) Read(path string) (adminconf.Config, error) {
-	c, err := client.ReadAdminConfig(path)
-	return adminconf.Config(c), err
 }
