@@ -1,0 +1,101 @@
+package schema_test
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fleetmq/fleet/schema"
+	"github.com/fleetmq/fleet/schema/fielddoc"
+)
+
+// TestKindTable checks each row of the table of kinds: its type is the
+// kind's, a stored kind decodes from a manifest and lists as its list
+// kind, and no name is two kinds'.
+func TestKindTable(t *testing.T) {
+	owner := map[string]string{}
+	for _, k := range schema.Kinds() {
+		if k.Type == nil || k.Type.Kind() != reflect.Struct || k.Type.Name() != k.Kind {
+			t.Errorf("kind %s: Type %v, want the struct %s", k.Kind, k.Type, k.Kind)
+		}
+		if k.Resource != strings.ToLower(k.Resource) || k.Singular != strings.ToLower(k.Kind) {
+			t.Errorf("kind %s: resource %q and singular %q must be lower case, the singular the kind's", k.Kind, k.Resource, k.Singular)
+		}
+		for _, n := range slices.Concat(k.Names(), k.Aliases) {
+			if other, ok := owner[n]; ok {
+				t.Errorf("name %q is both %s's and %s's", n, other, k.Kind)
+			}
+			owner[n] = k.Kind
+			if !k.Is(strings.ToUpper(n)) {
+				t.Errorf("kind %s: Is(%q) is false", k.Kind, strings.ToUpper(n))
+			}
+		}
+		if got, ok := schema.LookupKind(k.Kind); !ok || got.Resource != k.Resource {
+			t.Errorf("LookupKind(%q) = %+v, %v", k.Kind, got, ok)
+		}
+		if !k.Stored() {
+			if k.ListKind != "" || schema.NewObject(k.Kind) != nil {
+				t.Errorf("payload %s has a list kind or an object", k.Kind)
+			}
+			if _, ok := schema.KindOfResource(k.Resource); ok {
+				t.Errorf("payload %s is a collection", k.Kind)
+			}
+			continue
+		}
+		checkStoredKind(t, k)
+	}
+	if _, ok := schema.LookupKind("Pod"); ok {
+		t.Error("LookupKind(Pod): pods are not a kind")
+	}
+}
+
+func checkStoredKind(t *testing.T, k schema.KindInfo) {
+	t.Helper()
+	if got := reflect.TypeOf(k.New()); got != reflect.PointerTo(k.Type) {
+		t.Errorf("kind %s: New makes a %v, want *%s", k.Kind, got, k.Type)
+	}
+	if got, ok := schema.KindOfResource(k.Resource); !ok || got.Kind != k.Kind {
+		t.Errorf("KindOfResource(%q) = %s, %v", k.Resource, got.Kind, ok)
+	}
+	objs, err := schema.Decode([]byte("apiVersion: fleet/v1\nkind: " + k.Kind + "\nmetadata:\n  name: x\n"))
+	if err != nil || len(objs) != 1 || objs[0].GetTypeMeta().Kind != k.Kind || objs[0].GetMetadata().Name != "x" {
+		t.Errorf("kind %s does not decode: %v, %v", k.Kind, objs, err)
+	}
+	if k.ListKind != k.Kind+"List" {
+		t.Errorf("kind %s: list kind %s", k.Kind, k.ListKind)
+	}
+}
+
+// TestKindTableOrders: the API lists the stored kinds in the table's order,
+// people see Deployment first; the docs cover exactly the table's kinds.
+func TestKindTableOrders(t *testing.T) {
+	var stored, listed []string
+	for _, k := range schema.StoredKinds() {
+		stored = append(stored, k.Resource)
+	}
+	for _, k := range schema.ListedKinds() {
+		listed = append(listed, k.Resource)
+	}
+	if want := []string{"devices", "deployments", "configmaps", "secrets"}; !slices.Equal(stored, want) {
+		t.Errorf("StoredKinds = %q, want %q", stored, want)
+	}
+	if want := []string{"deployments", "devices", "configmaps", "secrets"}; !slices.Equal(listed, want) {
+		t.Errorf("ListedKinds = %q, want %q", listed, want)
+	}
+	p, err := fielddoc.Parse(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := schema.DocumentedKinds(); !slices.Equal(got, p.Kinds) {
+		t.Errorf("DocumentedKinds() = %q, but the Kind constants name %q: add the kind to the table in kinds.go", got, p.Kinds)
+	}
+}
+
+func TestDecodeUnknownKind(t *testing.T) {
+	_, err := schema.Decode([]byte("apiVersion: fleet/v1\nkind: Pod\nmetadata:\n  name: x\n"))
+	want := `kind: must be "Deployment", "Device", "ConfigMap" or "Secret", got "Pod"`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Decode of a Pod: %v, want %q", err, want)
+	}
+}
