@@ -87,7 +87,7 @@ func TestExplainErrors(t *testing.T) {
 	}{
 		{name: "unknown field", args: []string{"explain", "deployment.spec.template.spec.containers.imagee"}, golden: "unknown-field.golden"},
 		{name: "unknown resource", args: []string{"explain", "deploymnt"}, want: []string{`unknown resource type "deploymnt", did you mean "deployment"?`, "deployments (deployment, deploy), devices (device, dev), secrets (secret), pods (pod, po)"}},
-		{name: "far from any resource", args: []string{"explain", "servicez"}, want: []string{`error: unknown resource type "servicez": valid types are configmaps`}},
+		{name: "far from any resource", args: []string{"explain", "servicez"}, want: []string{`error: unknown resource type "servicez": valid types are ` + explainer.TypeList() + "\n"}},
 		{name: "case of a field", args: []string{"explain", "deployment.Spec"}, want: []string{`field "Spec" does not exist in deployment (Deployment), did you mean "spec"?`, "The fields of deployment are: apiVersion, kind, metadata, spec, status."}},
 		{name: "below a scalar", args: []string{"explain", "device.metadata.name.first"}, want: []string{`field "first" does not exist: device.metadata.name is of type <string> and has no fields`}},
 		{name: "below a map of scalars", args: []string{"explain", "device.metadata.labels.site"}, want: []string{"device.metadata.labels is of type <map[string]string> and has no fields"}},
@@ -95,9 +95,9 @@ func TestExplainErrors(t *testing.T) {
 		{name: "empty segment", args: []string{"explain", "deployment..spec"}, want: []string{`"deployment..spec": empty field name after deployment`}},
 		{name: "trailing dot", args: []string{"explain", "deployment."}, want: []string{"empty field name after deployment"}},
 		{name: "pod spec", args: []string{"explain", "pod.spec"}, want: []string{"A pod's spec is its deployment's: fleet explain deployment.spec.template.spec"}},
-		{name: "no argument", args: []string{"explain"}, want: []string{"want one RESOURCE[.FIELD...] argument, got 0: resource types are configmaps"}},
+		{name: "no argument", args: []string{"explain"}, want: []string{"want one RESOURCE[.FIELD...] argument, got 0: resource types are " + explainer.TypeList() + "\n"}},
 		{name: "two arguments", args: []string{"explain", "deployment", "device"}, want: []string{"got 2"}},
-		{name: "empty resource", args: []string{"explain", ""}, want: []string{"you must name a resource type: configmaps"}},
+		{name: "empty resource", args: []string{"explain", ""}, want: []string{"you must name a resource type: " + explainer.TypeList() + "\n"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := e.run("", tt.args...)

@@ -40,9 +40,12 @@ func TestKinds(t *testing.T) {
 
 func TestResolveErrors(t *testing.T) {
 	e := kinds()
+	if list := e.TypeList(); !strings.Contains(list, "deployments (deployment, deploy), devices (device, dev), secrets (secret), ") || !strings.Contains(list, ", events (event, ev), ") {
+		t.Errorf("TypeList = %s", list)
+	}
 	for _, tt := range []struct{ arg, want, hint string }{
-		{"deploymnt", `unknown resource type "deploymnt", did you mean "deployment"? Valid types are configmaps (configmap, cm), deployments (deployment, deploy)`, ""},
-		{"", "you must name a resource type: configmaps (configmap, cm)", ""},
+		{"deploymnt", `unknown resource type "deploymnt", did you mean "deployment"? Valid types are ` + e.TypeList(), ""},
+		{"", "you must name a resource type: " + e.TypeList(), ""},
 		{"deployment.Spec", `field "Spec" does not exist in deployment (Deployment), did you mean "spec"?`, "The fields of deployment are: apiVersion, kind, metadata, spec, status."},
 		{"deploy.spec.template.spec.containers.imagee", `field "imagee" does not exist in deploy.spec.template.spec.containers (Container), did you mean "image"?`, "The fields of deploy.spec.template.spec.containers are: args,"},
 		{"device.metadata.name.first", `field "first" does not exist: device.metadata.name is of type <string> and has no fields`, ""},
