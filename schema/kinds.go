@@ -141,6 +141,20 @@ func LookupKind(kind string) (KindInfo, bool) {
 	return kinds[i], true
 }
 
+// KindOfObject returns the row of the stored kind whose Go type obj
+// points to (a *Device is a Device, whatever its kind field says).
+func KindOfObject(obj Object) (KindInfo, bool) {
+	t := reflect.TypeOf(obj)
+	if t == nil || t.Kind() != reflect.Pointer {
+		return KindInfo{}, false
+	}
+	i := slices.IndexFunc(kinds, func(k KindInfo) bool { return k.Stored() && k.Type == t.Elem() })
+	if i < 0 {
+		return KindInfo{}, false
+	}
+	return kinds[i], true
+}
+
 // KindOfResource returns the stored kind of a collection ("deployments").
 func KindOfResource(resource string) (KindInfo, bool) {
 	i := slices.IndexFunc(kinds, func(k KindInfo) bool { return k.Stored() && k.Resource == resource })

@@ -45,6 +45,9 @@ func TestKindTable(t *testing.T) {
 		}
 		checkStoredKind(t, k)
 	}
+	if _, ok := schema.KindOfObject(nil); ok {
+		t.Error("KindOfObject(nil)")
+	}
 	if _, ok := schema.LookupKind("Pod"); ok {
 		t.Error("LookupKind(Pod): pods are not a kind")
 	}
@@ -61,6 +64,9 @@ func checkStoredKind(t *testing.T, k schema.KindInfo) {
 	objs, err := schema.Decode([]byte("apiVersion: fleet/v1\nkind: " + k.Kind + "\nmetadata:\n  name: x\n"))
 	if err != nil || len(objs) != 1 || objs[0].GetTypeMeta().Kind != k.Kind || objs[0].GetMetadata().Name != "x" {
 		t.Errorf("kind %s does not decode: %v, %v", k.Kind, objs, err)
+	}
+	if got, ok := schema.KindOfObject(k.New()); !ok || got.Kind != k.Kind {
+		t.Errorf("KindOfObject(new %s) = %s, %v", k.Kind, got.Kind, ok)
 	}
 	if k.ListKind != k.Kind+"List" {
 		t.Errorf("kind %s: list kind %s", k.Kind, k.ListKind)

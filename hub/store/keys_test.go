@@ -33,6 +33,14 @@ func TestKeysOfEveryKind(t *testing.T) {
 		if got, ok := KindForResource(k.Resource); !ok || got != k.Kind {
 			t.Errorf("KindForResource(%q) = %q, %v", k.Resource, got, ok)
 		}
+		if out, err := cloneObject(k.New()); err != nil || out.GetTypeMeta().Kind != k.Kind {
+			t.Errorf("kind %s: cloneObject = %v, %v", k.Kind, out, err)
+		}
+		for _, status := range []bool{false, true} {
+			if _, err := specJSON(k.New(), status); err != nil {
+				t.Errorf("kind %s: specJSON: %v", k.Kind, err)
+			}
+		}
 		if got := ListKindFor(k.Kind); got != k.ListKind || got == "" {
 			t.Errorf("ListKindFor(%q) = %q", k.Kind, got)
 		}
