@@ -38,6 +38,26 @@ type KindInfo struct {
 	New func() Object
 	// Type is the kind's Go struct.
 	Type reflect.Type
+
+	list func(objs []Object, resourceVersion string) any
+}
+
+// NewList returns the list of a stored kind that holds objs (each of the
+// kind's type), as GET /v1/{Resource} answers it: apiVersion, kind
+// (ListKind), metadata and items, encoded as the kind's list type is
+// (DeploymentList). It is nil for a payload.
+func (k KindInfo) NewList(objs []Object, resourceVersion string) any {
+	if k.list == nil {
+		return nil
+	}
+	return k.list(objs, resourceVersion)
+}
+
+// objectList is the list of a stored kind, as NewList makes it.
+type objectList[T any] struct {
+	TypeMeta `json:",inline"`
+	Metadata ListMeta `json:"metadata"`
+	Items    []T      `json:"items"`
 }
 
 // Stored reports whether the kind is a stored resource, not a payload.
@@ -90,6 +110,13 @@ func storedKind[T any, P interface {
 		ListKind: kind + "List",
 		New:      func() Object { return P(new(T)) },
 		Type:     reflect.TypeFor[T](),
+		list: func(objs []Object, rv string) any {
+			l := objectList[T]{TypeMeta: TypeMeta{APIVersion: APIVersion, Kind: kind + "List"}, Metadata: ListMeta{ResourceVersion: rv}, Items: make([]T, 0, len(objs))}
+			for _, o := range objs {
+				l.Items = append(l.Items, *o.(P))
+			}
+			return l
+		},
 	}
 }
 

@@ -1,6 +1,8 @@
 package schema_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -68,6 +70,7 @@ func checkStoredKind(t *testing.T, k schema.KindInfo) {
 	if got, ok := schema.KindOfObject(k.New()); !ok || got.Kind != k.Kind {
 		t.Errorf("KindOfObject(new %s) = %s, %v", k.Kind, got.Kind, ok)
 	}
+	checkList(t, k)
 	if k.ListKind != k.Kind+"List" {
 		t.Errorf("kind %s: list kind %s", k.Kind, k.ListKind)
 	}
@@ -106,5 +109,40 @@ func TestDecodeUnknownKind(t *testing.T) {
 	want := `kind: must be "Deployment", "Device", "ConfigMap", "Secret"`
 	if err == nil || !strings.Contains(strings.Replace(err.Error(), " or ", ", ", 1), want) || !strings.Contains(err.Error(), `, got "Pod"`) {
 		t.Errorf("Decode of a Pod: %v, want %q", err, want)
+	}
+}
+
+// checkList: NewList encodes as the list type does.
+func checkList(t *testing.T, k schema.KindInfo) {
+	t.Helper()
+	a, b := k.New(), k.New()
+	a.GetMetadata().Name, b.GetMetadata().Name = "a", "b"
+	got, err := json.Marshal(k.NewList([]schema.Object{a, b}, "7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`{"apiVersion":"fleet/v1","kind":%q,"metadata":{"resourceVersion":"7"},"items":[`, k.ListKind)
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	if want += string(ja) + "," + string(jb) + "]}"; string(got) != want {
+		t.Errorf("kind %s: NewList encodes as\n%s\nwant\n%s", k.Kind, got, want)
+	}
+	if got, _ := json.Marshal(k.NewList(nil, "")); !strings.HasSuffix(string(got), `"items":[]}`) {
+		t.Errorf("kind %s: an empty list is %s", k.Kind, got)
+	}
+}
+
+// TestNewListIsTheListType: for a kind with a list type of its own, NewList
+// encodes exactly as it does.
+func TestNewListIsTheListType(t *testing.T) {
+	d := schema.Deployment{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDeployment}, Metadata: schema.ObjectMeta{Name: "web"}}
+	k, _ := schema.LookupKind(schema.KindDeployment)
+	got, _ := json.Marshal(k.NewList([]schema.Object{&d}, "3"))
+	want, _ := json.Marshal(schema.DeploymentList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "DeploymentList"}, Metadata: schema.ListMeta{ResourceVersion: "3"}, Items: []schema.Deployment{d}})
+	if string(got) != string(want) {
+		t.Errorf("NewList:\n%s\nDeploymentList:\n%s", got, want)
+	}
+	if p, _ := schema.LookupKind(schema.KindEvent); p.NewList(nil, "") != nil {
+		t.Error("a payload has a list")
 	}
 }
