@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -16,10 +17,12 @@ import (
 	"github.com/fleetmq/fleet/schema"
 )
 
-// Kind names a resource collection of the API, as it appears in URLs.
+// Kind names a resource collection of the API, as it appears in URLs: the
+// Resource of a stored kind of schema's table of kinds.
 type Kind string
 
-// The collections of the API.
+// The collections of the API that the client has typed methods for; every
+// stored kind of schema.Kinds is a collection (see KindOf).
 const (
 	Deployments Kind = "deployments"
 	Devices     Kind = "devices"
@@ -29,41 +32,51 @@ const (
 	Secrets Kind = "secrets"
 )
 
-// Kinds are the collections, in the order the CLI lists them.
-var Kinds = []Kind{Deployments, Devices, ConfigMaps, Secrets}
+// Kinds are the collections, in the order the CLI lists them
+// (schema.ListedKinds).
+var Kinds = listedKinds()
+
+func listedKinds() []Kind {
+	var out []Kind
+	for _, k := range schema.ListedKinds() {
+		out = append(out, Kind(k.Resource))
+	}
+	return out
+}
+
+// info is the collection's row of the table of kinds.
+func (k Kind) info() (schema.KindInfo, bool) { return schema.KindOfResource(string(k)) }
 
 // Object kind (schema.KindDeployment, schema.KindDevice…) of the
 // collection.
 func (k Kind) Object() string {
-	switch k {
-	case Deployments:
-		return schema.KindDeployment
-	case Devices:
-		return schema.KindDevice
-	case ConfigMaps:
-		return schema.KindConfigMap
-	case Secrets:
-		return schema.KindSecret
-	}
-	return ""
+	info, _ := k.info()
+	return info.Kind
 }
 
 // KindOf returns the collection of an object kind ("Deployment" →
 // Deployments), or "" for an unknown kind.
 func KindOf(objectKind string) Kind {
-	for _, k := range Kinds {
-		if k.Object() == objectKind {
-			return k
-		}
+	if k, ok := schema.LookupKind(objectKind); ok && k.Stored() {
+		return Kind(k.Resource)
 	}
 	return ""
 }
 
 func (k Kind) valid() error {
 	if k.Object() == "" {
-		return fmt.Errorf("unknown resource kind %q: want %q, %q, %q or %q", string(k), Deployments, Devices, ConfigMaps, Secrets)
+		return fmt.Errorf("unknown resource kind %q: want %s", string(k), quotedKinds())
 	}
 	return nil
+}
+
+// quotedKinds is `"deployments", "devices", "configmaps" or "secrets"`.
+func quotedKinds() string {
+	q := make([]string, len(Kinds))
+	for i, k := range Kinds {
+		q[i] = strconv.Quote(string(k))
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
 }
 
 // Client talks to one hub. It is safe for concurrent use.
@@ -412,84 +425,55 @@ func (c *Client) DeleteDevice(ctx context.Context, name string, opts DeleteOptio
 
 // Get reads one object of any kind.
 func (c *Client) Get(ctx context.Context, kind Kind, name string) (schema.Object, error) {
-	switch kind {
-	case Deployments:
-		return asObject(c.GetDeployment(ctx, name))
-	case Devices:
-		return asObject(c.GetDevice(ctx, name))
-	case ConfigMaps:
-		return asObject(c.GetConfigMap(ctx, name))
-	case Secrets:
-		return asObject(c.GetSecret(ctx, name))
+	info, ok := kind.info()
+	if !ok {
+		return nil, kind.valid()
 	}
-	return nil, kind.valid()
+	if err := checkName(kind, name); err != nil {
+		return nil, err
+	}
+	obj := info.New()
+	if err := c.do(ctx, http.MethodGet, objectPath(kind, name), nil, nil, obj); err != nil {
+		return nil, err
+	}
+	return obj, nil
 }
 
 // List lists the objects of any kind whose labels match selector, and
 // returns them with the list's resourceVersion.
 func (c *Client) List(ctx context.Context, kind Kind, selector string) ([]schema.Object, string, error) {
-	switch kind {
-	case Deployments:
-		l, err := c.ListDeployments(ctx, selector)
-		if err != nil {
-			return nil, "", err
-		}
-		return objects(l.Items), l.Metadata.ResourceVersion, nil
-	case Devices:
-		l, err := c.ListDevices(ctx, selector)
-		if err != nil {
-			return nil, "", err
-		}
-		return objects(l.Items), l.Metadata.ResourceVersion, nil
-	case ConfigMaps:
-		l, err := c.ListConfigMaps(ctx, selector)
-		if err != nil {
-			return nil, "", err
-		}
-		return objects(l.Items), l.Metadata.ResourceVersion, nil
-	case Secrets:
-		l, err := c.ListSecrets(ctx, selector)
-		if err != nil {
-			return nil, "", err
-		}
-		return objects(l.Items), l.Metadata.ResourceVersion, nil
+	info, ok := kind.info()
+	if !ok {
+		return nil, "", kind.valid()
 	}
-	return nil, "", kind.valid()
-}
-
-// objects returns pointers to the items of a list, as schema.Objects.
-func objects[T any, P interface {
-	*T
-	schema.Object
-}](items []T) []schema.Object {
-	objs := make([]schema.Object, len(items))
-	for i := range items {
-		objs[i] = P(&items[i])
+	// The items decode straight into a []T of the kind's type.
+	items := reflect.New(reflect.SliceOf(info.Type))
+	l := struct {
+		Metadata schema.ListMeta `json:"metadata"`
+		Items    any             `json:"items"`
+	}{Items: items.Interface()}
+	if err := c.do(ctx, http.MethodGet, "/v1/"+string(kind), selectorQuery(selector), nil, &l); err != nil {
+		return nil, "", err
 	}
-	return objs
+	s := items.Elem()
+	objs := make([]schema.Object, s.Len())
+	for i := range objs {
+		objs[i] = s.Index(i).Addr().Interface().(schema.Object)
+	}
+	return objs, l.Metadata.ResourceVersion, nil
 }
 
 // Delete deletes one object of any kind and returns it as it was.
 func (c *Client) Delete(ctx context.Context, kind Kind, name string, opts DeleteOptions) (schema.Object, error) {
-	switch kind {
-	case Deployments:
-		return asObject(c.DeleteDeployment(ctx, name, opts))
-	case Devices:
-		return asObject(c.DeleteDevice(ctx, name, opts))
-	case ConfigMaps:
-		return asObject(c.DeleteConfigMap(ctx, name, opts))
-	case Secrets:
-		return asObject(c.DeleteSecret(ctx, name, opts))
+	info, ok := kind.info()
+	if !ok {
+		return nil, kind.valid()
 	}
-	return nil, kind.valid()
-}
-
-// asObject returns a nil interface, not a typed nil, with an error.
-func asObject[T any, P interface {
-	*T
-	schema.Object
-}](obj P, err error) (schema.Object, error) {
-	if err != nil {
+	if err := checkName(kind, name); err != nil {
+		return nil, err
+	}
+	obj := info.New()
+	if err := c.do(ctx, http.MethodDelete, objectPath(kind, name), opts.query(), nil, obj); err != nil {
 		return nil, err
 	}
 	return obj, nil

@@ -166,21 +166,6 @@ func joinErrors(errs []error) error {
 	return errors.Join(errs...)
 }
 
-// NewObject returns an empty object of the kind, or nil for an unknown kind.
-func NewObject(kind string) Object {
-	switch kind {
-	case KindDevice:
-		return &Device{}
-	case KindDeployment:
-		return &Deployment{}
-	case KindConfigMap:
-		return &ConfigMap{}
-	case KindSecret:
-		return &Secret{}
-	}
-	return nil
-}
-
 // splitDocuments splits a YAML stream on "---" separator lines.
 func splitDocuments(data []byte) [][]byte {
 	var docs [][]byte
@@ -229,7 +214,7 @@ func decodeDocument(doc []byte) (Object, error) {
 	c.hints.add(kindHints(tm.APIVersion, tm.Kind, raw)...)
 	obj := NewObject(tm.Kind)
 	if obj == nil {
-		c.errs.add("kind", "must be %q, %q, %q or %q, got %q", KindDeployment, KindDevice, KindConfigMap, KindSecret, truncate(fmt.Sprint(valueOr(raw["kind"]))))
+		c.errs.add("kind", "must be %s, got %q", quotedKinds(), truncate(fmt.Sprint(valueOr(raw["kind"]))))
 		conversionHints(raw, tm.Kind, &c.hints)
 		return nil, withHints(c.errs.err("", name), c.hints)
 	}

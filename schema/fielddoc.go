@@ -78,10 +78,3 @@ func FieldDoc(typeName, jsonName string) (f FieldInfo, ok bool) {
 func EnumValues(typeName string) []string {
 	return slices.Clone(typeDocs()[typeName].enum)
 }
-
-// DocumentedKinds returns the kinds the field documentation covers: the
-// stored resources (Deployment, Device), then the payloads of the MQTT
-// topics, each group by name.
-func DocumentedKinds() []string {
-	return slices.Clone(documentedKinds)
-}

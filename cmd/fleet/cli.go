@@ -158,24 +158,37 @@ func (c *cliContext) getPrinter(output, sortBy string, noHeaders bool) (*printer
 	return p, nil
 }
 
-// resourceKinds maps every accepted spelling of a resource kind.
-var resourceKinds = map[string]client.Kind{
-	"deployments": client.Deployments,
-	"deployment":  client.Deployments,
-	"deploy":      client.Deployments,
-	"deploys":     client.Deployments,
-	"devices":     client.Devices,
-	"device":      client.Devices,
-	"dev":         client.Devices,
-	"devs":        client.Devices,
-	"configmaps":  client.ConfigMaps,
-	"configmap":   client.ConfigMaps,
-	"cm":          client.ConfigMaps,
-	"secrets":     client.Secrets,
-	"secret":      client.Secrets,
+// resourceKinds maps every accepted spelling of a resource kind: the
+// names and aliases of each stored kind of schema's table.
+var resourceKinds = spellings()
+
+func spellings() map[string]client.Kind {
+	m := map[string]client.Kind{}
+	for _, k := range schema.ListedKinds() {
+		for _, n := range slices.Concat(k.Names(), k.Aliases) {
+			m[n] = client.Kind(k.Resource)
+		}
+	}
+	return m
 }
 
-const validKinds = "deployments (deployment, deploy), devices (device, dev), configmaps (configmap, cm) and secrets (secret)"
+// validKinds lists the resource kinds for errors: "deployments
+// (deployment, deploy), devices (device, dev), ... and secrets (secret)".
+var validKinds = listKinds(schema.ListedKinds())
+
+// listKinds names kinds by their names, "plural (singular, short...)",
+// joined as a sentence does.
+func listKinds(kinds []schema.KindInfo) string {
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		names := k.Names()
+		parts[i] = fmt.Sprintf("%s (%s)", names[0], strings.Join(names[1:], ", "))
+	}
+	if len(parts) < 2 {
+		return strings.Join(parts, "")
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+}
 
 // parseKind parses a resource kind as typed on the command line.
 func parseKind(s string) (client.Kind, error) {
@@ -186,7 +199,10 @@ func parseKind(s string) (client.Kind, error) {
 }
 
 // singular is the lower-case object kind of a collection: "deployment".
-func singular(k client.Kind) string { return strings.ToLower(k.Object()) }
+func singular(k client.Kind) string {
+	info, _ := schema.KindOfResource(string(k))
+	return info.Singular
+}
 
 // ref names one object on the command line.
 type ref struct {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fleetmq/fleet/schema"
+	"github.com/fleetmq/fleet/schema/fielddoc/explain"
 )
 
 // updateGolden is -update: rewrite the golden files in testdata/ with what
@@ -86,7 +87,7 @@ func TestExplainErrors(t *testing.T) {
 	}{
 		{name: "unknown field", args: []string{"explain", "deployment.spec.template.spec.containers.imagee"}, golden: "unknown-field.golden"},
 		{name: "unknown resource", args: []string{"explain", "deploymnt"}, want: []string{`unknown resource type "deploymnt", did you mean "deployment"?`, "deployments (deployment, deploy), devices (device, dev), secrets (secret), pods (pod, po)"}},
-		{name: "far from any resource", args: []string{"explain", "servicez"}, want: []string{`error: unknown resource type "servicez": valid types are configmaps`}},
+		{name: "far from any resource", args: []string{"explain", "servicez"}, want: []string{`error: unknown resource type "servicez": valid types are ` + explainer.TypeList() + "\n"}},
 		{name: "case of a field", args: []string{"explain", "deployment.Spec"}, want: []string{`field "Spec" does not exist in deployment (Deployment), did you mean "spec"?`, "The fields of deployment are: apiVersion, kind, metadata, spec, status."}},
 		{name: "below a scalar", args: []string{"explain", "device.metadata.name.first"}, want: []string{`field "first" does not exist: device.metadata.name is of type <string> and has no fields`}},
 		{name: "below a map of scalars", args: []string{"explain", "device.metadata.labels.site"}, want: []string{"device.metadata.labels is of type <map[string]string> and has no fields"}},
@@ -94,9 +95,9 @@ func TestExplainErrors(t *testing.T) {
 		{name: "empty segment", args: []string{"explain", "deployment..spec"}, want: []string{`"deployment..spec": empty field name after deployment`}},
 		{name: "trailing dot", args: []string{"explain", "deployment."}, want: []string{"empty field name after deployment"}},
 		{name: "pod spec", args: []string{"explain", "pod.spec"}, want: []string{"A pod's spec is its deployment's: fleet explain deployment.spec.template.spec"}},
-		{name: "no argument", args: []string{"explain"}, want: []string{"want one RESOURCE[.FIELD...] argument, got 0: resource types are configmaps"}},
+		{name: "no argument", args: []string{"explain"}, want: []string{"want one RESOURCE[.FIELD...] argument, got 0: resource types are " + explainer.TypeList() + "\n"}},
 		{name: "two arguments", args: []string{"explain", "deployment", "device"}, want: []string{"got 2"}},
-		{name: "empty resource", args: []string{"explain", ""}, want: []string{"you must name a resource type: configmaps"}},
+		{name: "empty resource", args: []string{"explain", ""}, want: []string{"you must name a resource type: " + explainer.TypeList() + "\n"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := e.run("", tt.args...)
@@ -115,57 +116,53 @@ func TestExplainErrors(t *testing.T) {
 	}
 }
 
-// TestExplainEveryKind checks that every kind the generated docs cover
-// can be explained, by each of its names, down to every field, and that
-// descriptions fit in 80 columns.
-func TestExplainEveryKind(t *testing.T) {
-	resources := explainResources()
-	for _, kind := range schema.DocumentedKinds() {
-		if kindType(kind) == nil {
-			t.Errorf("kind %s: add its Go type to payloadTypes in explain.go", kind)
-		}
-		if !slices.ContainsFunc(resources, func(r explainResource) bool { return r.kind == kind }) {
-			t.Errorf("kind %s is not explained", kind)
+// TestExplainEveryResource checks that every kind of schema's table and
+// the pods can be explained, by each of their names, down to every field,
+// and that descriptions fit in 80 columns.
+func TestExplainEveryResource(t *testing.T) {
+	for _, k := range schema.Kinds() {
+		if !slices.ContainsFunc(explainer.Resources, func(r explain.Resource) bool { return r.Kind == k.Kind }) {
+			t.Errorf("kind %s is not explained", k.Kind)
 		}
 	}
-	for _, r := range resources {
-		for _, name := range append(r.names, strings.ToUpper(r.names[0])) {
-			got, err := resolveExplain(name)
-			if err != nil || got.res.kind != r.kind {
-				t.Errorf("resolveExplain(%q) = %s, %v; want kind %s", name, got.res.kind, err, r.kind)
+	for _, r := range explainer.Resources {
+		for _, name := range slices.Concat(r.Names, r.Aliases, []string{strings.ToUpper(r.Names[0])}) {
+			got, err := explainer.Resolve(name)
+			if err != nil || got.Resource.Kind != r.Kind {
+				t.Errorf("Resolve(%q) = %s, %v; want kind %s", name, got.Resource.Kind, err, r.Kind)
 			}
 		}
 		var paths []string
 		var walk func(st reflect.Type, path string, depth int)
 		walk = func(st reflect.Type, path string, depth int) {
-			for _, f := range jsonFields(st) {
-				p := path + "." + f.name
+			for _, f := range explain.Fields(st) {
+				p := path + "." + f.Name
 				paths = append(paths, p)
-				if sub, ok := structOf(f.typ); ok && depth < 8 {
+				if sub, ok := explain.StructOf(f.Type); ok && depth < 8 {
 					walk(sub, p, depth+1)
 				}
 			}
 		}
-		walk(r.typ, r.names[1], 0)
+		walk(r.Type, r.Names[1], 0)
 		if len(paths) == 0 {
-			t.Errorf("%s has no fields", r.kind)
+			t.Errorf("%s has no fields", r.Kind)
 		}
-		for _, p := range append(paths, r.names[1]) {
-			tgt, err := resolveExplain(p)
+		for _, p := range append(paths, r.Names[1]) {
+			tgt, err := explainer.Resolve(p)
 			if err != nil {
-				t.Errorf("resolveExplain(%q): %v", p, err)
+				t.Errorf("Resolve(%q): %v", p, err)
 				continue
 			}
 			var b bytes.Buffer
-			if err := writeExplain(&b, tgt, false); err != nil {
+			if err := explain.Write(&b, tgt, false); err != nil {
 				t.Fatal(err)
 			}
-			if !strings.HasPrefix(b.String(), "KIND:       "+r.kind+"\nVERSION:    fleet/v1\n\n") {
+			if !strings.HasPrefix(b.String(), "KIND:       "+r.Kind+"\nVERSION:    fleet/v1\n\n") {
 				t.Errorf("fleet explain %s: header\n%s", p, b.String())
 			}
 			for line := range strings.SplitSeq(b.String(), "\n") {
-				if len(line) > explainWidth && strings.Count(strings.TrimSpace(line), " ") > 0 {
-					t.Errorf("fleet explain %s: line wider than %d columns: %q", p, explainWidth, line)
+				if len(line) > explain.Width && strings.Count(strings.TrimSpace(line), " ") > 0 {
+					t.Errorf("fleet explain %s: line wider than %d columns: %q", p, explain.Width, line)
 				}
 			}
 		}
@@ -176,14 +173,14 @@ func TestExplainEveryKind(t *testing.T) {
 // pod's status are documented here, and only those.
 func TestExplainPodFieldsDocumented(t *testing.T) {
 	var own []string
-	for _, f := range jsonFields(podType) {
-		if f.owner == podType {
-			own = append(own, f.name)
-			if podFieldDocs[f.name] == "" {
-				t.Errorf("pod field %q has no description in podFieldDocs", f.name)
+	for _, f := range explain.Fields(podType) {
+		if f.Owner == podType {
+			own = append(own, f.Name)
+			if podFieldDocs[f.Name] == "" {
+				t.Errorf("pod field %q has no description in podFieldDocs", f.Name)
 			}
-		} else if fieldInfo(f).Doc == "" {
-			t.Errorf("pod field %q (of %s) has no doc comment", f.name, f.owner.Name())
+		} else if pods.FieldInfo(f).Doc == "" {
+			t.Errorf("pod field %q (of %s) has no doc comment", f.Name, f.Owner.Name())
 		}
 	}
 	for name := range podFieldDocs {
@@ -220,43 +217,5 @@ func TestExplainCompletion(t *testing.T) {
 		if !strings.HasSuffix(out, ":6\n") {
 			t.Errorf("complete %q: directive\n%s", tt.arg, out)
 		}
-	}
-}
-
-func TestSuggestName(t *testing.T) {
-	names := []string{"args", "command", "env", "image", "imagePullPolicy", "mounts", "name", "resources", "workingDir"}
-	for _, tt := range []struct{ word, want string }{
-		{"imagee", "image"},
-		{"Image", "image"},
-		{"IMAGEPULLPOLICY", "imagePullPolicy"},
-		{"workingdir", "workingDir"},
-		{"comand", "command"},
-		{"mounst", "mounts"},
-		{"resour", "resources"},          // the only name it starts
-		{"imagePull", "imagePullPolicy"}, // the only name it starts
-		{"ima", ""},                      // two names start with it
-		{"nmae", ""},                     // too short for two mistakes
-		{"volumeMounts", ""},
-		{"x", ""},
-		{"e", ""},
-	} {
-		if got := suggestName(tt.word, names); got != tt.want {
-			t.Errorf("suggestName(%q) = %q, want %q", tt.word, got, tt.want)
-		}
-	}
-}
-
-func TestWrapText(t *testing.T) {
-	var b bytes.Buffer
-	wrapText(&b, strings.Repeat("word ", 20)+"end\n\nSecond paragraph.\n  - a list item that is long enough to need wrapping onto a second line of text\n\tcode stays as it is, however long the line is, because it is code", "    ")
-	want := "    word word word word word word word word word word word word word word word\n" +
-		"    word word word word word end\n" +
-		"\n" +
-		"    Second paragraph.\n" +
-		"      - a list item that is long enough to need wrapping onto a second line of\n" +
-		"        text\n" +
-		"        code stays as it is, however long the line is, because it is code\n"
-	if b.String() != want {
-		t.Errorf("wrapText:\n%s\nwant:\n%s", b.String(), want)
 	}
 }

@@ -85,56 +85,39 @@ func ObjectKey(kind, name string) string {
 // objectPrefix is the prefix of every object of the resource.
 func objectPrefix(resource string) string { return prefixObjects + resource + "/" }
 
-// kindInfo ties a kind to its URL/key resource name and list kind.
-type kindInfo struct {
-	Kind, Resource, ListKind string
-}
-
-var kinds = []kindInfo{
-	{schema.KindDevice, "devices", "DeviceList"},
-	{schema.KindDeployment, "deployments", "DeploymentList"},
-	{schema.KindConfigMap, "configmaps", "ConfigMapList"},
-	{schema.KindSecret, "secrets", "SecretList"},
-}
+// The stored kinds and their resources are schema's table of kinds
+// (schema.StoredKinds): an object of each is kept under
+// v1/objects/{resource}/{name}.
 
 // ResourceForKind maps "Device" to "devices".
 func ResourceForKind(kind string) (string, bool) {
-	for _, k := range kinds {
-		if k.Kind == kind {
-			return k.Resource, true
-		}
+	k, ok := schema.LookupKind(kind)
+	if !ok || !k.Stored() {
+		return "", false
 	}
-	return "", false
+	return k.Resource, true
 }
 
 // KindForResource maps "devices" to "Device".
 func KindForResource(resource string) (string, bool) {
-	for _, k := range kinds {
-		if k.Resource == resource {
-			return k.Kind, true
-		}
-	}
-	return "", false
+	k, ok := schema.KindOfResource(resource)
+	return k.Kind, ok
 }
 
 // Resources returns the resource names of the stored kinds, in the order
 // the API lists them ("devices", "deployments", "configmaps", "secrets").
 func Resources() []string {
-	out := make([]string, len(kinds))
-	for i, k := range kinds {
-		out[i] = k.Resource
+	var out []string
+	for _, k := range schema.StoredKinds() {
+		out = append(out, k.Resource)
 	}
 	return out
 }
 
 // ListKindFor maps "Device" to "DeviceList".
 func ListKindFor(kind string) string {
-	for _, k := range kinds {
-		if k.Kind == kind {
-			return k.ListKind
-		}
-	}
-	return ""
+	k, _ := schema.LookupKind(kind)
+	return k.ListKind
 }
 
 // checkWritableKey refuses keys outside the v1 layout and the store's own

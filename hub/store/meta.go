@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
 
 	"github.com/fleetmq/fleet/schema"
 )
@@ -28,19 +29,11 @@ func cloneObject(obj schema.Object) (schema.Object, error) {
 	if obj == nil {
 		return nil, fmt.Errorf("%w: no object", schema.ErrInvalid)
 	}
-	var kind string
-	switch obj.(type) {
-	case *schema.Device:
-		kind = schema.KindDevice
-	case *schema.Deployment:
-		kind = schema.KindDeployment
-	case *schema.ConfigMap:
-		kind = schema.KindConfigMap
-	case *schema.Secret:
-		kind = schema.KindSecret
-	default:
+	k, ok := schema.KindOfObject(obj)
+	if !ok {
 		return nil, fmt.Errorf("%w: the store does not hold %T", schema.ErrInvalid, obj)
 	}
+	kind := k.Kind
 	raw, err := json.Marshal(obj)
 	if err != nil {
 		return nil, fmt.Errorf("copy %s: %w", kind, err)
@@ -156,7 +149,17 @@ func specJSON(obj schema.Object, status bool) ([]byte, error) {
 			v = o.Status
 		}
 	default:
-		return nil, fmt.Errorf("compare: unknown object %T", obj)
+		// Another stored kind: its Spec (or Status) field, if it has one.
+		if _, ok := schema.KindOfObject(obj); !ok {
+			return nil, fmt.Errorf("compare: unknown object %T", obj)
+		}
+		field := "Spec"
+		if status {
+			field = "Status"
+		}
+		if f := reflect.ValueOf(obj).Elem().FieldByName(field); f.IsValid() {
+			v = f.Interface()
+		}
 	}
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -21,7 +21,8 @@
 // (RestartAlways RestartPolicy = "Always").
 //
 // The schema package runs it with go generate (schema/fielddoc/gen); a test
-// there fails when the committed output is out of date.
+// there fails when the committed output is out of date. Package
+// fielddoc/explain prints the generated docs for `fleet explain`.
 package fielddoc
 
 import (
