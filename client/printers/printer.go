@@ -287,12 +287,16 @@ func List(kind client.Kind, objs []schema.Object, resourceVersion string) any {
 			l.Items = append(l.Items, *o.(*schema.Secret))
 		}
 		return l
-	default:
+	case client.Deployments:
 		l := schema.DeploymentList{TypeMeta: tm, Metadata: md, Items: []schema.Deployment{}}
 		for _, o := range objs {
 			l.Items = append(l.Items, *o.(*schema.Deployment))
 		}
 		return l
+	default:
+		// A kind added to schema's table since: its generic list.
+		k, _ := schema.KindOfResource(string(kind))
+		return k.NewList(objs, resourceVersion)
 	}
 }
 
