@@ -46,7 +46,7 @@ func TestAuditAndCredentialCLI(t *testing.T) {
 	}
 	flat := strings.Join(lines, "\n")
 	for _, want := range []string{
-		"admin admin 127.0.0.1 apply - ok devices/pi-1 created\n",
+		"admin admin 127.0.0.1 apply devices/pi-1 ok devices/pi-1 created\n",
 		"admin admin 127.0.0.1 create credentials/ci ok role viewer\n",
 		"ci viewer 127.0.0.1 use-token - ok GET /v1/devices\n",
 		`ci viewer 127.0.0.1 delete devices/pi-1 403 credential "ci" (role viewer) may only read` + "\n",
