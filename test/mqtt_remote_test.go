@@ -80,7 +80,7 @@ func remoteIsolationChecks(t *testing.T, h *Hub, brokerURL, sub, pub, tokA, tokB
 	// dev-a's mosquitto_sub: another device's requests, everyone's
 	// requests and responses, and (to prove it listens) its own requests.
 	var seen syncBuffer
-	spy := mq(sub, "-u", "dev-a", "-P", tokA, "-i", "dev-a-spy", "-v", "-q", "1",
+	spy := mq(sub, "-u", "dev-a", "-P", tokA, "-i", "dev-a-00000000000000a0", "-v", "-q", "1",
 		"-t", topics.Device("dev-b", schema.TopicRequests),
 		"-t", topics.Device("dev-b", schema.TopicResponses),
 		"-t", topics.DeviceFilter(schema.TopicRequests),
@@ -95,7 +95,7 @@ func remoteIsolationChecks(t *testing.T, h *Hub, brokerURL, sub, pub, tokA, tokB
 
 	// dev-a comes online; a request from the hub reaches its spy (so the
 	// spy listens), and dev-a never answers it.
-	if out, err := mq(pub, "-u", "dev-a", "-P", tokA, "-i", "dev-a-online", "-q", "1", "-r",
+	if out, err := mq(pub, "-u", "dev-a", "-P", tokA, "-i", "dev-a-00000000000000a1", "-q", "1", "-r",
 		"-t", topics.Device("dev-a", schema.TopicOnline), "-m", schema.Online).CombinedOutput(); err != nil {
 		t.Fatalf("mosquitto_pub dev-a online: %v: %s", err, out)
 	}
@@ -142,11 +142,11 @@ func remoteIsolationChecks(t *testing.T, h *Hub, brokerURL, sub, pub, tokA, tokB
 	// dev-a answers for dev-b on dev-b's topic: the broker refuses it
 	// (Mosquitto drops it; the embedded broker ends the session of a
 	// QoS 1 publish it refuses, so mosquitto_pub may fail).
-	_ = mq(pub, "-u", "dev-a", "-P", tokA, "-i", "dev-a-forger-1", "-q", "1",
+	_ = mq(pub, "-u", "dev-a", "-P", tokA, "-i", "dev-a-00000000000000a2", "-q", "1",
 		"-t", topics.Device("dev-b", schema.TopicResponses), "-m", forged("dev-b")).Run()
 	// ... and on its own topic: it reaches the hub, which refuses it: the
 	// request went to dev-b.
-	if out, err := mq(pub, "-u", "dev-a", "-P", tokA, "-i", "dev-a-forger-2", "-q", "1",
+	if out, err := mq(pub, "-u", "dev-a", "-P", tokA, "-i", "dev-a-00000000000000a3", "-q", "1",
 		"-t", topics.Device("dev-a", schema.TopicResponses), "-m", forged("dev-a")).CombinedOutput(); err != nil {
 		t.Fatalf("mosquitto_pub to dev-a's own responses topic: %v: %s", err, out)
 	}

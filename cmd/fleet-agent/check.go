@@ -347,12 +347,15 @@ func checkBroker(ctx context.Context, c *checker, b brokerCheck) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
-	suffix := make([]byte, 4)
+	// A client ID of the device's own shape (NAME-16 hex digits: the
+	// embedded broker takes no other from a device), random, so the
+	// check never takes over the agent's session.
+	suffix := make([]byte, 8)
 	_, _ = rand.Read(suffix)
 	desired := make(chan []byte, 1)
 	topic := b.topics.Device(b.device, schema.TopicDesired)
 	dial := func() (net.Conn, error) { return mqttio.Dial(ctx, b.url, b.tls, b.timeout) }
-	opts := mqttio.ClientOptions(b.url.String(), b.device+"-check-"+hex.EncodeToString(suffix), b.device, b.token, b.timeout, dial).
+	opts := mqttio.ClientOptions(b.url.String(), b.device+"-"+hex.EncodeToString(suffix), b.device, b.token, b.timeout, dial).
 		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) {
 			if m.Topic() == topic {
 				select {
