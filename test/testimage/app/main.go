@@ -137,6 +137,8 @@ func run(script []string) int {
 				return 12
 			}
 			fmt.Printf("read: %s\n", b)
+		case "flood", "interleave":
+			script = runLogVerb(verb, script) // logverbs.go
 		case "spam":
 			n, err := strconv.Atoi(arg())
 			if err != nil {
