@@ -93,6 +93,7 @@ win over the environment, which wins over the file.`,
 		},
 	})
 	root.AddCommand(newCheckCmd(stdout))
+	root.AddCommand(newLogWriterCmd())
 	return root
 }
 
@@ -149,11 +150,18 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 		tlsCfg = clientCert(tlsCfg, cfg.StateDir, device, log)
 	}
 
+	logMax, logFiles, err := cfg.logLimits()
+	if err != nil {
+		return err
+	}
 	rt, err := connectRuntime(ctx, log, containerd.Options{
-		Socket:    cfg.ContainerdSocket,
-		Namespace: cfg.Namespace,
-		Registry:  cfg.Registry,
-		Logger:    log.With("component", "containerd"),
+		Socket:      cfg.ContainerdSocket,
+		Namespace:   cfg.Namespace,
+		Registry:    cfg.Registry,
+		Logger:      log.With("component", "containerd"),
+		LogWriter:   cfg.logWriter(log),
+		LogMaxBytes: logMax,
+		LogMaxFiles: logFiles,
 	})
 	if err != nil {
 		if ctx.Err() != nil {

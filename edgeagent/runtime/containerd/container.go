@@ -275,11 +275,10 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		return fmt.Errorf("start container %s: load task: %w", id, err)
 	}
 
-	ioc, byWriter := r.logIO(id, info.Labels)
 	// Exits are observed through the event stream (Exits) and Stop waits
 	// on the task itself, so nothing here needs a Wait channel: a task
 	// that exits at once stays in containerd as stopped until deleted.
-	task, err = c.NewTask(ctx, ioc)
+	task, byWriter, err := r.newTask(ctx, c, info.Labels)
 	if err != nil {
 		return fmt.Errorf("start container %s: create task: %w", id, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	ctrd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
 
 	"github.com/fleetmq/fleet/edgeagent/logwriter"
@@ -53,12 +54,18 @@ func (r *Runtime) logLimits(labels map[string]string) (int64, int) {
 	return max, files
 }
 
-// logIO moves the last run's log aside and returns how the task about to
-// start logs, and the value of labelLogWriter for it.
-func (r *Runtime) logIO(id string, labels map[string]string) (cio.Creator, string) {
+// newTask moves the last run's log aside and creates the container's task
+// with its output going to the log. It returns the value of
+// labelLogWriter for the task: "true" when Options.LogWriter writes the
+// log. A log writer the shim cannot start (a path only this process
+// sees, as for an agent in a container) is not fatal: the shim writes
+// the file instead, with a warning.
+func (r *Runtime) newTask(ctx context.Context, c ctrd.Container, labels map[string]string) (ctrd.Task, string, error) {
+	id := c.ID()
 	p := labels[labelLogPath]
 	if p == "" {
-		return cio.NullIO, ""
+		t, err := c.NewTask(ctx, cio.NullIO)
+		return t, "", err
 	}
 	// No task writes the files now: plain renames are safe. The last
 	// run's log becomes PATH.previous (logs --previous), so the file
@@ -66,16 +73,21 @@ func (r *Runtime) logIO(id string, labels map[string]string) (cio.Creator, strin
 	if err := keepPrevious(p); err != nil {
 		r.log.Warn("keep previous log", "container", id, "err", err)
 	}
-	if r.opts.LogWriter == "" {
-		return cio.LogFile(p), ""
+	if r.opts.LogWriter != "" {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			// The writer drops what it cannot write and tries again.
+			r.log.Warn("log directory", "container", id, "err", err)
+		}
+		max, files := r.logLimits(labels)
+		o := logwriter.Options{Path: p, MaxBytes: max, MaxFiles: files}
+		t, err := c.NewTask(ctx, cio.BinaryIO(r.opts.LogWriter, map[string]string{"log-writer": o.Encode()}))
+		if err == nil {
+			return t, "true", nil
+		}
+		r.log.Warn("log writer did not start; the shim writes the log, copy-truncated", "container", id, "log_writer", r.opts.LogWriter, "err", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		// The writer drops what it cannot write and tries again.
-		r.log.Warn("log directory", "container", id, "err", err)
-	}
-	max, files := r.logLimits(labels)
-	o := logwriter.Options{Path: p, MaxBytes: max, MaxFiles: files}
-	return cio.BinaryIO(r.opts.LogWriter, map[string]string{"log-writer": o.Encode()}), "true"
+	t, err := c.NewTask(ctx, cio.LogFile(p))
+	return t, "", err
 }
 
 // keepPrevious moves the log of a container's last run aside before its
