@@ -2,7 +2,6 @@ package logwriter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -24,8 +23,10 @@ const bufSize = 32 << 10
 // shim the log is ready, after which it starts the task.
 func Shim(ctx context.Context, o Options) error {
 	stdout, stderr, ready := os.NewFile(3, "stdout"), os.NewFile(4, "stderr"), os.NewFile(5, "ready")
-	if stdout == nil || stderr == nil || ready == nil {
-		return errors.New("log writer: fds 3, 4 and 5 must be open (run by containerd's shim)")
+	for _, f := range []*os.File{stdout, stderr, ready} {
+		if _, err := f.Stat(); err != nil {
+			return fmt.Errorf("log writer: fds 3, 4 and 5 must be open, as containerd's shim leaves them: %w", err)
+		}
 	}
 	return Run(ctx, o, []io.Reader{stdout, stderr}, ready.Close)
 }
@@ -88,4 +89,15 @@ func copyStream(w *Writer, r io.Reader) {
 			return
 		}
 	}
+}
+
+// Main is the log writer as the shim runs it, "PROGRAM log-writer SPEC",
+// where SPEC is what Options.Encode returns (the runtime's binary:// URI
+// has that one query key). It returns once the task's output has ended.
+func Main(ctx context.Context, spec string) error {
+	o, err := Decode(spec)
+	if err != nil {
+		return err
+	}
+	return Shim(ctx, o)
 }
