@@ -14,7 +14,18 @@
 // makes them; the task writes to them directly), read by one goroutine
 // each. Within a stream the order is kept; across the two it is the
 // order in which the reads complete, so lines a program writes to stdout
-// and stderr within the same instant may swap (no reader of two pipes
-// can tell which write came first). A write is never split by the other
-// stream unless it is over 32 KiB (one read).
+// and stderr close together may swap: no reader of two pipes can tell
+// which write came first, and containerd's shim offers no single pipe
+// (only a TTY merges the streams). Measured (the containerd runtime's
+// TestLogOrderOfInterleavedStreams, shim 1.6.20): of 4000 lines written
+// alternately to stdout and stderr, 1 to 3 landed before one written
+// earlier (5 to 17 with the shim writing the file itself); a stderr line
+// written right after a burst on stdout can land before the burst's end.
+// A write is never split by the other stream unless it is over 32 KiB
+// (one read).
+//
+// Cost: one process per running container; as "fleet-agent log-writer",
+// about 7 MiB of RSS once its start-up pages are given back, 4 MiB of
+// it anonymous (the Go runtime and the agent's package initialisation),
+// the rest the binary's pages, shared by every writer.
 package logwriter

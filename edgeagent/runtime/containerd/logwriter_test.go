@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/edgeagent/logwriter"
+	"github.com/fleetmq/fleet/edgeagent/remote/logfile"
 	"github.com/fleetmq/fleet/edgeagent/runtime/containerd"
 )
 
@@ -281,4 +282,97 @@ func interleaveOrder(t *testing.T, log string) (swapped, out, errs int) {
 		prev = rank
 	}
 	return swapped, out, errs
+}
+
+// TestLogWriterRunsAndPrevious: with the log writer a restarted
+// container's every file moves to PATH.previous…, what logs --previous
+// and crash reports read (logfile) sees the whole run, and the stderr
+// a program writes just before it exits is kept. (Not necessarily last:
+// the writer may read it before the end of stdout, see
+// TestLogOrderOfInterleavedStreams.)
+func TestLogWriterRunsAndPrevious(t *testing.T) {
+	e := newEnv(t)
+	const capBytes = 4000
+	rt := e.newRuntime(t, func(o *containerd.Options) {
+		o.LogWriter = logWriterBinary(t)
+		o.LogMaxBytes, o.LogMaxFiles = capBytes, 3
+	})
+	exits := subscribe(t, rt)
+	spec := e.spec("runs", "echo", "run-start", "spam", "80", "stderr", "last-words", "exit", "3")
+	spec.LogPath = filepath.Join(t.TempDir(), "sub", "runs.log") // directory made on demand
+	line := strings.Repeat("x", 99) + "\n"
+	want := "run-start\n" + strings.Repeat(line, 80) + "last-words\n"
+	// run reads a run's files, checking each is within the cap.
+	run := func(previous bool) (files []string, log string) {
+		files = logfile.Files(spec.LogPath, previous)
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil || len(b) > capBytes {
+				t.Fatalf("%s: %d bytes, %v", f, len(b), err)
+			}
+			log += string(b)
+		}
+		return files, log
+	}
+	log := func(previous bool) string {
+		_, l := run(previous)
+		return l
+	}
+	awaitRun := func() {
+		await(t, "the whole run in the log", func() (bool, error) {
+			l := log(false)
+			return len(l) == len(want) && strings.Contains(l, "last-words\n"), nil
+		})
+	}
+
+	mustCreateStart(t, rt, spec)
+	if ev := awaitExit(t, exits, "runs"); ev.ExitCode != 3 {
+		t.Fatalf("exit %d, want 3", ev.ExitCode)
+	}
+	awaitRun()
+	if files, _ := run(false); len(files) != 3 { // 8 kB in 4 kB files
+		t.Fatalf("files of the run: %v", files)
+	}
+	// Tail reads across the files (the crash report's 50 lines may not
+	// reach back to last-words when the writer read it before the burst).
+	tail, err := logfile.Tail(spec.LogPath, 100, 16<<10)
+	if err != nil || tail != log(false) {
+		t.Errorf("tail of the whole run %q, %v", tail, err)
+	}
+
+	if err := rt.Start(context.Background(), "runs"); err != nil {
+		t.Fatal(err)
+	}
+	awaitExit(t, exits, "runs")
+	awaitRun()
+	files, prev := run(true)
+	if len(files) != 3 || len(prev) != len(want) || strings.Count(prev, "run-start\n") != 1 ||
+		strings.Count(prev, line) != 80 || !strings.Contains(prev, "last-words\n") {
+		t.Errorf("previous run: files %v, %d bytes %q, want the whole run's %d", files, len(prev), prev, len(want))
+	}
+	if err := rt.Remove(context.Background(), "runs"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLogWriterUnavailable: a log writer the shim cannot run (a path
+// only an agent in a container sees) does not keep a container from
+// starting: the shim writes the file, and the runtime copy-truncates it.
+func TestLogWriterUnavailable(t *testing.T) {
+	e := newEnv(t)
+	rt := e.newRuntime(t, func(o *containerd.Options) {
+		o.LogWriter = "/nonexistent/fleet-agent"
+		o.LogMaxBytes = 20000
+		o.LogCheckInterval = 50 * time.Millisecond
+	})
+	spec := e.spec("fallback", "echo", "hello", "spam", "1000", "echo", "spammed", "sleep", "forever")
+	spec.LogPath = filepath.Join(t.TempDir(), "fallback.log")
+	mustCreateStart(t, rt, spec)
+	await(t, "copy-truncate rotation", func() (bool, error) {
+		fi, err := os.Stat(spec.LogPath + ".1")
+		return err == nil && fi.Size() > 20000, err
+	})
+	if err := rt.Remove(context.Background(), "fallback"); err != nil {
+		t.Fatal(err)
+	}
 }
