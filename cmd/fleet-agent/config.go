@@ -332,6 +332,23 @@ func (c *config) logLimits() (int64, int, error) {
 	return size, files, nil
 }
 
+// runtimeOptions are the containerd runtime's options.
+func (c *config) runtimeOptions(log *slog.Logger) (containerd.Options, error) {
+	logMax, logFiles, err := c.logLimits()
+	if err != nil {
+		return containerd.Options{}, err
+	}
+	return containerd.Options{
+		Socket:      c.ContainerdSocket,
+		Namespace:   c.Namespace,
+		Registry:    c.Registry,
+		Logger:      log.With("component", "containerd"),
+		LogWriter:   c.logWriter(log),
+		LogMaxBytes: logMax,
+		LogMaxFiles: logFiles,
+	}, nil
+}
+
 // logWriter is the runtime's Options.LogWriter for --log-writer: this
 // binary by default, none for "off" (or when this binary's path is
 // unknown).

@@ -150,19 +150,11 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 		tlsCfg = clientCert(tlsCfg, cfg.StateDir, device, log)
 	}
 
-	logMax, logFiles, err := cfg.logLimits()
+	rtOpts, err := cfg.runtimeOptions(log)
 	if err != nil {
 		return err
 	}
-	rt, err := connectRuntime(ctx, log, containerd.Options{
-		Socket:      cfg.ContainerdSocket,
-		Namespace:   cfg.Namespace,
-		Registry:    cfg.Registry,
-		Logger:      log.With("component", "containerd"),
-		LogWriter:   cfg.logWriter(log),
-		LogMaxBytes: logMax,
-		LogMaxFiles: logFiles,
-	})
+	rt, err := connectRuntime(ctx, log, rtOpts)
 	if err != nil {
 		if ctx.Err() != nil {
 			// Stopped while waiting for containerd: a clean shutdown.
