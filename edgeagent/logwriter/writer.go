@@ -172,14 +172,14 @@ func (w *Writer) Write(p []byte) (int, error) {
 			break
 		}
 		chunk := p
-		if max := w.o.MaxBytes; max > 0 && w.size+int64(len(p)) > max {
-			room := max - w.size
+		if limit := w.o.MaxBytes; limit > 0 && w.size+int64(len(p)) > limit {
+			room := limit - w.size
 			cut := 0
 			if room > 0 {
 				cut = bytes.LastIndexByte(p[:room], '\n') + 1
 			}
 			if cut == 0 && w.size == 0 {
-				cut = int(min(int64(len(p)), max)) // a line longer than the cap
+				cut = int(min(int64(len(p)), limit)) // a line longer than the cap
 			}
 			if cut == 0 {
 				w.rotate()

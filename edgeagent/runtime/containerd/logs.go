@@ -44,14 +44,14 @@ import (
 // logLimits returns the log cap and the number of rotated files of a
 // container, from its labels or the runtime's options. A cap ≤ 0 is none.
 func (r *Runtime) logLimits(labels map[string]string) (int64, int) {
-	max, files := r.opts.LogMaxBytes, r.opts.LogMaxFiles
+	limit, files := r.opts.LogMaxBytes, r.opts.LogMaxFiles
 	if n, err := strconv.ParseInt(labels[labelLogMaxBytes], 10, 64); err == nil && n > 0 {
-		max = n
+		limit = n
 	}
 	if n, err := strconv.Atoi(labels[labelLogMaxFiles]); err == nil && n > 0 {
 		files = n
 	}
-	return max, files
+	return limit, files
 }
 
 // newTask moves the last run's log aside and creates the container's task
@@ -78,8 +78,8 @@ func (r *Runtime) newTask(ctx context.Context, c ctrd.Container, labels map[stri
 			// The writer drops what it cannot write and tries again.
 			r.log.Warn("log directory", "container", id, "err", err)
 		}
-		max, files := r.logLimits(labels)
-		o := logwriter.Options{Path: p, MaxBytes: max, MaxFiles: files}
+		limit, files := r.logLimits(labels)
+		o := logwriter.Options{Path: p, MaxBytes: limit, MaxFiles: files}
 		t, err := c.NewTask(ctx, cio.BinaryIO(r.opts.LogWriter, map[string]string{"log-writer": o.Encode()}))
 		if err == nil {
 			return t, "true", nil
@@ -219,13 +219,13 @@ func (r *Runtime) rotateLogs(ctx context.Context) {
 			if p == "" || c.Labels[labelLogWriter] != "" {
 				continue // no log, or one its writer rotates
 			}
-			max, _ := r.logLimits(c.Labels)
-			if max <= 0 {
+			limit, _ := r.logLimits(c.Labels)
+			if limit <= 0 {
 				continue
 			}
 			// Under the container's lock: Start may rotate the same file.
 			unlock := r.locks.lock(c.ID)
-			rotated, err := rotateLive(p, max)
+			rotated, err := rotateLive(p, limit)
 			unlock()
 			if err != nil {
 				r.log.Warn("log rotation", "container", c.ID, "path", p, "err", err)
