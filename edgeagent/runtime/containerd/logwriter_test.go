@@ -64,10 +64,11 @@ func dirBytes(t *testing.T, dir string) int64 {
 	return n
 }
 
-// writerMemory is the resident set and the private part of it (what
-// one more container costs: the binary's shared pages are not) of the log
-// writer of the log at path, in bytes; zeros if none runs.
-func writerMemory(path string) (rss, private int64) {
+// writerMemory is the resident set and the anonymous part of it (what
+// one more container costs: the binary's pages are shared by every
+// writer) of the log writer of the log at path, in bytes; zeros if none
+// runs.
+func writerMemory(path string) (rss, anon int64) {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
@@ -91,11 +92,11 @@ func writerMemory(path string) (rss, private int64) {
 			switch f[0] {
 			case "Rss:":
 				rss = kb << 10
-			case "Private_Clean:", "Private_Dirty:":
-				private += kb << 10
+			case "Anonymous:":
+				anon = kb << 10
 			}
 		}
-		return rss, private
+		return rss, anon
 	}
 	return 0, 0
 }
@@ -123,7 +124,7 @@ func TestLogBoundedWhileWritten(t *testing.T) {
 	}
 
 	bound := int64(capBytes*(files+1) + chunk)
-	var peak, peakRSS, rss, private int64 // rss, private: the last sample's
+	var peak, peakRSS, rss, anon int64 // rss, anon: the last sample's
 	samples := 0
 	deadline := time.Now().Add(90 * time.Second)
 	tick := time.NewTicker(250 * time.Millisecond) // the sampling period
@@ -136,7 +137,7 @@ func TestLogBoundedWhileWritten(t *testing.T) {
 			peak = n
 		}
 		if r, p := writerMemory(spec.LogPath); r > 0 {
-			rss, private, peakRSS = r, p, max(peakRSS, r)
+			rss, anon, peakRSS = r, p, max(peakRSS, r)
 		}
 		samples++
 		b, _ := os.ReadFile(spec.LogPath)
@@ -145,8 +146,8 @@ func TestLogBoundedWhileWritten(t *testing.T) {
 			t.Fatalf("no \"flood done\" after 90 s; live file %d bytes", len(b))
 		}
 	}
-	t.Logf("%d samples, peak %d bytes on disk (bound %d); log writer RSS %d KiB at the end (%d KiB private), %d KiB at most",
-		samples, peak, bound, rss>>10, private>>10, peakRSS>>10)
+	t.Logf("%d samples, peak %d bytes on disk (bound %d); log writer RSS %d KiB at the end (%d KiB anonymous), %d KiB at most",
+		samples, peak, bound, rss>>10, anon>>10, peakRSS>>10)
 	if peakRSS == 0 {
 		t.Error("no log writer process seen")
 	}
