@@ -266,6 +266,7 @@ func ValidateDeployment(d *Deployment) error {
 	if t := d.Spec.Template.Metadata; t != nil {
 		validateLabels(t.Labels, "spec.template.metadata.labels", &errs)
 		validateAnnotations(t.Annotations, "spec.template.metadata.annotations", &errs)
+		validateLogLimits(t.Annotations, "spec.template.metadata.annotations", &errs) // logopts.go
 	}
 	if n := d.Spec.RevisionHistoryLimit; n != nil && (*n < 1 || *n > MaxRevisionHistoryLimit) {
 		errs.add("spec.revisionHistoryLimit", "%d: must be from 1 to %d", *n, MaxRevisionHistoryLimit)

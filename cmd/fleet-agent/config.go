@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -60,6 +61,15 @@ type config struct {
 	BootstrapTokenFile string `json:"bootstrap-token-file,omitempty"`
 	NameFrom           string `json:"name-from,omitempty"`
 
+	// LogMaxSize and LogMaxFiles bound each container's log on the
+	// device (schema.ParseLogMaxSize/ParseLogMaxFiles; a pod's
+	// fleet/log-max-* annotations win). LogWriter is the program the shim
+	// runs to write them: empty for this binary, "off" for the shim's own
+	// file, copy-truncated every 30 s.
+	LogMaxSize  scalar `json:"log-max-size,omitempty"`
+	LogMaxFiles scalar `json:"log-max-files,omitempty"`
+	LogWriter   string `json:"log-writer,omitempty"`
+
 	// Registry is file-only: mirrors, plain-HTTP hosts and credentials
 	// for image pulls, handed to the containerd runtime.
 	Registry containerd.RegistryConfig `json:"registry,omitzero"`
@@ -86,6 +96,9 @@ func (c *config) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.StatusHeartbeat, "status-heartbeat", "0", "republish an unchanged status this often (0: never; presence comes from the MQTT session). Only with a hub run with --stale-after above it, against a broker that may lose last wills")
 	fs.StringVar(&c.ImageGCMinFree, "image-gc-min-free", "10%", "keep this much of containerd's disk free (a percentage such as 10%, or a size such as 1Gi; 0: no floor): images the agent pulled and no pod uses are deleted once a rollout has converged, and the previous revision's images (kept for a fast undo) too when free space falls below it")
 	fs.StringVar(&c.ReleasePages, "release-startup-pages", "5s", "this long after connecting to containerd (start-up is then about over), hand the kernel back the pages of the agent's own binary that start-up read, so that its RSS is what it goes on using (Linux 5.4+; 0: never)")
+	fs.StringVar((*string)(&c.LogMaxSize), "log-max-size", "10Mi", "cap of each file of a container's log (16Ki to 1Gi): the log writer rotates it by size as the container writes, so a container's current log takes at most log-max-size x (log-max-files + 1) on disk, and its previous run's as much again; a pod's fleet/log-max-size annotation wins")
+	fs.StringVar((*string)(&c.LogMaxFiles), "log-max-files", "1", "rotated files kept of each container's log besides the live one (1 to 20); a pod's fleet/log-max-files annotation wins")
+	fs.StringVar(&c.LogWriter, "log-writer", "", "program containerd's shim runs to write each container's log (\"fleet-agent log-writer\"; empty: this binary, by its absolute path; \"off\": the shim writes the file itself and the agent copy-truncates it every 30s, which does not bound a burst). Set it when the shim does not see this binary at its path, as for an agent run in a container")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.TopicPrefix, "topic-prefix", schema.DefaultTopicPrefix, "MQTT topic prefix (must match the hub's)")
 	fs.StringVar(&c.HubSigningKey, "hub-signing-key", "", "pin the hub's desired-state signing key (base64, as `fleet-hub` shows in /v1/info, or @FILE): otherwise the key comes with enrollment, or is pinned from the first signed desired state")
@@ -173,6 +186,12 @@ func (c *config) resolve(fs *pflag.FlagSet) error {
 	}
 	if _, err := c.imageGCMinFree(); err != nil {
 		return err
+	}
+	if _, _, err := c.logLimits(); err != nil {
+		return err
+	}
+	if w := c.LogWriter; w != "" && w != "off" && !filepath.IsAbs(w) {
+		return fmt.Errorf("--log-writer %q: want an absolute path, or off", w)
 	}
 	if p := c.TopicPrefix; p == "" || strings.ContainsAny(p, "+#") || strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") {
 		return fmt.Errorf("--topic-prefix %q: want levels such as fleet/v1, without wildcards or leading/trailing '/'", p)
@@ -298,6 +317,70 @@ func (c *config) imageGCMinFree() (reconcile.DiskFloor, error) {
 		return f, fmt.Errorf("--image-gc-min-free: %w", err)
 	}
 	return f, nil
+}
+
+// logLimits reads --log-max-size and --log-max-files.
+func (c *config) logLimits() (int64, int, error) {
+	size, err := schema.ParseLogMaxSize(string(c.LogMaxSize))
+	if err != nil {
+		return 0, 0, fmt.Errorf("--log-max-size: %w", err)
+	}
+	files, err := schema.ParseLogMaxFiles(string(c.LogMaxFiles))
+	if err != nil {
+		return 0, 0, fmt.Errorf("--log-max-files: %w", err)
+	}
+	return size, files, nil
+}
+
+// runtimeOptions are the containerd runtime's options.
+func (c *config) runtimeOptions(log *slog.Logger) (containerd.Options, error) {
+	logMax, logFiles, err := c.logLimits()
+	if err != nil {
+		return containerd.Options{}, err
+	}
+	return containerd.Options{
+		Socket:      c.ContainerdSocket,
+		Namespace:   c.Namespace,
+		Registry:    c.Registry,
+		Logger:      log.With("component", "containerd"),
+		LogWriter:   c.logWriter(log),
+		LogMaxBytes: logMax,
+		LogMaxFiles: logFiles,
+	}, nil
+}
+
+// logWriter is the runtime's Options.LogWriter for --log-writer: this
+// binary by default, none for "off" (or when this binary's path is
+// unknown).
+func (c *config) logWriter(log *slog.Logger) string {
+	switch c.LogWriter {
+	case "off":
+		return ""
+	case "":
+		exe, err := os.Executable()
+		if err != nil {
+			log.Warn("no log writer: the path of this binary is unknown; containers' logs are copy-truncated", "err", err)
+			return ""
+		}
+		return exe
+	}
+	return c.LogWriter
+}
+
+// scalar is a config-file value that may be written as a string or as a
+// bare number (log-max-files: 3), kept as its text.
+type scalar string
+
+func (s *scalar) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		return json.Unmarshal(b, (*string)(s))
+	}
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err != nil {
+		return err
+	}
+	*s = scalar(n)
+	return nil
 }
 
 func (c *config) releasePages() (time.Duration, error) {

@@ -93,6 +93,7 @@ win over the environment, which wins over the file.`,
 		},
 	})
 	root.AddCommand(newCheckCmd(stdout))
+	root.AddCommand(newLogWriterCmd())
 	return root
 }
 
@@ -149,12 +150,11 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 		tlsCfg = clientCert(tlsCfg, cfg.StateDir, device, log)
 	}
 
-	rt, err := connectRuntime(ctx, log, containerd.Options{
-		Socket:    cfg.ContainerdSocket,
-		Namespace: cfg.Namespace,
-		Registry:  cfg.Registry,
-		Logger:    log.With("component", "containerd"),
-	})
+	rtOpts, err := cfg.runtimeOptions(log)
+	if err != nil {
+		return err
+	}
+	rt, err := connectRuntime(ctx, log, rtOpts)
 	if err != nil {
 		if ctx.Err() != nil {
 			// Stopped while waiting for containerd: a clean shutdown.

@@ -284,6 +284,13 @@ func (r *Reconciler) containerSpec(a Action, setup bool) (runtime.ContainerSpec,
 		}
 	}
 	p := snap.pods[podRev{a.Key.Pod, a.Key.Hash}]
+	if p != nil {
+		ll, err := schema.ParseLogLimits(p.Annotations)
+		if err != nil {
+			return fail(err)
+		}
+		spec.LogMaxBytes, spec.LogMaxFiles = ll.MaxBytes, ll.MaxFiles
+	}
 	if p != nil && p.Spec.TerminationGracePeriodSeconds != nil {
 		labels[LabelGracePeriod] = strconv.FormatInt(*p.Spec.TerminationGracePeriodSeconds, 10)
 	}

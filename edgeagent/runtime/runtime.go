@@ -119,6 +119,11 @@ type ContainerSpec struct {
 	Labels map[string]string
 	// LogPath receives the container's stdout and stderr; empty discards.
 	LogPath string
+	// LogMaxBytes caps each of the log's files and LogMaxFiles is how
+	// many rotated files are kept (schema.LogLimits, from the pod's
+	// annotations); 0 takes the runtime's default.
+	LogMaxBytes int64
+	LogMaxFiles int
 
 	// Devices are device nodes of the host made available in the
 	// container, as docker run --device does.

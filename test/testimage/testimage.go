@@ -14,11 +14,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	_ "embed"
+	"embed"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,8 +41,10 @@ import (
 // says otherwise.
 const DefaultRef = "fleet.test/app:v1"
 
-//go:embed app/main.go
-var appSource []byte
+// appFiles is the program's source: main.go and the files beside it.
+//
+//go:embed app/*.go
+var appFiles embed.FS
 
 // Options select what to build. The zero value builds DefaultRef for the
 // host architecture.
@@ -145,7 +148,17 @@ func cacheKey(opts Options) (string, error) {
 		return "", fmt.Errorf("build test image: %w", err)
 	}
 	h := sha256.New()
-	h.Write(appSource)
+	if err := fs.WalkDir(appFiles, "app", func(p string, _ fs.DirEntry, err error) error {
+		if err != nil || p == "app" {
+			return err
+		}
+		b, err := appFiles.ReadFile(p)
+		h.Write([]byte(p))
+		h.Write(b)
+		return err
+	}); err != nil {
+		return "", fmt.Errorf("build test image: %w", err)
+	}
 	h.Write(b)
 	h.Write([]byte(goruntime.Version()))
 	if opts.Shell {
@@ -251,8 +264,18 @@ func compile(ctx context.Context, work string, opts Options) (string, error) {
 	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module fleettestapp\n\ngo 1.22\n"), 0o644); err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(src, "main.go"), appSource, 0o644); err != nil {
+	ents, err := appFiles.ReadDir("app")
+	if err != nil {
 		return "", err
+	}
+	for _, e := range ents {
+		b, err := appFiles.ReadFile("app/" + e.Name())
+		if err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(filepath.Join(src, e.Name()), b, 0o644); err != nil {
+			return "", err
+		}
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {

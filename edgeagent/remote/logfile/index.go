@@ -3,13 +3,17 @@
 // logs and crash reports: the files of a run, tails read backwards, and
 // an in-memory index that dates byte offsets.
 //
-// A container's log is PATH (the current run) and PATH.1 (what
-// copy-truncate rotation moved out of it); when the task starts again
-// the runtime moves both to PATH.previous and PATH.previous.1.
+// A container's log is PATH (the current run) and PATH.1 … PATH.N (what
+// rotation moved out of it: by rename, newest first, when the log writer
+// writes it; PATH.1 alone by copy-truncate when the shim does); when the
+// task starts again the runtime moves them to PATH.previous and
+// PATH.previous.1 … .N.
 package logfile
 
 import (
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -25,8 +29,10 @@ const MaxSamples = 256
 // (bytes written before the agent first saw the file get the time of
 // that first sample, or the file's modification time when it was never
 // sampled). Rotation is followed: when a file shrinks (copy-truncate) its
-// samples move to PATH.1, when it is replaced (a new run) to
-// PATH.previous (and PATH.1's to PATH.previous.1). Each file keeps at
+// samples move to PATH.1; when it is replaced by a new file and now is
+// PATH.1 (rotation by rename) those of PATH.K move to PATH.K+1; when it
+// is replaced otherwise (a new run) they move to PATH.previous (and
+// PATH.K's to PATH.previous.K). Each file keeps at
 // most MaxSamples samples: when full, every other sample of the older
 // half is dropped, which makes the older times coarser but never
 // earlier than the truth.
@@ -70,13 +76,12 @@ func (x *Index) Sample(path string, now time.Time) {
 		f = &fileIndex{ino: ino}
 		x.files[path] = f
 	case f.ino != ino:
-		// Replaced: a new run; the old file is now PATH.previous.
-		x.files[path+".previous"] = f
-		if one := x.files[path+".1"]; one != nil {
-			x.files[path+".previous.1"] = one
-			delete(x.files, path+".1")
+		if one, err := os.Stat(path + ".1"); err == nil && inode(one) == f.ino {
+			// Rotated by rename: PATH.K is now PATH.K+1.
+			x.move(path, path, 1)
 		} else {
-			delete(x.files, path+".previous.1")
+			// Replaced: a new run; the old files are now PATH.previous….
+			x.move(path, path+".previous", 0)
 		}
 		f = &fileIndex{ino: ino}
 		x.files[path] = f
@@ -105,6 +110,46 @@ func (x *Index) Sample(path string, now time.Time) {
 	f.samples = append(f.samples, sample{size, now})
 }
 
+// move re-keys the samples of PATH and PATH.K to TO.K+by (TO for K=0,
+// PATH itself), dropping what was under TO's names before.
+func (x *Index) move(path, to string, by int) {
+	name := func(base string, k int) string {
+		if k == 0 {
+			return base
+		}
+		return base + "." + strconv.Itoa(k)
+	}
+	old := map[int]*fileIndex{}
+	for p, f := range x.files {
+		if k, ok := rotatedNumber(path, p); ok {
+			old[k] = f
+			delete(x.files, p)
+		}
+		if k, ok := rotatedNumber(to, p); ok && to != path {
+			delete(x.files, name(to, k))
+		}
+	}
+	for k, f := range old {
+		n := name(to, k+by)
+		if _, err := os.Stat(n); err == nil || k == 0 {
+			x.files[n] = f // not the files rotation removed
+		}
+	}
+}
+
+// rotatedNumber reports whether p is base (0) or base.K, and K.
+func rotatedNumber(base, p string) (int, bool) {
+	if p == base {
+		return 0, true
+	}
+	rest, ok := strings.CutPrefix(p, base+".")
+	if !ok || rest == "" || rest[0] == '0' {
+		return 0, false
+	}
+	k, err := strconv.Atoi(rest)
+	return k, err == nil && k > 0
+}
+
 // Sweep samples every path of live (the current log files of the
 // containers) and forgets the files of containers no longer listed.
 func (x *Index) Sweep(live []string, now time.Time) {
@@ -113,14 +158,19 @@ func (x *Index) Sweep(live []string, now time.Time) {
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	keep := make(map[string]bool, 4*len(live))
+	keep := make(map[string]bool, len(live))
 	for _, p := range live {
-		for _, q := range []string{p, p + ".1", p + ".previous", p + ".previous.1"} {
-			keep[q] = true
-		}
+		keep[p] = true
 	}
 	for p := range x.files {
-		if !keep[p] {
+		base := p
+		if i := strings.LastIndexByte(p, '.'); i > 0 {
+			if _, ok := rotatedNumber(p[:i], p); ok {
+				base = p[:i]
+			}
+		}
+		base = strings.TrimSuffix(base, ".previous")
+		if !keep[base] {
 			delete(x.files, p)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"time"
+
+	"github.com/fleetmq/fleet/edgeagent/logwriter"
 )
 
 // ErrLimit is returned by Read and Follower.Poll once LimitBytes bytes
@@ -15,17 +17,16 @@ import (
 var ErrLimit = errors.New("log: limit reached")
 
 // Files returns the files of a container's log for one run, oldest
-// first, leaving out those that do not exist: PATH.1 and PATH for the
-// current run, PATH.previous.1 and PATH.previous for the previous one.
+// first, leaving out those that do not exist: PATH.N … PATH.1 and PATH
+// for the current run, PATH.previous.N … PATH.previous for the previous
+// one.
 func Files(path string, previous bool) []string {
 	if previous {
 		path += ".previous"
 	}
-	var out []string
-	for _, p := range []string{path + ".1", path} {
-		if _, err := os.Stat(p); err == nil {
-			out = append(out, p)
-		}
+	out := logwriter.Files(path)
+	if _, err := os.Stat(path); err == nil {
+		out = append(out, path)
 	}
 	return out
 }
@@ -310,8 +311,8 @@ func tailStart(segs []segment, n int64) (int, int64, error) {
 	return 0, 0, nil
 }
 
-// Tail returns the end of the current run's log at path (PATH.1 and
-// PATH): at most lines lines and maxBytes bytes, cut at a line start
+// Tail returns the end of the current run's log at path (PATH.N … PATH.1
+// and PATH): at most lines lines and maxBytes bytes, cut at a line start
 // when it can be. It is what a crash report carries.
 func Tail(path string, lines int64, maxBytes int) (string, error) {
 	var out []byte

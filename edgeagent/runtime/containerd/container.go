@@ -16,7 +16,6 @@ import (
 	ctrd "github.com/containerd/containerd"
 	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
 	tasktypes "github.com/containerd/containerd/api/types/task"
-	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/oci"
 	"github.com/containerd/errdefs"
@@ -34,6 +33,12 @@ const (
 	labelStartedAt  = internalPrefix + "started-at"  // RFC 3339, last Start
 	labelFinishedAt = internalPrefix + "finished-at" // RFC 3339, last recorded exit
 	labelExitCode   = internalPrefix + "exit-code"   // last recorded exit code
+	// Log limits of ContainerSpec (absent: the runtime's), and whether the
+	// current task's log is written by Options.LogWriter ("true") or by
+	// the shim (absent): see logs.go.
+	labelLogMaxBytes = internalPrefix + "log-max-bytes"
+	labelLogMaxFiles = internalPrefix + "log-max-files"
+	labelLogWriter   = internalPrefix + "log-writer"
 )
 
 // managedFilter selects Fleet's containers.
@@ -187,6 +192,9 @@ func (r *Runtime) checkSpec(spec runtime.ContainerSpec) ([]oci.SpecOpts, error) 
 	if spec.LogPath != "" && !filepath.IsAbs(spec.LogPath) {
 		return nil, fmt.Errorf("log path %q is not absolute", spec.LogPath)
 	}
+	if spec.LogMaxBytes < 0 || spec.LogMaxFiles < 0 {
+		return nil, errors.New("negative log limit")
+	}
 	sec, err := securityOpts(spec)
 	if err != nil {
 		return nil, err
@@ -208,6 +216,12 @@ func containerLabels(spec runtime.ContainerSpec) map[string]string {
 	l[labelImage] = spec.Image
 	if spec.LogPath != "" {
 		l[labelLogPath] = spec.LogPath
+	}
+	if spec.LogMaxBytes > 0 {
+		l[labelLogMaxBytes] = strconv.FormatInt(spec.LogMaxBytes, 10)
+	}
+	if spec.LogMaxFiles > 0 {
+		l[labelLogMaxFiles] = strconv.Itoa(spec.LogMaxFiles)
 	}
 	return l
 }
@@ -261,20 +275,10 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		return fmt.Errorf("start container %s: load task: %w", id, err)
 	}
 
-	ioc := cio.NullIO
-	if p := info.Labels[labelLogPath]; p != "" {
-		// No task writes the file now: plain renames are safe. The last
-		// run's log becomes PATH.previous (logs --previous), so the file
-		// holds only the run about to start.
-		if err := keepPrevious(p); err != nil {
-			r.log.Warn("keep previous log", "container", id, "err", err)
-		}
-		ioc = cio.LogFile(p)
-	}
 	// Exits are observed through the event stream (Exits) and Stop waits
 	// on the task itself, so nothing here needs a Wait channel: a task
 	// that exits at once stays in containerd as stopped until deleted.
-	task, err = c.NewTask(ctx, ioc)
+	task, byWriter, err := r.newTask(ctx, c, info.Labels)
 	if err != nil {
 		return fmt.Errorf("start container %s: create task: %w", id, err)
 	}
@@ -291,8 +295,10 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		labelStartedAt:  startedAt.UTC().Format(time.RFC3339Nano),
 		labelFinishedAt: "", // empty deletes
 		labelExitCode:   "",
+		labelLogWriter:  byWriter,
 	}); err != nil {
-		// The task runs; only the reported start time is off.
+		// The task runs; only the reported start time is off (and, with
+		// a log writer, the rotator copy-truncates its file too).
 		r.log.Warn("record start time", "container", id, "err", err)
 	}
 	r.log.Debug("started container", "container", id, "pid", task.Pid())

@@ -7,29 +7,95 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
+
+	ctrd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/cio"
+
+	"github.com/fleetmq/fleet/edgeagent/logwriter"
 )
 
-// Log rotation. The shim, not this process, writes a task's log file (it
-// opens it O_APPEND, see cio.LogFile), so the task keeps logging while the
-// agent is down and we cannot make the shim reopen the file. Hence:
+// Log files. A task's log is PATH (labelLogPath), its rotated files
+// PATH.1 (newest) to PATH.N, and the previous run's PATH.previous and
+// PATH.previous.1 to .N (logs --previous). Something that outlives this
+// process writes them, so that a task keeps logging while the agent is
+// down:
 //
-//   - keepPrevious, when a task starts: nothing writes the file, so the
-//     last run's log is renamed to PATH.previous (and PATH.1 to
-//     PATH.previous.1), so the new run starts with an empty file;
-//   - rotateLive, every LogCheckInterval while the agent runs: a file over
-//     the cap is copied to PATH.1 and truncated in place ("copytruncate",
-//     as logrotate does). Thanks to O_APPEND the shim's next write lands at
-//     the new end of file. Lines written between the copy and the truncate
-//     are lost; that window is one file copy long.
+//   - with Options.LogWriter, the program the shim starts for the task
+//     (binary:// log URI; "fleet-agent log-writer", package logwriter)
+//     rotates by rename as it writes, so the files never hold more than
+//     max × (files + 1) bytes. This is the choice of issue 40: the
+//     writer is the task's, not the agent's, and no copy or timer is
+//     involved. Its cost is one small process per running container.
+//   - without, the shim writes PATH itself (cio.LogFile, O_APPEND) and
+//     cannot be made to reopen it, so rotateLive copies a file over the
+//     cap to PATH.1 and truncates it in place every LogCheckInterval
+//     ("copytruncate"). Lines written between the copy and the truncate
+//     are lost, and a burst between two checks stays on disk whole. Tasks
+//     started before an upgrade to a log writer stay in this mode until
+//     they restart (no labelLogWriter).
+//
+// In both, keepPrevious moves the last run's files aside when a task
+// starts, while nothing writes them.
+
+// logLimits returns the log cap and the number of rotated files of a
+// container, from its labels or the runtime's options. A cap ≤ 0 is none.
+func (r *Runtime) logLimits(labels map[string]string) (int64, int) {
+	limit, files := r.opts.LogMaxBytes, r.opts.LogMaxFiles
+	if n, err := strconv.ParseInt(labels[labelLogMaxBytes], 10, 64); err == nil && n > 0 {
+		limit = n
+	}
+	if n, err := strconv.Atoi(labels[labelLogMaxFiles]); err == nil && n > 0 {
+		files = n
+	}
+	return limit, files
+}
+
+// newTask moves the last run's log aside and creates the container's task
+// with its output going to the log. It returns the value of
+// labelLogWriter for the task: "true" when Options.LogWriter writes the
+// log. A log writer the shim cannot start (a path only this process
+// sees, as for an agent in a container) is not fatal: the shim writes
+// the file instead, with a warning.
+func (r *Runtime) newTask(ctx context.Context, c ctrd.Container, labels map[string]string) (ctrd.Task, string, error) {
+	id := c.ID()
+	p := labels[labelLogPath]
+	if p == "" {
+		t, err := c.NewTask(ctx, cio.NullIO)
+		return t, "", err
+	}
+	// No task writes the files now: plain renames are safe. The last
+	// run's log becomes PATH.previous (logs --previous), so the file
+	// holds only the run about to start.
+	if err := keepPrevious(p); err != nil {
+		r.log.Warn("keep previous log", "container", id, "err", err)
+	}
+	if r.opts.LogWriter != "" {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			// The writer drops what it cannot write and tries again.
+			r.log.Warn("log directory", "container", id, "err", err)
+		}
+		limit, files := r.logLimits(labels)
+		o := logwriter.Options{Path: p, MaxBytes: limit, MaxFiles: files}
+		t, err := c.NewTask(ctx, cio.BinaryIO(r.opts.LogWriter, map[string]string{"log-writer": o.Encode()}))
+		if err == nil {
+			return t, "true", nil
+		}
+		r.log.Warn("log writer did not start; the shim writes the log, copy-truncated", "container", id, "log_writer", r.opts.LogWriter, "err", err)
+	}
+	t, err := c.NewTask(ctx, cio.LogFile(p))
+	return t, "", err
+}
 
 // keepPrevious moves the log of a container's last run aside before its
-// task starts again: PATH to PATH.previous and PATH.1 to
-// PATH.previous.1, replacing the run before. It does nothing when both
-// are empty or missing (a first start, or a run that wrote nothing), so
-// the previous log stays that of the last run that wrote one. With
-// rotation, a container's logs take at most about 4*LogMaxBytes: two
-// files for the current run and two for the previous one.
+// task starts again: PATH to PATH.previous and each PATH.K to
+// PATH.previous.K, replacing the run before (whose extra rotated files
+// are removed). It does nothing when all of them are empty or missing (a
+// first start, or a run that wrote nothing), so the previous log stays
+// that of the last run that wrote one.
 func keepPrevious(path string) error {
 	size := func(p string) int64 {
 		fi, err := os.Stat(p)
@@ -38,21 +104,32 @@ func keepPrevious(path string) error {
 		}
 		return fi.Size()
 	}
-	if size(path) == 0 && size(path+".1") == 0 {
+	rotated := logwriter.Files(path)
+	empty := size(path) == 0
+	for _, f := range rotated {
+		empty = empty && size(f) == 0
+	}
+	if empty {
 		return nil
 	}
-	if err := os.Rename(path, path+".previous"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	prev := path + ".previous"
+	if err := os.Rename(path, prev); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("move log %s aside: %w", path, err)
 	}
-	err := os.Rename(path+".1", path+".previous.1")
-	if errors.Is(err, fs.ErrNotExist) {
-		err = os.Remove(path + ".previous.1")
-		if errors.Is(err, fs.ErrNotExist) {
-			err = nil
+	moved := map[string]bool{}
+	for _, f := range rotated {
+		suffix := strings.TrimPrefix(f, path) // ".K"
+		if err := os.Rename(f, prev+suffix); err != nil {
+			return fmt.Errorf("move log %s aside: %w", f, err)
 		}
+		moved[prev+suffix] = true
 	}
-	if err != nil {
-		return fmt.Errorf("move log %s.1 aside: %w", path, err)
+	for _, f := range logwriter.Files(prev) {
+		if !moved[f] {
+			if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("remove old log %s: %w", f, err)
+			}
+		}
 	}
 	return nil
 }
@@ -122,9 +199,6 @@ func rotateLive(path string, max int64) (bool, error) {
 // LogCheckInterval until ctx is done.
 func (r *Runtime) rotateLogs(ctx context.Context) {
 	defer close(r.rotatorDone)
-	if r.opts.LogMaxBytes < 0 {
-		return
-	}
 	t := time.NewTicker(r.opts.LogCheckInterval)
 	defer t.Stop()
 	for {
@@ -142,12 +216,16 @@ func (r *Runtime) rotateLogs(ctx context.Context) {
 		}
 		for _, c := range ctrs {
 			p := c.Labels[labelLogPath]
-			if p == "" {
+			if p == "" || c.Labels[labelLogWriter] != "" {
+				continue // no log, or one its writer rotates
+			}
+			limit, _ := r.logLimits(c.Labels)
+			if limit <= 0 {
 				continue
 			}
 			// Under the container's lock: Start may rotate the same file.
 			unlock := r.locks.lock(c.ID)
-			rotated, err := rotateLive(p, r.opts.LogMaxBytes)
+			rotated, err := rotateLive(p, limit)
 			unlock()
 			if err != nil {
 				r.log.Warn("log rotation", "container", c.ID, "path", p, "err", err)

@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperAgent())
 	}
+	if len(os.Args) == 3 && os.Args[1] == "log-writer" {
+		os.Exit(logWriterMain(os.Args[2])) // the shim runs this binary as the log writer
+	}
 	os.Exit(runTests(m))
 }
 

@@ -10,19 +10,23 @@
 // credentials of runtime.WithPullCredentials go before Options.Registry's
 // for that pull only.
 //
-// Workloads outlive the agent: tasks write their output straight to a log
-// file through the shim (cio.LogFile), so nothing in the task depends on
+// Workloads outlive the agent: the shim, not this process, is the parent
+// of a task and of what writes its log, so nothing in the task depends on
 // this process, and a new Runtime re-attaches to whatever is running.
 // State that containerd forgets once a task is deleted (start time, exit
 // code, finish time) is kept in labels under "fleet.runtime/", which List
 // does not return.
 //
-// Known limitation of the log file (containerd-shim-runc-v2, 1.6 and 1.7):
-// stdout and stderr share the file, and the shim closes it as soon as its
-// stdout copy reaches end of file, so stderr written in the instant before
-// the process exits can be lost (seen under load in tests). A "binary://"
-// logging driver (the agent binary as the shim's log process) would fix
-// that and rotate without copy-truncate; see logs.go for rotation.
+// Logs (logs.go): with Options.LogWriter set (fleet-agent sets it to
+// itself), the shim starts "fleet-agent log-writer" for each task as a
+// binary:// logging program (package logwriter), which rotates the file
+// by size as it writes: a container's log files never hold more than
+// LogMaxBytes × (LogMaxFiles + 1), at any moment, agent up or down.
+// Without it the shim writes the file itself (cio.LogFile) and the runtime
+// copy-truncates it every LogCheckInterval, which bounds nothing during a
+// burst; and stderr written in the instant before the process exits can
+// be lost, as the shim (1.6, 1.7) closes the file once its stdout copy
+// ends. The log writer reads both pipes to their end.
 package containerd
 
 import (
@@ -30,6 +34,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +55,7 @@ const (
 	DefaultSnapshotter      = "overlayfs"
 	DefaultRemoveTimeout    = 10 * time.Second
 	DefaultLogMaxBytes      = 10 << 20
+	DefaultLogMaxFiles      = 1
 	DefaultLogCheckInterval = 30 * time.Second
 	DefaultDialTimeout      = 10 * time.Second
 )
@@ -70,12 +76,23 @@ type Options struct {
 	// RemoveTimeout is how long Remove waits after SIGTERM before SIGKILL
 	// when the container is still running.
 	RemoveTimeout time.Duration
-	// LogMaxBytes caps a container's log file: a larger file is moved to
-	// LOGPATH.1 (replacing it) when the task starts, and copied there and
-	// truncated while the task runs, checked every LogCheckInterval. So a
-	// container uses at most about 2*LogMaxBytes plus what it writes in
-	// one interval. Negative disables rotation.
+	// LogWriter is the absolute path of the program the shim runs to
+	// write each task's log, as "LogWriter log-writer OPTIONS" (fleet-agent's
+	// hidden subcommand, package logwriter). Empty: the shim writes the
+	// file itself and the runtime copy-truncates it (see the package doc).
+	LogWriter string
+	// LogMaxBytes caps each file of a container's log (default
+	// DefaultLogMaxBytes) and LogMaxFiles is how many rotated files are
+	// kept, LOGPATH.1 to LOGPATH.N (default DefaultLogMaxFiles); a
+	// container's ContainerSpec.LogMaxBytes/LogMaxFiles override them.
+	// With LogWriter the current run's files hold at most
+	// LogMaxBytes × (LogMaxFiles + 1) at any moment, and the previous
+	// run's (kept for logs --previous) as much again. Without it, the
+	// live file is copied to LOGPATH.1 and truncated once over the cap,
+	// checked every LogCheckInterval, and LogMaxFiles is 1. Negative
+	// LogMaxBytes disables the cap.
 	LogMaxBytes      int64
+	LogMaxFiles      int
 	LogCheckInterval time.Duration
 	// DialTimeout bounds connecting to containerd in New.
 	DialTimeout time.Duration
@@ -102,6 +119,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.LogMaxBytes == 0 {
 		o.LogMaxBytes = DefaultLogMaxBytes
+	}
+	if o.LogMaxFiles <= 0 {
+		o.LogMaxFiles = DefaultLogMaxFiles
 	}
 	if o.LogCheckInterval <= 0 {
 		o.LogCheckInterval = DefaultLogCheckInterval
@@ -137,6 +157,10 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		ctrd.WithTimeout(opts.DialTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("connect to containerd at %s: %w", opts.Socket, err)
+	}
+	if opts.LogWriter != "" && !filepath.IsAbs(opts.LogWriter) {
+		client.Close()
+		return nil, fmt.Errorf("containerd runtime: log writer %q is not an absolute path", opts.LogWriter)
 	}
 	if err := checkDaemon(ctx, client, opts); err != nil {
 		client.Close()

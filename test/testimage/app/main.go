@@ -131,6 +131,8 @@ var actions = map[string]action{
 		return next()
 	}},
 	"write":      {2, write},
+	"flood":      {2, flood},
+	"interleave": {1, interleave},
 	"write-fail": {1, writeFail},
 	"read":       {1, read},
 	"spam":       {1, spam},
