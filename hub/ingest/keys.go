@@ -172,8 +172,8 @@ func (in *Ingest) refused(device, uid, key, bound string) {
 	if !in.keys.shouldRaise(device, uid, id, time.Now()) {
 		return
 	}
-	msg := fmt.Sprintf("a status reported the public key %s, not the device's key %s bound at enrollment: the key is refused and nothing is sealed to it. "+
-		"If the device made a new key (its state directory was replaced), allow it with: fleet device rekey %s; if not, its token may be stolen: fleet device rotate-token %s",
+	msg := fmt.Sprintf("refused public key %s from a status: the device's key is %s (bound at enrollment or first report) and nothing is sealed to another. "+
+		"A new key on the device (state directory replaced)? Run: fleet device rekey %s. If not, its token may be stolen: fleet device rotate-token %s",
 		id, schema.DeviceKeyID(bound), device, device)
 	in.log.Warn("device key refused", "device", device, "key_id", id, "bound_key_id", schema.DeviceKeyID(bound))
 	in.hubEvent(device, uid, schema.EventWarning, ReasonDeviceKeyRefused, msg)
