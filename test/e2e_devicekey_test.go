@@ -17,7 +17,7 @@ import (
 // whose pod uses a Secret. A thief holding the device's token (while the
 // agent is away, then while it is connected) connects as the device and
 // publishes a status carrying a key of its own. The hub refuses the key
-// (fleet_device_key_refused_total, a Warning DeviceKeyRefused event in
+// (fleet_hub_device_key_refused_total, a Warning DeviceKeyRefused event in
 // `fleet describe device` and `fleet events`), and every desired state the
 // thief reads afterwards, the re-sealings of new Secret values included,
 // stays sealed to the device's real key: the thief's key opens none of
@@ -81,8 +81,8 @@ spec:
 		mark := len(thief.received())
 		thief.mustPublish(topics.Device(dev, schema.TopicStatus), false, thiefStatus(t, dev, ds, key.PublicKey()))
 		refused++
-		awaitf(t, mqttWait, func() bool { return metric(t, f.Hub, "fleet_device_key_refused_total") >= refused },
-			"%s: fleet_device_key_refused_total did not reach %v", when, refused)
+		awaitf(t, mqttWait, func() bool { return metric(t, f.Hub, "fleet_hub_device_key_refused_total") >= refused },
+			"%s: fleet_hub_device_key_refused_total did not reach %v", when, refused)
 		// A new value: the hub seals it again, after the thief's status,
 		// to the device's real key.
 		value += "-x"
@@ -127,8 +127,8 @@ spec:
 	}
 
 	badKeys(t, f, dev, ds)
-	if n := metric(t, f.Hub, "fleet_device_key_refused_total"); n != refused {
-		t.Errorf("fleet_device_key_refused_total = %v after the bad keys, want %v (they are malformed, not refused keys)", n, refused)
+	if n := metric(t, f.Hub, "fleet_hub_device_key_refused_total"); n != refused {
+		t.Errorf("fleet_hub_device_key_refused_total = %v after the bad keys, want %v (they are malformed, not refused keys)", n, refused)
 	}
 
 	// 3. fleet device rekey, and a real new key: the agent's state lost

@@ -24,7 +24,7 @@ The hub seals the values of a device's Secrets to the device's own public key
 bound once: when the device enrolls, or at its first report. A status that
 carries another key afterwards, which is what a stolen device token would
 send, is refused (a Warning DeviceKeyRefused event on the device, counted in
-fleet_device_key_refused_total) and nothing is sealed to it.
+fleet_hub_device_key_refused_total) and nothing is sealed to it.
 
 When a device really has a new key (its state directory was replaced or its
 device.key lost), run "fleet device rekey NAME": the next other key the

@@ -23,7 +23,7 @@ import (
 // holder may publish the device's status anyway), but its publicKey is
 // replaced by the bound key before the report reaches the model or the
 // store, so nothing is ever sealed to it. The refusal is counted
-// (fleet_device_key_refused_total), logged and raised as a Warning
+// (fleet_hub_device_key_refused_total), logged and raised as a Warning
 // DeviceKeyRefused event on the device. A report's publicKey, in the model
 // and in the store, is therefore always the device's bound key or empty.
 //

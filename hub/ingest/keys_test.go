@@ -72,7 +72,7 @@ func TestStatusKeyBoundAtFirstReport(t *testing.T) {
 			t.Errorf("the report's payload carries the refused key: %s", raw)
 		}
 		if got := counter(t, f.m.DeviceKeyRefused); got != float64(i+1) {
-			t.Errorf("fleet_device_key_refused_total = %v, want %d", got, i+1)
+			t.Errorf("fleet_hub_device_key_refused_total = %v, want %d", got, i+1)
 		}
 	}
 	if got := strings.Join(f.reasons("pi"), ","); got != "Warning/"+ReasonDeviceKeyRefused {

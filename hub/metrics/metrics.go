@@ -138,7 +138,7 @@ func New(g Gauges) *Metrics {
 			Help: "Batched writes of device statuses to the store.",
 		}),
 		DeviceKeyRefused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fleet_device_key_refused_total",
+			Name: "fleet_hub_device_key_refused_total",
 			Help: "Device public keys refused in statuses: not the key bound at enrollment or first report, and no `fleet device rekey` pending.",
 		}),
 		RemoteRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
