@@ -15,8 +15,9 @@ import (
 
 // TestE2EDeviceKeyStolenToken: a real hub and a real agent on containerd,
 // whose pod uses a Secret. A thief holding the device's token (while the
-// agent is away, then while it is connected) connects as the device and
-// publishes a status carrying a key of its own. The hub refuses the key
+// agent is away, then while it is connected, then after a hub restart)
+// connects as the device and publishes a status carrying a key of its
+// own. The hub refuses the key
 // (fleet_hub_device_key_refused_total, a Warning DeviceKeyRefused event in
 // `fleet describe device` and `fleet events`), and every desired state the
 // thief reads afterwards, the re-sealings of new Secret values included,
@@ -126,12 +127,22 @@ spec:
 		}
 	}
 
+	// 3. The binding is in the store: after a hub restart the thief's key
+	// is refused as before (the counter starts again at zero).
+	f.RestartHub(t)
+	thief = mustDialMQTT(t, f.BrokerURL, dev, f.Token(dev), dialOpts{})
+	thief.subscribe(desiredTopic)
+	ds = awaitDesiredSince(t, thief, 0, func(d schema.DesiredState) bool { return len(d.Secrets) == 1 && d.Generation >= ds.Generation })
+	refused = 0
+	steal("after a hub restart")
+	awaitValue(value)
+
 	badKeys(t, f, dev, ds)
 	if n := metric(t, f.Hub, "fleet_hub_device_key_refused_total"); n != refused {
 		t.Errorf("fleet_hub_device_key_refused_total = %v after the bad keys, want %v (they are malformed, not refused keys)", n, refused)
 	}
 
-	// 3. fleet device rekey, and a real new key: the agent's state lost
+	// 4. fleet device rekey, and a real new key: the agent's state lost
 	// its device.key and the agent makes another.
 	mark := len(thief.received())
 	out := f.CLI(t, "device", "rekey", dev)
