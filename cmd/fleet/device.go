@@ -50,6 +50,7 @@ them the way "kubectl label" does. Labels under fleet/ belong to the hub.`,
 		newDeviceAddCmd(cli),
 		newDeviceLabelCmd(cli),
 		newDeviceRotateTokenCmd(cli),
+		newDeviceRekeyCmd(cli),
 		newDeviceDeleteCmd(cli),
 		newDeviceListCmd(cli),
 	)

@@ -165,6 +165,8 @@ func describe(r *http.Request) (action, object string) {
 		return verb, pv("kind") + "/" + pv("name")
 	case "/v1/devices/{name}/token":
 		return "issue-token", "devices/" + pv("name")
+	case "/v1/devices/{name}/rekey":
+		return "rekey", "devices/" + pv("name")
 	case "/v1/credentials/{name}":
 		return verb, "credentials/" + pv("name")
 	case "/v1/bootstrap-tokens/{id}":

@@ -140,6 +140,7 @@ func (s *Server) routes() {
 	s.bootstrapRoutes()
 	s.revisionRoutes()
 	s.auditRoutes()
+	s.deviceKeyRoutes()
 	s.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		WriteStatus(w, NewStatus(http.StatusNotFound, ReasonNotFound, "no such path "+r.URL.Path, nil))
 	}))

@@ -336,8 +336,11 @@ func (w *desiredWriter) resolve(name string, pods []schema.Pod) resolved {
 	return r
 }
 
-// deviceKey is the public key a device's Secrets are sealed to: the last
-// one it reported, else the one it sent when it enrolled, else "".
+// deviceKey is the public key a device's Secrets are sealed to: its bound
+// key, as its report carries it (the status ingest lets into a report only
+// the key bound at enrollment, at the first report, or after `fleet device
+// rekey`: hub/ingest/keys.go), else the one it sent when it enrolled,
+// else "". A key reported with a stolen token never gets here.
 func (w *desiredWriter) deviceKey(name string) string {
 	if d, ok := w.fleet.device(name); ok {
 		if st, _ := w.fleet.deviceState(name, d.UID); st != nil && st.PublicKey != "" {

@@ -11,8 +11,9 @@ import (
 )
 
 // sealSecret returns a Secret as one device receives it: every value
-// sealed to the device's X25519 public key (base64, as the device
-// reported it) with NaCl box.SealAnonymous, which only the device's
+// sealed to the device's X25519 public key (base64: its bound key,
+// deviceKey; never merely the last key a status carried) with NaCl
+// box.SealAnonymous, which only the device's
 // private key opens (edgeagent/devicekey.Key.Open). Sealing is randomised:
 // two sealings of the same value differ, so desired states are compared by
 // name, version and key ID (sameConfig), never by sealed bytes. r is the

@@ -13,4 +13,11 @@
 // validate, is too large, or names another device than its topic is
 // counted (fleet_mqtt_malformed_payloads_total), logged at a limited rate
 // and dropped; the device's last good report stays.
+//
+// A status's publicKey enters the report only if it is the device's bound
+// key (keys.go): the first key bound at enrollment or first report, or the
+// next one after `fleet device rekey`. Another key is refused (counted in
+// fleet_hub_device_key_refused_total, logged, raised as a Warning
+// DeviceKeyRefused event) and the report keeps the bound key, so the
+// controller never seals Secrets to it.
 package ingest

@@ -114,6 +114,9 @@ type Ingest struct {
 
 	flush chan struct{}
 
+	// keys are the devices' bound public keys, as last seen (keys.go).
+	keys keyBook
+
 	logMu      sync.Mutex
 	lastLog    map[string]time.Time
 	suppressed map[string]int
@@ -145,7 +148,7 @@ func (in *Ingest) Load(ctx context.Context) error {
 	now := in.model.Now()
 	loaded := map[string]fleetmodel.Report{}
 	err := in.opts.Store.View(ctx, func(t *store.Txn) error {
-		return t.Scan(store.StatusPrefix, func(key string, val []byte) error {
+		err := t.Scan(store.StatusPrefix, func(key string, val []byte) error {
 			name := key[len(store.StatusPrefix):]
 			var st schema.DeviceStatus
 			if err := json.Unmarshal(val, &st); err != nil {
@@ -161,6 +164,10 @@ func (in *Ingest) Load(ctx context.Context) error {
 			loaded[name] = fleetmodel.Report{Status: &st, Raw: append([]byte(nil), val...), LastSeen: seen}
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		return in.loadBoundKeys(t, loaded)
 	})
 	if err != nil {
 		return fmt.Errorf("ingest: load statuses: %w", err)
@@ -277,9 +284,14 @@ func (in *Ingest) handleStatus(device, uid string, labels map[string]string, pay
 		in.malformed(schema.TopicStatus, device, fmt.Errorf("payload names device %q", schema.Truncate(st.Device, 64, "...")))
 		return
 	}
+	// Only the device's bound key enters the report (keys.go).
+	sp, payload, ok := in.checkKey(device, uid, &st, payload)
+	if !ok {
+		return
+	}
 	var rejected, notify, full bool
 	in.model.UpdateReport(device, uid, func(r *fleetmodel.Report, wasOnline bool) bool {
-		if older(&st, r.Status) {
+		if older(sp, r.Status) {
 			// A late or re-delivered report (QoS 1 duplicates, reordering
 			// across reconnects) must not take the hub's view backwards.
 			rejected = true
@@ -288,13 +300,13 @@ func (in *Ingest) handleStatus(device, uid string, labels map[string]string, pay
 		// A heartbeat repeats the last report with a new time: the
 		// controller has nothing to redo for it, unless the device was
 		// offline or stale until now. (10,000 devices send 333 a second.)
-		notify = !wasOnline || !sameReport(r.Status, &st)
-		r.Status, r.Raw, r.LastSeen = &st, payload, in.model.Now()
+		notify = !wasOnline || !sameReport(r.Status, sp)
+		r.Status, r.Raw, r.LastSeen = sp, payload, in.model.Now()
 		// Under the model's lock, so the store gets the reports in the
 		// model's order.
 		in.mu.Lock()
 		in.dirty[device] = pendingStatus{uid: uid, raw: payload}
-		if a := st.Agent.Arch; a != "" && labels[schema.LabelArch] != a {
+		if a := sp.Agent.Arch; a != "" && labels[schema.LabelArch] != a {
 			if err := schema.ValidateLabelValue(a); err == nil {
 				in.arch[device] = a
 			}

@@ -60,6 +60,9 @@ type Metrics struct {
 	ReconcileDuration prometheus.Histogram
 	// StatusFlushes counts batched status writes to the store.
 	StatusFlushes prometheus.Counter
+	// DeviceKeyRefused counts device statuses whose public key was not
+	// the device's bound key and was refused (hub/ingest, keys.go).
+	DeviceKeyRefused prometheus.Counter
 
 	// RemoteRequests counts requests to devices (logs, exec, top) when
 	// they end, by op and result (ok, device error code in lower case,
@@ -134,6 +137,10 @@ func New(g Gauges) *Metrics {
 			Name: "fleet_status_flushes_total",
 			Help: "Batched writes of device statuses to the store.",
 		}),
+		DeviceKeyRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_hub_device_key_refused_total",
+			Help: "Device public keys refused in statuses: not the key bound at enrollment or first report, and no `fleet device rekey` pending.",
+		}),
 		RemoteRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleet_remote_requests_total",
 			Help: "Requests to devices (logs, exec, top), counted when they end, by op and result.",
@@ -164,7 +171,7 @@ func New(g Gauges) *Metrics {
 	}
 	reg.MustRegister(
 		m.DesiredPublishes, m.DeploymentStatusPublishes, m.StatusMessages, m.MQTTMessages,
-		m.Malformed, m.Ignored, m.APIRequestDuration, m.ReconcileDuration, m.StatusFlushes,
+		m.Malformed, m.Ignored, m.APIRequestDuration, m.ReconcileDuration, m.StatusFlushes, m.DeviceKeyRefused,
 		m.RemoteRequests, m.RemoteResponsesDropped, m.RemoteOpenStreams, m.RemoteBytes,
 		newTopCollector(g.TopReports),
 		gauge("fleet_devices", "Registered devices.", g.Devices),

@@ -250,7 +250,7 @@ func (t *Txn) DeleteObject(kind, name, resourceVersion string) (schema.Object, e
 		return nil, err
 	}
 	if kind == schema.KindDevice {
-		for _, k := range []string{TokenKey(name), StatusKey(name), DeviceKeyKey(name), CrashReportsKey(name)} {
+		for _, k := range []string{TokenKey(name), StatusKey(name), DeviceKeyKey(name), DeviceRekeyKey(name), CrashReportsKey(name)} {
 			if err := t.del(k); err != nil {
 				return nil, err
 			}
