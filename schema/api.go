@@ -102,6 +102,11 @@ type ApplyResult struct {
 type ApplyResponse struct {
 	DryRun  bool          `json:"dryRun,omitempty"`
 	Results []ApplyResult `json:"results"`
+	// Warnings are lines for people about objects that were applied but
+	// may not do what their author expects (a Secret taken into a
+	// container's environment lands on the device's disk); fleet apply
+	// prints each as "Warning: ...".
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // DeviceCredentials is returned once when a device is added or its token is

@@ -375,6 +375,7 @@ func (h *Hub) apply(w http.ResponseWriter, r *http.Request) {
 		b, _ := json.Marshal(answer(stored))
 		res.Object = b
 		resp.Results = append(resp.Results, res)
+		resp.Warnings = append(resp.Warnings, schema.SecretEnvWarnings(o)...)
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

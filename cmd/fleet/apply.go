@@ -94,6 +94,9 @@ func runApply(ctx context.Context, cli *cliContext, cmd *cobra.Command, o applyO
 			return err
 		}
 		results = append(results, resp.Results...)
+		for _, w := range resp.Warnings {
+			fmt.Fprintln(cli.stderr(), "Warning: "+w)
+		}
 	}
 	return printApplyResults(ctx, cli, cl, results, dryRun, o.output)
 }

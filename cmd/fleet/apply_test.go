@@ -107,3 +107,32 @@ func TestApplyInvalidManifests(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyWarnsOfSecretsInEnv: a Deployment that takes a Secret into a
+// container's environment is applied, with a warning on stderr that the
+// value lands on the device's disk; one that mounts it gets none.
+func TestApplyWarnsOfSecretsInEnv(t *testing.T) {
+	e := newEnv(t)
+	env := strings.Replace(webYAML, "          value: prod\n", `          value: prod
+        - name: DB_PASSWORD
+          valueFrom: {secretKeyRef: {name: db, key: password}}
+        envFrom:
+        - secretRef: {name: api}
+`, 1)
+	r := e.run("", "apply", "-f", e.file("env.yaml", env))
+	if r.code != 0 || r.stdout != "deployment/web created\n" {
+		t.Fatalf("apply: %+v", r)
+	}
+	for _, want := range []string{
+		`Warning: deployment/web: container "web" takes Secret "db" into its environment (spec.template.spec.containers[0].env[1].valueFrom.secretKeyRef)`,
+		`Warning: deployment/web: container "web" takes Secret "api" into its environment (spec.template.spec.containers[0].envFrom[0].secretRef)`,
+		"mount the Secret as a volume",
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if r := e.run("", "apply", "-f", e.file("plain.yaml", webYAML)); r.code != 0 || r.stderr != "" {
+		t.Errorf("apply without Secrets in env: %+v", r)
+	}
+}

@@ -40,6 +40,7 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 	for _, res := range results {
 		resource, _ := store.ResourceForKind(res.Object.GetTypeMeta().Kind)
 		names = append(names, resource+"/"+res.Object.GetMetadata().Name)
+		resp.Warnings = append(resp.Warnings, schema.SecretEnvWarnings(res.Object)...)
 		raw, err := json.Marshal(res.Object)
 		if err != nil {
 			WriteError(w, r, s.log, fmt.Errorf("encode %s: %w", res.Object.GetMetadata().Name, err))

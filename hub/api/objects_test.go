@@ -215,3 +215,30 @@ func TestApplyInvalidDocumentsAllInDetails(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyWarnsOfSecretsInEnv: the hub applies a Deployment that takes a
+// Secret into a container's environment and says, in the response's
+// warnings, that the value lands on the device's disk.
+func TestApplyWarnsOfSecretsInEnv(t *testing.T) {
+	h := newTestHub(t, Options{})
+	dep := `apiVersion: fleet/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  selector: {matchLabels: {site: a}}
+  template:
+    spec:
+      containers:
+      - name: app
+        image: nginx:1
+        env: [{name: PW, valueFrom: {secretKeyRef: {name: db, key: pw}}}]
+`
+	r := h.admin(t, "POST", "/v1/apply", dep)
+	var resp schema.ApplyResponse
+	if r.Code != http.StatusOK || json.Unmarshal(r.Body, &resp) != nil {
+		t.Fatalf("apply: %d %s", r.Code, r.Body)
+	}
+	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], `takes Secret "db" into its environment (spec.template.spec.containers[0].env[0].valueFrom.secretKeyRef)`) {
+		t.Errorf("warnings %q", resp.Warnings)
+	}
+}
