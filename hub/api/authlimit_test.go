@@ -86,13 +86,13 @@ func TestAuthThrottle(t *testing.T) {
 }
 
 // TestAuthThrottleAudited: an address that guesses tokens gets one audit
-// entry for its 401s and one for its 429s (once a minute each, counting
-// the ones left out), never the tokens.
+// entry for its 401s and one for its 429s at once, then one a minute each
+// counting the others, never the tokens.
 func TestAuthThrottleAudited(t *testing.T) {
 	clk := &stepClock{now: time.Unix(1_800_000_000, 0)}
 	h := newTestHub(t, Options{AuthLimiter: ratelimit.NewAuthLimiter(ratelimit.AuthOptions{Now: clk.Now})})
 	fake := &fakeClock{t: time.Now()}
-	h.API.throttle.now = fake.now
+	h.API.agg.Now = fake.now
 	// The admin token works before the guessing, so it still passes.
 	if r := h.do(t, "GET", "/v1/devices", h.Admin, nil); r.Code != http.StatusOK {
 		t.Fatalf("admin: %d %s", r.Code, r.Body)
@@ -113,18 +113,19 @@ func TestAuthThrottleAudited(t *testing.T) {
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("anonymous audit entries:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	// A minute later: one entry each again, saying how many were left out.
+	// A minute later: the entry counting the 429s after the first, then
+	// the new first.
 	fake.add(AuditThrottle)
 	for i := range 2 {
 		h.do(t, "GET", "/v1/devices", fmt.Sprintf("again-%02d-%s", i, strings.Repeat("y", 40)), nil)
 	}
-	var last schema.AuditEntry
+	var anon []schema.AuditEntry
 	for _, e := range h.audit(t, "") {
 		if e.Actor == schema.AuditAnonymous {
-			last = e
+			anon = append(anon, e)
 		}
 	}
-	if last.Result != "429" || !strings.Contains(last.Detail, fmt.Sprintf("and %d more like it", 30-ratelimit.DefaultAuthBurst-1)) {
-		t.Fatalf("the next 429 entry: %+v", last)
+	if n := len(anon); n != 4 || anon[2].Result != "429" || anon[2].Count != 30-ratelimit.DefaultAuthBurst-1 || anon[3].Result != "429" || anon[3].Count != 1 {
+		t.Fatalf("the next 429 entries: %+v", anon)
 	}
 }
