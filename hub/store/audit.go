@@ -166,7 +166,10 @@ func (s *Store) loadAuditLocked() error {
 		}
 		newest, err := readAuditEntry(b, last)
 		if err != nil {
-			return fmt.Errorf("newest audit entry %d: %w", last, err)
+			// Damaged: the trail goes on (VerifyAudit names the entry).
+			s.log.Warn("newest audit entry does not decode", "seq", last, "err", err)
+			a.lastHash = ""
+			return nil
 		}
 		a.lastHash = newest.Hash
 		// A trail written before the chain: its entries stay, unchained,

@@ -297,3 +297,32 @@ func BenchmarkAppendAudit(b *testing.B) {
 	}
 	b.ReportMetric(float64(s.audit.bytes)*1000/float64(n), "B/1000entries")
 }
+
+// TestAuditDamagedNewestEntry: a newest entry that does not decode on
+// open does not stop the trail: appends go on, and VerifyAudit names it.
+func TestAuditDamagedNewestEntry(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir, GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendAudit(t, s, 3, "admin")
+	if _, err := s.Write(t.Context(), func(tx *Txn) error { return tx.Set(AuditKey(3), []byte("{garbage")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(Options{Dir: dir, GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	appendAudit(t, s, 1, "admin")
+	if got := fmt.Sprint(seqs(t, s, AuditQuery{})); got != "[1 2 4]" {
+		t.Fatalf("entries (the damaged one left out): %s", got)
+	}
+	if v := verify(t, s); v.OK || v.Broken.Seq != 3 || !strings.Contains(v.Broken.Reason, "does not decode") {
+		t.Fatalf("verify: %+v %+v", v, v.Broken)
+	}
+}
