@@ -42,7 +42,9 @@ What anyone can cause in bulk is aggregated, so that no one can push other
 entries out: refused requests (every 4xx), failed logins and token uses
 are recorded per actor, source, action and result as the first event at
 once (COUNT 1), then one entry a minute counting the rest (COUNT n, from
-TIME to the entry's "until"). Successful writes are one entry each.
+TIME to the entry's "until"; the counts so far are written before the
+trail is read, so what this command shows is complete). Successful writes
+are one entry each.
 
 The hub keeps entries for --audit-retention (90 days) within
 --audit-max-bytes (100 MiB), oldest out first; it also logs each one (msg

@@ -322,7 +322,9 @@ func (s *Server) auditRoutes() {
 
 // listAudit handles GET /v1/audit?since=…&actor=…&limit=…: since is a
 // duration back from now (1h) or an RFC 3339 time; limit defaults to
-// schema.DefaultAuditLimit, 0 for all. Entries come oldest first.
+// schema.DefaultAuditLimit, 0 for all. Entries come oldest first. The
+// aggregated counts so far are written before the trail is read (only
+// an admin can, so no one else can make entries this way).
 func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var query store.AuditQuery
@@ -344,6 +346,8 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 		}
 		query.Limit = n
 	}
+	// What is read is complete: the counts so far are written first.
+	s.FlushAudit(r.Context(), true)
 	items, err := s.store.Audit(r.Context(), query)
 	if err != nil {
 		WriteError(w, r, s.log, err)

@@ -12,6 +12,7 @@ import (
 // that breaks it). The verification is itself an audit entry, whose
 // detail says how it went.
 func (s *Server) verifyAudit(w http.ResponseWriter, r *http.Request) {
+	s.FlushAudit(r.Context(), true)
 	v, err := s.store.VerifyAudit(r.Context())
 	if err != nil {
 		WriteError(w, r, s.log, err)

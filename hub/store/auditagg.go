@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -31,6 +32,9 @@ type AuditAggregator struct {
 
 	mu   sync.Mutex
 	open map[auditAggKey]*auditWindow
+	// opened numbers the windows, so that summaries of events at the same
+	// time come out in the order their windows opened.
+	opened uint64
 }
 
 // DefaultAuditWindow is the default of AuditAggregator.Window.
@@ -40,6 +44,7 @@ type auditAggKey struct{ actor, source, action, result string }
 
 type auditWindow struct {
 	start time.Time
+	n     uint64
 	// The events after the first: how many, when, and the last of them.
 	count       int
 	first, last time.Time
@@ -48,7 +53,7 @@ type auditWindow struct {
 }
 
 // maxAggObjects is how many distinct objects a summary names.
-const maxAggObjects = 5
+const maxAggObjects = 8
 
 func (g *AuditAggregator) now() time.Time {
 	if g.Now == nil {
@@ -100,13 +105,14 @@ func (g *AuditAggregator) Add(e schema.AuditEntry) []schema.AuditEntry {
 	if len(g.open) >= maxKeys {
 		out = append(out, g.closeLocked(now, true)...)
 	}
-	g.open[k] = &auditWindow{start: now}
+	g.opened++
+	g.open[k] = &auditWindow{start: now, n: g.opened}
 	e.Time, e.Count = now, 1
 	return append(out, e)
 }
 
-// Flush closes the windows that have ended (all of them, if all: on
-// shutdown) and returns their summaries.
+// Flush closes the windows that have ended (all of them, if all: before
+// the trail is read, and on shutdown) and returns their summaries.
 func (g *AuditAggregator) Flush(all bool) []schema.AuditEntry {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -114,15 +120,24 @@ func (g *AuditAggregator) Flush(all bool) []schema.AuditEntry {
 }
 
 func (g *AuditAggregator) closeLocked(now time.Time, all bool) []schema.AuditEntry {
-	var out []schema.AuditEntry
+	var closed []*auditWindow
 	for k, w := range g.open {
 		if all || now.Sub(w.start) >= g.window() {
-			out = appendSummary(out, w)
+			closed = append(closed, w)
 			delete(g.open, k)
 		}
 	}
 	// Oldest first, as they happened.
-	slices.SortStableFunc(out, func(a, b schema.AuditEntry) int { return a.Time.Compare(b.Time) })
+	slices.SortFunc(closed, func(a, b *auditWindow) int {
+		if c := a.first.Compare(b.first); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.n, b.n)
+	})
+	var out []schema.AuditEntry
+	for _, w := range closed {
+		out = appendSummary(out, w)
+	}
 	return out
 }
 

@@ -46,12 +46,12 @@ func TestAuditAggregator(t *testing.T) {
 	// The next minute: varied objects are named in the summary, which the
 	// first event of the following minute brings out.
 	recorded = nil
-	for i := range 8 {
+	for i := range 12 {
 		add(refusal("grafana", "10.0.0.1", fmt.Sprintf("deployments/d%d", i)))
 	}
 	clk.Add(time.Minute)
 	add(refusal("grafana", "10.0.0.1", "x"))
-	if len(recorded) != 3 || recorded[1].Count != 7 || recorded[1].Object != "" ||
+	if len(recorded) != 3 || recorded[1].Count != 11 || recorded[1].Object != "" ||
 		!strings.Contains(recorded[1].Detail, "objects: deployments/d1, deployments/d2") || !strings.Contains(recorded[1].Detail, "…") || recorded[2].Count != 1 {
 		t.Fatalf("the next minutes: %+v", recorded)
 	}
