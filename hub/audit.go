@@ -32,15 +32,22 @@ func (h *Hub) auditLoginRefused(r broker.LoginRefusal) {
 	})
 }
 
-// auditEnroll records an enrollment, or its refusal: the bootstrap
-// token (its public ID) as actor, the device as object; the source is the
-// bootstrap client's address when the embedded broker knows it.
+// auditEnroll records an enrollment, or its refusal (aggregated): the
+// bootstrap token (its public ID) as actor, the device as object; the
+// source is the bootstrap client's address when the embedded broker knows
+// it.
 func (h *Hub) auditEnroll(requestID string, e schema.AuditEntry) {
 	if h.api == nil {
 		return
 	}
 	if h.broker != nil {
 		e.Source = hostOf(h.broker.RemoteOf(requestID))
+	}
+	if e.Result != schema.AuditOK {
+		// A refusal (Expired, UsedUp, NameTaken…): a token holder can
+		// cause these in bulk.
+		h.api.AuditAggregated(e)
+		return
 	}
 	h.api.Audit(context.Background(), e)
 }
