@@ -47,3 +47,13 @@ func (c *Client) Audit(ctx context.Context, o AuditOptions) ([]schema.AuditEntry
 	}
 	return l.Items, nil
 }
+
+// VerifyAudit asks the hub to check its audit trail's hash chain end to
+// end (POST /v1/audit/verify; admin only, and itself audited). A broken
+// chain is no error: v.OK is false and v.Broken names the first entry
+// that breaks it.
+func (c *Client) VerifyAudit(ctx context.Context) (schema.AuditVerification, error) {
+	var v schema.AuditVerification
+	err := c.do(ctx, http.MethodPost, "/v1/audit/verify", nil, nil, &v)
+	return v, err
+}

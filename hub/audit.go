@@ -18,23 +18,24 @@ const (
 )
 
 // auditLoginRefused records a refused MQTT login in the audit trail: the
-// username as actor, the client's address as source, once a minute per
-// address and result (api.Server.AuditThrottled), so a flood of guesses
-// costs one entry a minute.
+// username as actor, the client's address as source, aggregated per
+// username, address and result (api.Server.AuditAggregated), so a flood of
+// guesses costs two entries a minute, which count every guess.
 func (h *Hub) auditLoginRefused(r broker.LoginRefusal) {
 	if h.api == nil {
 		return
 	}
 	src := hostOf(r.Remote)
-	h.api.AuditThrottled("mqtt-login|"+r.Result+"|"+src, schema.AuditEntry{
+	h.api.AuditAggregated(schema.AuditEntry{
 		Actor: r.Username, Source: src, Action: AuditActionLogin, Object: "mqtt",
 		Result: r.Result, Detail: r.Reason,
 	})
 }
 
-// auditEnroll records an enrollment, or its refusal: the bootstrap
-// token (its public ID) as actor, the device as object; the source is the
-// bootstrap client's address when the embedded broker knows it.
+// auditEnroll records an enrollment, or its refusal (aggregated): the
+// bootstrap token (its public ID) as actor, the device as object; the
+// source is the bootstrap client's address when the embedded broker knows
+// it.
 func (h *Hub) auditEnroll(requestID string, e schema.AuditEntry) {
 	if h.api == nil {
 		return
@@ -42,7 +43,22 @@ func (h *Hub) auditEnroll(requestID string, e schema.AuditEntry) {
 	if h.broker != nil {
 		e.Source = hostOf(h.broker.RemoteOf(requestID))
 	}
+	if e.Result != schema.AuditOK {
+		// A refusal (Expired, UsedUp, NameTaken…): a token holder can
+		// cause these in bulk.
+		h.api.AuditAggregated(e)
+		return
+	}
 	h.api.Audit(context.Background(), e)
+}
+
+// runAudit flushes the API's aggregated audit entries and prunes the
+// trail until ctx is done, then flushes what is left: Run stops it before
+// the store closes.
+func (h *Hub) runAudit(ctx context.Context) {
+	if h.api != nil {
+		h.api.RunAudit(ctx, 0)
+	}
 }
 
 // hostOf is an address without its port.

@@ -105,7 +105,8 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	}
 	st, err := store.Open(store.Options{
 		Dir: filepath.Join(opts.DataDir, "store"), Logger: log.With("component", "store"),
-		PasswordHash: broker.MosquittoPasswordHash,
+		PasswordHash:   broker.MosquittoPasswordHash,
+		AuditRetention: opts.AuditRetention, AuditMaxBytes: opts.AuditMaxBytes,
 	})
 	if err != nil {
 		return nil, err

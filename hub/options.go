@@ -130,6 +130,11 @@ type Options struct {
 	// StatusDebounce delays the controller pass that follows a report;
 	// default controller.DefaultStatusDebounce.
 	StatusDebounce time.Duration
+	// AuditRetention and AuditMaxBytes bound the audit trail by age and
+	// size (store.Options); zero: store.DefaultAuditRetention (90 days)
+	// and DefaultAuditMaxBytes (100 MiB), negative: no bound.
+	AuditRetention time.Duration
+	AuditMaxBytes  int64
 	// MemoryTrimInterval is how often the hub looks for free heap to give
 	// back to the OS after a burst; default DefaultMemoryTrimInterval,
 	// negative: never (the Go runtime's own pace).

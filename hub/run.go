@@ -63,6 +63,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 			}
 		}
 	}()
+	r.parts.Go(func() { h.runAudit(partsCtx) }) // audit.go
 	if h.opts.MemoryTrimInterval > 0 {
 		r.parts.Go(func() { memtrim.Run(partsCtx, h.opts.MemoryTrimInterval, h.log) })
 	}

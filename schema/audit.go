@@ -55,6 +55,55 @@ type AuditEntry struct {
 	// Detail says more: the objects an apply changed, why a request was
 	// refused, how an exec ended.
 	Detail string `json:"detail,omitempty"`
+	// Count is set on aggregated entries (refusals, failed logins, token
+	// uses): how many events of one actor, source, action and result this
+	// entry stands for, from Time to Until. Absent: one event.
+	Count int `json:"count,omitempty"`
+	// Until is the time of the last event an aggregated entry counts.
+	Until time.Time `json:"until,omitzero"`
+	// Prev is the Hash of the entry before (or of the last one pruned;
+	// "" for the first ever).
+	Prev string `json:"prev"`
+	// Hash is the hex SHA-256 of Prev followed by the entry's canonical
+	// JSON (itself with Hash ""): the trail is a hash chain, which
+	// POST /v1/audit/verify checks.
+	Hash string `json:"hash"`
+}
+
+// AuditVerification is the answer of POST /v1/audit/verify: whether the
+// chain holds from the anchor (the last pruned entry) to the newest entry.
+type AuditVerification struct {
+	TypeMeta `json:",inline"`
+	// OK: every entry is in place and unedited.
+	OK bool `json:"ok"`
+	// Entries is how many entries were checked; FirstSeq and LastSeq the
+	// range, Head the Hash of the newest (compare it with one kept
+	// elsewhere to detect a rewritten tail).
+	Entries  int    `json:"entries"`
+	FirstSeq uint64 `json:"firstSeq,omitempty"`
+	LastSeq  uint64 `json:"lastSeq,omitempty"`
+	Head     string `json:"head,omitempty"`
+	// Anchor is the last pruned entry, whose hash the oldest kept one
+	// carries as Prev (seq 0: nothing pruned yet).
+	Anchor AuditAnchor `json:"anchor"`
+	// Unchained counts entries older than the chain (written by a hub
+	// before it had one): listed, not checked.
+	Unchained int `json:"unchained,omitempty"`
+	// Broken names the first entry that breaks the chain; nil if OK.
+	Broken *AuditBreak `json:"broken,omitempty"`
+}
+
+// AuditAnchor is the seq and hash of the last pruned audit entry.
+type AuditAnchor struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+// AuditBreak is where an audit chain breaks.
+type AuditBreak struct {
+	// Seq is the entry that is missing, edited or out of place.
+	Seq    uint64 `json:"seq"`
+	Reason string `json:"reason"`
 }
 
 // AuditList is the body of GET /v1/audit: entries oldest first.

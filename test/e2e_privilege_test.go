@@ -169,6 +169,13 @@ func TestE2EPrivilege(t *testing.T) {
 			var lines []string
 			for _, e := range l.Items {
 				lines = append(lines, strings.Join([]string{e.Actor, e.Role, e.Action, e.Object, e.Result}, " "))
+				// Refusals are aggregated: an entry counting several names
+				// their objects in its detail (hub/API.md, "Audit trail").
+				if _, objs, ok := strings.Cut(e.Detail, "(objects: "); ok && e.Object == "" {
+					for _, o := range strings.Split(strings.TrimSuffix(objs, ")"), ", ") {
+						lines = append(lines, strings.Join([]string{e.Actor, e.Role, e.Action, o, e.Result}, " "))
+					}
+				}
 			}
 			all := strings.Join(lines, "\n")
 			for _, want := range []string{

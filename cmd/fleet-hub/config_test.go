@@ -7,10 +7,12 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmq/fleet/hub"
+	"github.com/fleetmq/fleet/hub/store"
 )
 
 // runRoot runs the root command with args and env, and returns the
@@ -50,6 +52,8 @@ func TestSettingsPrecedence(t *testing.T) {
 		{"flag beats env and file", []string{"--config", file, "--data-dir", "/from/flag"}, map[string]string{"FLEET_HUB_DATA_DIR": "/from/env", "FLEET_HUB_HTTP_ADDR": ":9"},
 			settings{DataDir: "/from/flag", HTTPAddr: ":9", LogLevel: "debug", Config: file}},
 		{"env alone", nil, map[string]string{"FLEET_HUB_LOG_LEVEL": "warn"}, settings{DataDir: "./fleet-data", HTTPAddr: "127.0.0.1:8080", LogLevel: "warn"}},
+		{"audit bounds", []string{"--audit-max-bytes", "1Gi"}, map[string]string{"FLEET_HUB_AUDIT_RETENTION": "24h"},
+			settings{DataDir: "./fleet-data", HTTPAddr: "127.0.0.1:8080", LogLevel: "info", AuditRetention: 24 * time.Hour, AuditMaxBytes: "1Gi"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,6 +66,9 @@ func TestSettingsPrecedence(t *testing.T) {
 			}
 			if tt.want.HTTPSAddr == "" {
 				tt.want.HTTPSAddr = hub.DefaultHTTPSAddr
+			}
+			if tt.want.AuditRetention == 0 {
+				tt.want.AuditRetention, tt.want.AuditMaxBytes = store.DefaultAuditRetention, "100Mi"
 			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got %+v, want %+v", got, tt.want)
@@ -155,5 +162,20 @@ func TestMQTTSettings(t *testing.T) {
 	_, out, err = runRoot(t, []string{"mosquitto-config", "--help"}, nil)
 	if err != nil || !strings.Contains(out, "SIGHUP") || !strings.Contains(out, "--broker-username") {
 		t.Errorf("mosquitto-config --help: %v %s", err, out)
+	}
+}
+
+// TestAuditMaxBytes: --audit-max-bytes takes a size or -1, and names
+// itself when it is neither.
+func TestAuditMaxBytes(t *testing.T) {
+	for in, want := range map[string]int64{"100Mi": 100 << 20, "1Gi": 1 << 30, "2M": 2_000_000, "-1": -1} {
+		if got, err := auditMaxBytes(in); err != nil || got != want {
+			t.Errorf("%q: %d %v, want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "lots", "0", "-5Mi"} {
+		if _, err := auditMaxBytes(in); err == nil || !strings.Contains(err.Error(), "--audit-max-bytes") {
+			t.Errorf("%q: %v, want an error naming the flag", in, err)
+		}
 	}
 }

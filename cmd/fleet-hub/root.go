@@ -16,6 +16,7 @@ import (
 	"github.com/fleetmq/fleet/hub"
 	"github.com/fleetmq/fleet/hub/controller"
 	"github.com/fleetmq/fleet/hub/pki"
+	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -33,6 +34,9 @@ type settings struct {
 	LogLevel          string
 	Config            string
 	MQTT              mqttSettings
+	// AuditRetention and AuditMaxBytes bound the audit trail (hub.Options).
+	AuditRetention time.Duration
+	AuditMaxBytes  string
 }
 
 // mqttSettings are the MQTT flags. The broker-* flags and topic-prefix are
@@ -137,6 +141,12 @@ ACL and a mosquitto.conf for the fleet's accounts. With
 acl up to date itself: it rewrites them atomically after every device,
 token or credential change and sends Mosquitto SIGHUP.
 
+Audit trail: every write, refusal and login failure is recorded (fleet
+audit); refusals are aggregated per actor, source and action a minute, so
+no one can flush the trail. Entries are kept for --audit-retention (2160h)
+within --audit-max-bytes (100Mi), and form a hash chain that "fleet audit
+verify" checks.
+
 Every flag can also be set in the environment as FLEET_HUB_<FLAG> (for
 example FLEET_HUB_DATA_DIR) or in a YAML file given with --config, whose keys
 are the flag names (data-dir: /var/lib/fleet-hub). A flag wins over the
@@ -217,6 +227,8 @@ func bindFlags(root *cobra.Command, s *settings) {
 	lf.StringVar(&m.BrokerClientID, "broker-client-id", "", "the hub's stable MQTT client ID on the external broker (default: the username)")
 	lf.StringVar(&m.MosquittoConfigDir, "mosquitto-config-dir", "", "with --broker: directory of Mosquitto's passwd and acl files, which the hub rewrites after every device, token or credential change")
 	lf.StringVar(&m.MosquittoPIDFile, "mosquitto-pid-file", "", "with --mosquitto-config-dir: Mosquitto's pid_file; the hub sends that process SIGHUP after rewriting the files")
+	lf.DurationVar(&s.AuditRetention, "audit-retention", store.DefaultAuditRetention, "how long the audit trail keeps entries (2160h: 90 days; the oldest go first; -1s: forever)")
+	lf.StringVar(&s.AuditMaxBytes, "audit-max-bytes", "100Mi", "size the audit trail may take in the store (100Mi, 1Gi; the oldest entries go first; -1: no bound)")
 	lf.DurationVar(&m.ResyncInterval, "resync-interval", d.ResyncInterval, "how often the controller recomputes every device's desired state from the store")
 	lf.DurationVar(&m.StaleAfter, "stale-after", d.StaleAfter, "0 (default): a device is online while its MQTT session is (its keepalive and last will keep the online topic true); a duration: a device not heard from for this long also counts as offline, for agents run with --status-heartbeat below it (e.g. --stale-after 3h with agents' --status-heartbeat 1h, against a broker that may lose last wills)")
 }
@@ -233,7 +245,13 @@ func serveHub(cmd *cobra.Command, s settings) error {
 	if err != nil {
 		return err
 	}
+	auditBytes, err := auditMaxBytes(s.AuditMaxBytes)
+	if err != nil {
+		return err
+	}
 	return hub.Run(cmd.Context(), hub.Options{
+		AuditRetention:    s.AuditRetention,
+		AuditMaxBytes:     auditBytes,
 		DataDir:           s.DataDir,
 		HTTPAddr:          orOff(s.HTTPAddr),
 		HTTPSAddr:         orOff(s.HTTPSAddr),
@@ -266,6 +284,19 @@ func serveHub(cmd *cobra.Command, s settings) error {
 		ResyncInterval:     m.ResyncInterval,
 		StaleAfter:         m.StaleAfter,
 	})
+}
+
+// auditMaxBytes reads --audit-max-bytes: a quantity (100Mi), or -1 for
+// no bound.
+func auditMaxBytes(v string) (int64, error) {
+	if strings.TrimSpace(v) == "-1" {
+		return -1, nil
+	}
+	n, err := schema.ParseMemory(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("--audit-max-bytes %q: want a size such as 100Mi or 1Gi, or -1 for no bound", v)
+	}
+	return n, nil
 }
 
 // orOff maps an empty listen address (the flag set to "") to hub.Off.

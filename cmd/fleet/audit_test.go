@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -46,10 +47,10 @@ func TestAuditAndCredentialCLI(t *testing.T) {
 	}
 	flat := strings.Join(lines, "\n")
 	for _, want := range []string{
-		"admin admin 127.0.0.1 apply devices/pi-1 ok devices/pi-1 created\n",
-		"admin admin 127.0.0.1 create credentials/ci ok role viewer\n",
-		"ci viewer 127.0.0.1 use-token - ok GET /v1/devices\n",
-		`ci viewer 127.0.0.1 delete devices/pi-1 403 credential "ci" (role viewer) may only read` + "\n",
+		"admin admin 127.0.0.1 apply devices/pi-1 ok - devices/pi-1 created\n",
+		"admin admin 127.0.0.1 create credentials/ci ok - role viewer\n",
+		"ci viewer 127.0.0.1 use-token - ok 1 GET /v1/devices\n",
+		`ci viewer 127.0.0.1 delete devices/pi-1 403 1 credential "ci" (role viewer) may only read` + "\n",
 		"ci viewer 127.0.0.1 get audit 403",
 	} {
 		if !strings.Contains(flat, want) {
@@ -78,5 +79,37 @@ func TestAuditAndCredentialCLI(t *testing.T) {
 	}
 	if r := e.run("", "credential", "delete", "admin"); r.code == 0 || !strings.Contains(r.stderr, "hub's own admin credential") {
 		t.Fatalf("delete admin: %+v", r)
+	}
+}
+
+// TestAuditVerifyCLI: fleet audit verify exits 0 on an intact chain and
+// prints its head; after an entry is edited in the store it exits
+// non-zero naming that entry.
+func TestAuditVerifyCLI(t *testing.T) {
+	e, st := newTokenEnv(t)
+	e.ok("", "apply", "-f", e.file("dev.yaml", deviceYAML))
+	e.ok("", "apply", "-f", e.file("dev.yaml", deviceYAML))
+	if out := e.ok("", "audit", "verify"); !strings.HasPrefix(out, "audit trail intact: ") || !strings.Contains(out, "\nhead ") {
+		t.Fatalf("verify:\n%s", out)
+	}
+	var v schema.AuditVerification
+	mustJSON(t, e.ok("", "audit", "verify", "-o", "json"), &v)
+	if !v.OK || v.Entries < 3 || len(v.Head) != 64 {
+		t.Fatalf("verify -o json: %+v", v)
+	}
+	// Edit the first entry (the first apply) behind the hub's back.
+	_, err := st.Write(t.Context(), func(tx *store.Txn) error {
+		b, err := tx.Get(store.AuditKey(1))
+		if err != nil {
+			return err
+		}
+		return tx.Set(store.AuditKey(1), []byte(strings.Replace(string(b), `"actor":"admin"`, `"actor":"nobody"`, 1)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.run("", "audit", "verify")
+	if r.code == 0 || !strings.Contains(r.stderr, "audit trail broken at entry 1: edited") {
+		t.Fatalf("verify after an edit: %+v", r)
 	}
 }

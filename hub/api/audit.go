@@ -17,18 +17,19 @@ import (
 // The audit trail (hub/API.md, "Audit trail"): authenticate records
 //
 //   - every request that is not a read (apply, create, update, delete,
-//     token and credential changes, rollbacks, exec), with its answer;
-//   - the first use of each credential from each address in a minute;
-//   - failed authentications and refused reads, at most once a minute per
-//     address (and credential, and path), counting the ones left out.
+//     token and credential changes, rollbacks, exec) that succeeds, with
+//     its answer, one entry each;
+//   - aggregated (store.AuditAggregator: the first at once, then one
+//     entry a minute with the count, per actor, source, action and
+//     result): the uses of each credential, failed authentications (401,
+//     429), refused requests (403 and every other 4xx);
 //
 // Handlers add what only they know with noteAudit; hub/remote records
 // log and exec requests with Audit. Every entry is stored (store.AppendAudit)
 // and logged as one structured line, msg "audit".
 
-// AuditThrottle is how often token uses and failures of one kind from one
-// address are recorded at most.
-const AuditThrottle = time.Minute
+// AuditThrottle is the window of aggregated entries.
+const AuditThrottle = store.DefaultAuditWindow
 
 // maxAuditField bounds the object and detail of an entry: they may come
 // from the request.
@@ -156,6 +157,8 @@ func describe(r *http.Request) (action, object string) {
 	switch pattern {
 	case "/v1/apply":
 		return "apply", ""
+	case "/v1/audit/verify":
+		return "verify", "audit"
 	case "/v1/{kind}":
 		if verb == "get" {
 			verb = "list"
@@ -181,129 +184,85 @@ func describe(r *http.Request) (action, object string) {
 	return verb, strings.TrimPrefix(r.URL.Path, "/v1/")
 }
 
-// throttle lets one event of a kind through per AuditThrottle and counts
-// the others.
-type throttle struct {
-	mu   sync.Mutex
-	now  func() time.Time
-	last map[string]*throttled
+// aggregate records e through the aggregator (store.AuditAggregator):
+// events anyone can cause in bulk become at most two entries per actor,
+// source, action and result a minute, with their count.
+func (s *Server) aggregate(e schema.AuditEntry) {
+	for _, x := range s.agg.Add(e) {
+		s.record(x)
+	}
 }
 
-type throttled struct {
-	at         time.Time
-	suppressed int
+// FlushAudit records the aggregated entries whose window has ended (all
+// of them, if all) and prunes the trail past its bounds.
+func (s *Server) FlushAudit(ctx context.Context, all bool) {
+	for _, x := range s.agg.Flush(all) {
+		s.record(x)
+	}
+	if err := s.store.PruneAudit(ctx); err != nil {
+		s.log.Warn("audit trail not pruned", "err", err)
+	}
 }
 
-// maxThrottleKeys bounds the memory of a flood from many addresses.
-const maxThrottleKeys = 10000
-
-// allow reports whether an event of key may be recorded now, and how
-// many were left out since the last one that was.
-func (t *throttle) allow(key string) (bool, int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := t.now()
-	if t.last == nil {
-		t.last = map[string]*throttled{}
+// RunAudit flushes the aggregated audit entries every interval (default
+// 10 s) until ctx is done, then all that are left: run it beside the
+// server and stop it before the store closes.
+func (s *Server) RunAudit(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		interval = 10 * time.Second
 	}
-	if e, ok := t.last[key]; ok && now.Sub(e.at) < AuditThrottle {
-		e.suppressed++
-		return false, 0
-	}
-	if len(t.last) >= maxThrottleKeys {
-		for k, e := range t.last {
-			if now.Sub(e.at) >= AuditThrottle {
-				delete(t.last, k)
-			}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.FlushAudit(context.Background(), true)
+			return
+		case <-t.C:
+			s.FlushAudit(ctx, false)
 		}
-		if len(t.last) >= maxThrottleKeys {
-			clear(t.last)
-		}
 	}
-	n := 0
-	if e, ok := t.last[key]; ok {
-		n = e.suppressed
-	}
-	t.last[key] = &throttled{at: now}
-	return true, n
-}
-
-// withSuppressed adds to detail how many like it were left out.
-func withSuppressed(detail string, n int) string {
-	if n == 0 {
-		return detail
-	}
-	return fmt.Sprintf("%s (and %d more like it in the minute before, not recorded)", detail, n)
 }
 
 // authFailed records a request refused before its token was accepted
-// (401, or 429 from the auth limiter), at most once a minute per address
-// and code: an address that starts being throttled gets its 429 entry
-// even right after its 401 one.
+// (401, or 429 from the auth limiter), aggregated per address and code.
 func (s *Server) authFailed(r *http.Request, code int, why string) {
-	src := sourceOf(r)
-	ok, n := s.throttle.allow(strconv.Itoa(code) + "|" + src)
-	if !ok {
-		return
-	}
 	action, object := describe(r)
-	s.record(schema.AuditEntry{
-		Actor: schema.AuditAnonymous, Source: src, Action: action, Object: object,
-		Result: resultOf(code), Detail: withSuppressed(why, n),
+	s.aggregate(schema.AuditEntry{
+		Actor: schema.AuditAnonymous, Source: sourceOf(r), Action: action, Object: object,
+		Result: resultOf(code), Detail: why,
 	})
 }
 
-// AuditThrottled records e, an event from outside the HTTP API (a
-// refused MQTT login), at most once per AuditThrottle for each key, its
-// detail saying how many like it were left out: a flood of guesses adds
-// one entry a minute per key, not one per guess. Actor defaults to
-// schema.AuditAnonymous; Actor and Source are clipped as Object is.
-func (s *Server) AuditThrottled(key string, e schema.AuditEntry) {
-	ok, n := s.throttle.allow("ext|" + key)
-	if !ok {
-		return
-	}
+// AuditAggregated records e, an event from outside the HTTP API that
+// anyone can cause in bulk (a refused MQTT login), aggregated: a flood of
+// guesses adds at most two entries a minute per actor, source, action and
+// result, counting them all. Actor defaults to schema.AuditAnonymous;
+// Actor and Source are clipped as Object is.
+func (s *Server) AuditAggregated(e schema.AuditEntry) {
 	e.Actor, e.Source = clip(e.Actor), clip(e.Source)
 	if e.Actor == "" {
 		e.Actor = schema.AuditAnonymous
 	}
-	e.Detail = withSuppressed(e.Detail, n)
-	s.record(e)
+	s.aggregate(e)
 }
 
 // refused records a request of an authenticated credential refused with
-// 403 before its handler: writes every time, reads once a minute per
-// credential, address and path.
+// 403, aggregated.
 func (s *Server) refused(r *http.Request, cred store.Credential, why string) {
-	src := sourceOf(r)
-	n := 0
-	if isRead(r) {
-		var ok bool
-		if ok, n = s.throttle.allow("403|" + cred.Name + "|" + src + "|" + r.URL.Path); !ok {
-			return
-		}
-	}
 	action, object := describe(r)
-	s.record(schema.AuditEntry{
-		Actor: cred.Name, Role: cred.Role, Source: src, Action: action, Object: object,
-		Result: resultOf(http.StatusForbidden), Detail: withSuppressed(why, n),
+	s.aggregate(schema.AuditEntry{
+		Actor: cred.Name, Role: cred.Role, Source: sourceOf(r), Action: action, Object: object,
+		Result: resultOf(http.StatusForbidden), Detail: why,
 	})
 }
 
-// used records the first use of a credential from an address in a
-// minute.
+// used records the uses of a credential from an address, aggregated:
+// the first in a minute, then how many more.
 func (s *Server) used(r *http.Request, cred store.Credential) {
-	src := sourceOf(r)
-	ok, n := s.throttle.allow("use|" + cred.Name + "|" + src)
-	if !ok {
-		return
-	}
-	detail := r.Method + " " + clip(r.URL.Path)
-	if n > 0 {
-		detail = fmt.Sprintf("%s (and %d more requests in the minute before)", detail, n)
-	}
-	s.record(schema.AuditEntry{
-		Actor: cred.Name, Role: cred.Role, Source: src, Action: "use-token", Result: schema.AuditOK, Detail: detail,
+	s.aggregate(schema.AuditEntry{
+		Actor: cred.Name, Role: cred.Role, Source: sourceOf(r), Action: "use-token", Result: schema.AuditOK,
+		Detail: r.Method + " " + clip(r.URL.Path),
 	})
 }
 
@@ -343,22 +302,31 @@ func (s *Server) audited(h http.Handler, w http.ResponseWriter, r *http.Request,
 	if r.URL.Query().Get("dryRun") != "" {
 		detail = strings.TrimSpace("dry run " + detail)
 	}
-	s.record(schema.AuditEntry{
+	e := schema.AuditEntry{
 		Actor: cred.Name, Role: cred.Role, Source: a.source, Action: action, Object: obj,
 		Result: resultOf(code), Detail: detail,
-	})
+	}
+	if code >= 400 && code < 500 {
+		// Refused: anyone with a token can cause these in bulk.
+		s.aggregate(e)
+		return
+	}
+	s.record(e)
 }
 
-// auditRoutes adds GET /v1/audit (admin only, see roles.go) and GET
-// /v1/deployments/{name}/status.
+// auditRoutes adds GET /v1/audit (admin only, see roles.go), POST
+// /v1/audit/verify (auditverify.go) and GET /v1/deployments/{name}/status.
 func (s *Server) auditRoutes() {
 	s.Handle("/v1/audit", methods{http.MethodGet: s.listAudit})
+	s.Handle("/v1/audit/verify", methods{http.MethodPost: s.verifyAudit})
 	s.Handle("/v1/deployments/{name}/status", methods{http.MethodGet: s.deploymentStatus})
 }
 
 // listAudit handles GET /v1/audit?since=…&actor=…&limit=…: since is a
 // duration back from now (1h) or an RFC 3339 time; limit defaults to
-// schema.DefaultAuditLimit, 0 for all. Entries come oldest first.
+// schema.DefaultAuditLimit, 0 for all. Entries come oldest first. The
+// aggregated counts so far are written before the trail is read (only
+// an admin can, so no one else can make entries this way).
 func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var query store.AuditQuery
@@ -380,6 +348,8 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 		}
 		query.Limit = n
 	}
+	// What is read is complete: the counts so far are written first.
+	s.FlushAudit(r.Context(), true)
 	items, err := s.store.Audit(r.Context(), query)
 	if err != nil {
 		WriteError(w, r, s.log, err)

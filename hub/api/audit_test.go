@@ -46,14 +46,91 @@ func (c *fakeClock) add(d time.Duration) {
 }
 
 // TestAuditTrail: writes, credential and token changes, token uses and
-// failed authentications are recorded once each (uses and failures once a
-// minute per address), with actor, role, source and result, never a
-// token; each is also a log line.
+// failed authentications are recorded once each (uses and failures
+// aggregated: the first of a minute per actor, address, action and result
+// at once, the rest counted when the minute ends), with actor, role,
+// source and result, never a token; each is also a log line.
 func TestAuditTrail(t *testing.T) {
 	h := newTestHub(t, Options{})
 	clock := &fakeClock{t: time.Now()}
-	h.API.throttle.now = clock.now
+	h.API.agg.Now = clock.now
 
+	secrets := auditSteps(t, h)
+	if len(secrets) != 3 {
+		t.Fatalf("want 3 tokens issued, got %d", len(secrets))
+	}
+	got := h.audit(t, "")
+	var lines []string
+	for _, e := range got {
+		lines = append(lines, line(e))
+		if e.Source != "127.0.0.1" || e.Time.IsZero() || e.Seq == 0 {
+			t.Errorf("entry without source, time or seq: %+v", e)
+		}
+	}
+	want := []string{
+		"admin admin apply devices/pi,configmaps/gw ok",
+		"admin admin apply devices/pi ok",
+		"admin admin create devices/pi2 ok",
+		"admin admin issue-token devices/pi ok",
+		"admin admin create credentials/ci ok",
+		"admin admin create bootstrap-tokens/", // its id follows
+		"admin admin delete devices/pi2 ok",
+		"admin admin delete credentials/ci ok",
+		"admin admin update devices/nope 404",
+		"grafana monitor apply  403",
+		"grafana monitor use-token  ok",
+		"grafana monitor list secrets 403",
+		"anonymous  list devices 401",
+		// The admin's own GET /v1/audit, recorded before it was served.
+		"admin admin use-token  ok",
+		// The counts so far, written before the trail is read.
+		"grafana monitor use-token  ok",
+		"anonymous  list devices 401",
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("audit trail:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(lines[i], want[i]) {
+			t.Errorf("entry %d: %q, want %q", i, lines[i], want[i])
+		}
+	}
+	if d := got[0].Detail; d != "devices/pi created, configmaps/gw created" {
+		t.Errorf("first apply's detail: %q", d)
+	}
+	if d := got[1].Detail; d != "nothing changed" {
+		t.Errorf("second apply's detail: %q", d)
+	}
+	if got[12].Detail != "missing bearer token" {
+		t.Errorf("401 detail: %q", got[12].Detail)
+	}
+
+	for i, c := range []int{8: 1, 9: 1, 10: 1, 11: 1, 12: 1, 13: 1, 14: 2, 15: 2} {
+		if got[i].Count != c {
+			t.Errorf("entry %d (%s): count %d, want %d", i, lines[i], got[i].Count, c)
+		}
+	}
+
+	if got[15].Until.IsZero() || got[15].Detail != "wrong bearer token" {
+		t.Errorf("the count of 401s: %+v", got[15])
+	}
+
+	// A minute later each is recorded at once again.
+	clock.add(AuditThrottle)
+	h.do(t, "GET", "/v1/devices", "", nil)
+	h.do(t, "GET", "/v1/devices", h.Monitor, nil)
+	got = h.audit(t, "?limit=3") // the last: this read's use of the admin token
+	if len(got) != 3 || line(got[0]) != "anonymous  list devices 401" || got[0].Count != 1 ||
+		line(got[1]) != "grafana monitor use-token  ok" || got[1].Count != 1 || line(got[2]) != "admin admin use-token  ok" {
+		t.Fatalf("after a minute: %+v", got)
+	}
+	checkAuditFiltersAndSecrets(t, h, secrets, len(want))
+}
+
+// auditSteps makes TestAuditTrail's requests and returns the tokens they
+// issued.
+func auditSteps(t *testing.T, h *testHub) []string {
+	t.Helper()
 	steps := []struct {
 		method, path, token, body string
 		code                      int
@@ -91,68 +168,19 @@ func TestAuditTrail(t *testing.T) {
 			secrets = append(secrets, tok.Token)
 		}
 	}
-	if len(secrets) != 3 {
-		t.Fatalf("want 3 tokens issued, got %d", len(secrets))
-	}
-	got := h.audit(t, "")
-	var lines []string
-	for _, e := range got {
-		lines = append(lines, line(e))
-		if e.Source != "127.0.0.1" || e.Time.IsZero() || e.Seq == 0 {
-			t.Errorf("entry without source, time or seq: %+v", e)
-		}
-	}
-	want := []string{
-		"admin admin apply devices/pi,configmaps/gw ok",
-		"admin admin apply devices/pi ok",
-		"admin admin create devices/pi2 ok",
-		"admin admin issue-token devices/pi ok",
-		"admin admin create credentials/ci ok",
-		"admin admin create bootstrap-tokens/", // its id follows
-		"admin admin delete devices/pi2 ok",
-		"admin admin delete credentials/ci ok",
-		"admin admin update devices/nope 404",
-		"grafana monitor apply  403",
-		"grafana monitor use-token  ok",
-		"grafana monitor list secrets 403",
-		"anonymous  list devices 401",
-		// The admin's own GET /v1/audit, recorded before it was served.
-		"admin admin use-token  ok",
-	}
-	if len(lines) != len(want) {
-		t.Fatalf("audit trail:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
-	}
-	for i := range want {
-		if !strings.HasPrefix(lines[i], want[i]) {
-			t.Errorf("entry %d: %q, want %q", i, lines[i], want[i])
-		}
-	}
-	if d := got[0].Detail; d != "devices/pi created, configmaps/gw created" {
-		t.Errorf("first apply's detail: %q", d)
-	}
-	if d := got[1].Detail; d != "nothing changed" {
-		t.Errorf("second apply's detail: %q", d)
-	}
-	if got[12].Detail != "missing bearer token" {
-		t.Errorf("401 detail: %q", got[12].Detail)
-	}
+	return secrets
+}
 
-	// A minute later the next failure is recorded, counting the two left
-	// out; so is the next use of the monitor's token.
-	clock.add(AuditThrottle)
-	h.do(t, "GET", "/v1/devices", "", nil)
-	h.do(t, "GET", "/v1/devices", h.Monitor, nil)
-	got = h.audit(t, "?limit=3") // the last: this read's use of the admin token
-	if len(got) != 3 || line(got[0]) != "anonymous  list devices 401" ||
-		!strings.Contains(got[0].Detail, "and 2 more like it") || line(got[1]) != "grafana monitor use-token  ok" {
-		t.Fatalf("after a minute: %+v", got)
-	}
-
+// checkAuditFiltersAndSecrets: the trail of TestAuditTrail filters by
+// actor and time, refuses bad parameters, and holds no token, in the
+// store or the log, where every entry is a line.
+func checkAuditFiltersAndSecrets(t *testing.T, h *testHub, secrets []string, entries int) {
+	t.Helper()
 	// Filters.
-	if got := h.audit(t, "?actor=grafana"); len(got) != 4 {
-		t.Errorf("actor=grafana: %d entries, want 4: %+v", len(got), got)
+	if got := h.audit(t, "?actor=grafana"); len(got) != 5 {
+		t.Errorf("actor=grafana: %d entries, want 5: %+v", len(got), got)
 	}
-	if got := h.audit(t, "?since=1h&actor=anonymous&limit=0"); len(got) != 2 {
+	if got := h.audit(t, "?since=1h&actor=anonymous&limit=0"); len(got) != 3 {
 		t.Errorf("since=1h actor=anonymous: %+v", got)
 	}
 	if got := h.audit(t, "?since="+time.Now().Add(time.Hour).UTC().Format(time.RFC3339)); len(got) != 0 {
@@ -175,8 +203,8 @@ func TestAuditTrail(t *testing.T) {
 			t.Errorf("a token is in the audit trail or the log")
 		}
 	}
-	if n := strings.Count(logs, "msg=audit "); n < len(want) {
-		t.Errorf("%d audit log lines, want at least %d", n, len(want))
+	if n := strings.Count(logs, "msg=audit "); n < entries {
+		t.Errorf("%d audit log lines, want at least %d", n, entries)
 	}
 	if !strings.Contains(logs, `msg=audit seq=4 actor=admin role=admin source=127.0.0.1 action=issue-token object=devices/pi result=ok`) {
 		t.Errorf("no structured audit line for the token issue in\n%s", logs)
@@ -243,5 +271,68 @@ func TestAppliedObjects(t *testing.T) {
 		if got := appliedObjects(c.names); got != c.want {
 			t.Errorf("appliedObjects(%v) = %q, want %q", c.names, got, c.want)
 		}
+	}
+}
+
+// TestAuditRefusalsCannotFlush: a flood of refused requests (a monitor
+// applying, bad tokens) adds a handful of entries however long it is,
+// every refusal is counted once they are flushed, and the admin's entries
+// before it stay in place.
+func TestAuditRefusalsCannotFlush(t *testing.T) {
+	h := newTestHub(t, Options{})
+	if r := h.admin(t, "POST", "/v1/apply", deviceYAML("pi")); r.Code != http.StatusOK {
+		t.Fatal(r.Code)
+	}
+	before := h.audit(t, "?limit=0")
+	const n = 300
+	for i := range n {
+		h.do(t, "POST", "/v1/apply", h.Monitor, []byte(deviceYAML("x")))
+		h.do(t, "GET", "/v1/devices", strings.Repeat("z", 40+i%3), nil)
+	}
+	h.API.FlushAudit(t.Context(), true)
+	after := h.audit(t, "?limit=0")
+	if len(after) > len(before)+10 {
+		t.Fatalf("%d refusals added %d entries", 2*n, len(after)-len(before))
+	}
+	for i, e := range before {
+		if after[i] != e {
+			t.Fatalf("entry %d changed: %+v, was %+v", i, after[i], e)
+		}
+	}
+	counts := map[string]int{}
+	for _, e := range after[len(before):] {
+		counts[e.Actor+" "+e.Result] += e.Count
+	}
+	// The bad tokens: 401 until the auth limiter throttles the address,
+	// then 429.
+	if counts["grafana 403"] != n || counts["anonymous 401"]+counts["anonymous 429"] != n {
+		t.Fatalf("counted: %v, want %d each", counts, n)
+	}
+}
+
+// TestAuditVerifyRoute: POST /v1/audit/verify answers the chain's state,
+// is admin only, and is itself recorded.
+func TestAuditVerifyRoute(t *testing.T) {
+	h := newTestHub(t, Options{})
+	h.admin(t, "POST", "/v1/apply", deviceYAML("pi"))
+	r := h.admin(t, "POST", "/v1/audit/verify", "")
+	var v schema.AuditVerification
+	if err := json.Unmarshal(r.Body, &v); err != nil || r.Code != http.StatusOK || !v.OK || v.Kind != "AuditVerification" || v.Entries < 1 || len(v.Head) != 64 {
+		t.Fatalf("verify: %d %s", r.Code, r.Body)
+	}
+	if r := h.do(t, "POST", "/v1/audit/verify", h.Monitor, nil); r.Code != http.StatusForbidden {
+		t.Errorf("monitor verify: %d", r.Code)
+	}
+	if r := h.do(t, "GET", "/v1/audit/verify", h.Admin, nil); r.Code != http.StatusMethodNotAllowed {
+		t.Errorf("GET verify: %d", r.Code)
+	}
+	var found bool
+	for _, e := range h.audit(t, "?actor=admin") {
+		if line(e) == "admin admin verify audit ok" && strings.HasPrefix(e.Detail, "chain intact: ") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("the verification is not in the trail: %+v", h.audit(t, "?actor=admin"))
 	}
 }

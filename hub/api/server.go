@@ -64,9 +64,9 @@ type Server struct {
 
 	stopOnce sync.Once
 	stop     chan struct{}
-	// throttle limits the audit entries of token uses and failures
+	// agg aggregates the audit entries of token uses and refusals
 	// (audit.go).
-	throttle throttle
+	agg store.AuditAggregator
 	// limiter throttles failed logins (authlimit.go).
 	limiter *ratelimit.AuthLimiter
 }
@@ -96,7 +96,7 @@ func New(opts Options) (*Server, error) {
 	if s.limiter == nil {
 		s.limiter = ratelimit.NewAuthLimiter(ratelimit.AuthOptions{})
 	}
-	s.throttle.now = time.Now
+	s.agg.Now = time.Now
 	s.routes()
 	return s, nil
 }

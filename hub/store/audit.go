@@ -17,19 +17,26 @@ import (
 )
 
 // The audit trail: v1/audit/{seq}, seq in 20 digits, each a
-// schema.AuditEntry. Entries are numbered without gaps from the oldest
-// kept to the newest; appending one past Options.AuditLimit deletes the
-// oldest in the same (synced) transaction. Appends do not bump the store
-// revision: the trail is no object, and watchers have nothing to see.
+// schema.AuditEntry carrying the hash of the one before (auditchain.go).
+// Entries are numbered without gaps from the oldest kept to the newest.
+// They are kept by age (Options.AuditRetention) and size
+// (Options.AuditMaxBytes), never by count: an append, or PruneAudit,
+// deletes the oldest entries past either bound in the same (synced)
+// transaction, and records the last one deleted as the chain's anchor.
+// Appends do not bump the store revision: the trail is no object, and
+// watchers have nothing to see.
 
-// DefaultAuditLimit is the default of Options.AuditLimit.
-const DefaultAuditLimit = 10000
+// Defaults of Options.AuditRetention and AuditMaxBytes.
+const (
+	DefaultAuditRetention = 90 * 24 * time.Hour
+	DefaultAuditMaxBytes  = 100 << 20
+)
 
 const prefixAudit = "v1/audit/"
 
-// maxAuditTrim bounds the deletes of one append, so that a store reopened
-// with a much lower AuditLimit trims over a few appends instead of in one
-// transaction too big for Badger.
+// maxAuditTrim bounds the deletes of one transaction, so that a store
+// reopened with much lower bounds prunes over a few appends instead of
+// in one transaction too big for Badger.
 const maxAuditTrim = 1000
 
 // AuditKey is the key of audit entry seq.
@@ -37,17 +44,25 @@ func AuditKey(seq uint64) string { return fmt.Sprintf("%s%020d", prefixAudit, se
 
 // auditLog is where the trail stands: the keys [first, next) exist.
 type auditLog struct {
-	mu     sync.Mutex
-	limit  uint64
-	loaded bool
-	first  uint64
-	next   uint64
+	mu        sync.Mutex
+	retention time.Duration
+	maxBytes  int64
+	loaded    bool
+	first     uint64
+	next      uint64
+	// lastHash is the Hash of entry next-1 (or the anchor's).
+	lastHash string
+	// bytes is the size of the entries' keys and values.
+	bytes int64
+	// firstTime is the Time of entry first; zero when not known.
+	firstTime time.Time
+	anchor    schema.AuditAnchor
 }
 
 // AppendAudit stores e as the newest audit entry and returns it with its
-// Seq (and Time, if it had none). It is written with Badger's sync
-// writes, like every other write. e must hold no token or Secret value:
-// the store keeps it as it is.
+// Seq, Prev and Hash (and Time, if it had none). It is written with
+// Badger's sync writes, like every other write. e must hold no token or
+// Secret value: the store keeps it as it is.
 func (s *Store) AppendAudit(ctx context.Context, e schema.AuditEntry) (schema.AuditEntry, error) {
 	if err := s.acquire(ctx); err != nil {
 		return e, err
@@ -64,40 +79,77 @@ func (s *Store) AppendAudit(ctx context.Context, e schema.AuditEntry) (schema.Au
 		e.Time = s.now()
 	}
 	e.Time = e.Time.UTC()
-	val, err := json.Marshal(e)
+	if !e.Until.IsZero() {
+		e.Until = e.Until.UTC()
+	}
+	e.Prev, e.Hash = a.lastHash, ""
+	val, err := chainEntry(&e)
 	if err != nil {
 		return e, fmt.Errorf("append audit entry: %w", err)
 	}
-	first := a.first
+	key := AuditKey(e.Seq)
+	pos := a.position()
+	pos.bytes += int64(len(key) + len(val))
+	if pos.first == e.Seq {
+		pos.firstTime = e.Time
+	}
 	err = s.db.Update(func(b *badger.Txn) error {
-		if err := b.Set([]byte(AuditKey(e.Seq)), val); err != nil {
+		if err := b.Set([]byte(key), val); err != nil {
 			return err
 		}
-		for n := 0; first+a.limit <= e.Seq && n < maxAuditTrim; n++ {
-			if err := b.Delete([]byte(AuditKey(first))); err != nil {
-				return err
-			}
-			first++
-		}
-		return nil
+		return a.prune(b, &pos, e.Seq+1, s.now())
 	})
 	if err != nil {
 		return e, fmt.Errorf("append audit entry %d: %w", e.Seq, badgerErr(err))
 	}
-	a.first, a.next = first, e.Seq+1
+	a.set(pos)
+	a.next, a.lastHash = e.Seq+1, e.Hash
 	return e, nil
 }
 
-// loadAuditLocked finds the oldest and newest entries on first use.
+// PruneAudit deletes the entries past the trail's age and size bounds
+// (at most maxAuditTrim of them), as appends do: the hub calls it now and
+// then, so that a quiet trail is pruned too.
+func (s *Store) PruneAudit(ctx context.Context) error {
+	if err := s.acquire(ctx); err != nil {
+		return err
+	}
+	defer s.release()
+	a := &s.audit
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := s.loadAuditLocked(); err != nil {
+		return err
+	}
+	pos := a.position()
+	if !a.due(pos, s.now()) {
+		return nil
+	}
+	err := s.db.Update(func(b *badger.Txn) error { return a.prune(b, &pos, a.next, s.now()) })
+	if err != nil {
+		return fmt.Errorf("prune audit trail: %w", badgerErr(err))
+	}
+	a.set(pos)
+	return nil
+}
+
+// loadAuditLocked finds the oldest and newest entries, the trail's size
+// and the chain's anchor on first use.
 func (s *Store) loadAuditLocked() error {
 	a := &s.audit
 	if a.loaded {
 		return nil
 	}
+	var legacy bool
 	err := s.db.View(func(b *badger.Txn) error {
+		anchor, err := readAnchor(b)
+		if err != nil {
+			return err
+		}
+		a.anchor, a.lastHash = anchor, anchor.Hash
+		a.first, a.next, a.bytes = anchor.Seq+1, anchor.Seq+1, 0
 		first, ok, err := auditEnd(b, false)
 		if err != nil || !ok {
-			a.first, a.next = 1, 1
 			return err
 		}
 		last, _, err := auditEnd(b, true)
@@ -105,10 +157,35 @@ func (s *Store) loadAuditLocked() error {
 			return err
 		}
 		a.first, a.next = first, last+1
+		if a.bytes, err = auditBytes(b); err != nil {
+			return err
+		}
+		oldest, err := readAuditEntry(b, first)
+		if err == nil {
+			a.firstTime = oldest.Time
+		}
+		newest, err := readAuditEntry(b, last)
+		if err != nil {
+			// Damaged: the trail goes on (VerifyAudit names the entry).
+			s.log.Warn("newest audit entry does not decode", "seq", last, "err", err)
+			a.lastHash = ""
+			return nil
+		}
+		a.lastHash = newest.Hash
+		// A trail written before the chain: its entries stay, unchained,
+		// and the chain starts after them.
+		legacy = newest.Hash == "" && anchor.Seq < last
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("load audit trail: %w", err)
+	}
+	if legacy {
+		anchor := schema.AuditAnchor{Seq: a.next - 1}
+		if err := s.db.Update(func(b *badger.Txn) error { return writeAnchor(b, anchor) }); err != nil {
+			return fmt.Errorf("start the audit chain: %w", badgerErr(err))
+		}
+		a.anchor = anchor
 	}
 	a.loaded = true
 	return nil

@@ -34,9 +34,11 @@
 //	v1/device-keys/{device}    public key (base64) the device sent when it enrolled
 //	v1/crash-reports/{device}  the device's latest crash report per container, a JSON
 //	                           array of schema.CrashReport (written by the status ingest)
-//	v1/audit/{seq}             audit trail entry (20 digits), a schema.AuditEntry; the
-//	                           newest Options.AuditLimit are kept, appends do not bump
-//	                           the revision (audit.go)
+//	v1/audit/{seq}             audit trail entry (20 digits), a schema.AuditEntry, each
+//	                           carrying the hash of the one before; kept by age and
+//	                           size (Options.AuditRetention, AuditMaxBytes); appends do
+//	                           not bump the revision (audit.go)
+//	v1/auditanchor             seq and hash of the last pruned audit entry (auditchain.go)
 //
 // Every write goes through a Txn (Store.Write): the revision is bumped once
 // per committed transaction that changed anything, and object events carry

@@ -44,10 +44,13 @@ type Options struct {
 	// ("secrets.key") in the parent directory of Dir, which for the hub is
 	// its data directory.
 	SecretKeyFile string
-	// AuditLimit is how many audit entries the store keeps (audit.go):
-	// appending one more deletes the oldest in the same transaction;
-	// default DefaultAuditLimit.
-	AuditLimit int
+	// AuditRetention is how long audit entries are kept (audit.go);
+	// default DefaultAuditRetention, negative: forever.
+	AuditRetention time.Duration
+	// AuditMaxBytes bounds the audit trail's size (keys and values): the
+	// oldest entries go first; default DefaultAuditMaxBytes, negative: no
+	// bound.
+	AuditMaxBytes int64
 }
 
 func (o *Options) setDefaults() {
@@ -66,8 +69,11 @@ func (o *Options) setDefaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.AuditLimit <= 0 {
-		o.AuditLimit = DefaultAuditLimit
+	if o.AuditRetention == 0 {
+		o.AuditRetention = DefaultAuditRetention
+	}
+	if o.AuditMaxBytes == 0 {
+		o.AuditMaxBytes = DefaultAuditMaxBytes
 	}
 	if o.SecretKeyFile == "" && o.Dir != "" {
 		o.SecretKeyFile = filepath.Join(filepath.Dir(filepath.Clean(o.Dir)), SecretKeyFileName)
@@ -152,7 +158,7 @@ func Open(opts Options) (*Store, error) {
 
 		passwordHash: opts.PasswordHash,
 		gcDone:       make(chan struct{}),
-		audit:        auditLog{limit: uint64(opts.AuditLimit)},
+		audit:        auditLog{retention: opts.AuditRetention, maxBytes: opts.AuditMaxBytes},
 	}
 	rev, err := s.bootstrap()
 	if err != nil {
