@@ -101,6 +101,7 @@ pattern read fleet/v1/devices/%u/requests
 pattern write fleet/v1/devices/%u/status
 pattern write fleet/v1/devices/%u/online
 pattern write fleet/v1/devices/%u/events
+pattern write fleet/v1/devices/%u/crashreports
 pattern write fleet/v1/devices/%u/responses
 
 user fleet.hub
