@@ -257,7 +257,7 @@ func TestE2EPrivilegeCrashReports(t *testing.T) {
 	}
 }
 
-// roleTokens are the API tokens of each role, and none.
+// roleTokens are the API tokens of each role.
 type roleTokens struct{ admin, viewer, monitor string }
 
 func privilegeCrashReports(t *testing.T, f *Fleet) {
@@ -384,11 +384,49 @@ func monitorCrashEvent(msgs []mqttMsg) bool {
 // "not 401 or 403" (a route whose admin answer depends on the device),
 // -1 "not tried" (an admin's would change the fleet).
 func privilegeRouteMatrix(t *testing.T, f *Fleet, tok roleTokens) {
+	routes := privilegeRoutes()
+	roles := []struct{ name, token string }{{"admin", tok.admin}, {"viewer", tok.viewer}, {"monitor", tok.monitor}}
+	for _, r := range routes {
+		for i, role := range roles {
+			if r.want[i] < 0 {
+				continue
+			}
+			code, body := doAs(t, f.Hub, role.token, r.method, r.path, r.body)
+			switch want := r.want[i]; {
+			case want == 0 && (code == 401 || code == 403):
+				t.Errorf("%s %s as %s: %d %.300s, want it let through", r.method, r.path, role.name, code, body)
+			case want != 0 && code != want:
+				t.Errorf("%s %s as %s: %d %.300s, want %d", r.method, r.path, role.name, code, body, want)
+			}
+			if role.name == "monitor" {
+				for _, s := range crashSecrets {
+					if strings.Contains(body, s) {
+						t.Errorf("monitor %s %s: the answer holds %q: %.400s", r.method, r.path, s, body)
+					}
+				}
+			}
+			if strings.Contains(r.path, "events") && strings.Contains(body, "logTail") {
+				t.Errorf("%s %s as %s: an event with a logTail: %.400s", r.method, r.path, role.name, body)
+			}
+		}
+		if code, body := doAs(t, f.Hub, "", r.method, r.path, r.body); code != http.StatusUnauthorized {
+			t.Errorf("%s %s without a token: %d %.200s, want 401", r.method, r.path, code, body)
+		}
+	}
+	privilegeRouteExtras(t, f, tok)
+}
+
+// privilegeRoute is a request and the code admin, viewer and monitor get.
+type privilegeRoute struct {
+	method, path, body string
+	want               [3]int
+}
+
+// privilegeRoutes are every route of the hub's API, against
+// privilegeCrashReports' fleet.
+func privilegeRoutes() []privilegeRoute {
 	dev := deviceYAML("dev-1", map[string]string{"site": "lab"})
-	routes := []struct {
-		method, path, body string
-		want               [3]int
-	}{
+	return []privilegeRoute{
 		{"GET", "/v1/devices", "", [3]int{200, 200, 200}},
 		{"GET", "/v1/devices/dev-1", "", [3]int{200, 200, 200}},
 		{"GET", "/v1/deployments", "", [3]int{200, 200, 200}},
@@ -432,34 +470,12 @@ func privilegeRouteMatrix(t *testing.T, f *Fleet, tok roleTokens) {
 		{"POST", "/v1/bootstrap-tokens", `{"uses":-1}`, [3]int{400, 403, 403}},
 		{"DELETE", "/v1/bootstrap-tokens/abcdef", "", [3]int{404, 403, 403}},
 	}
+}
+
+// privilegeRouteExtras: a wrong token, the crash pointer on events for
+// every role, and the streams a monitor may read.
+func privilegeRouteExtras(t *testing.T, f *Fleet, tok roleTokens) {
 	roles := []struct{ name, token string }{{"admin", tok.admin}, {"viewer", tok.viewer}, {"monitor", tok.monitor}}
-	for _, r := range routes {
-		for i, role := range roles {
-			if r.want[i] < 0 {
-				continue
-			}
-			code, body := doAs(t, f.Hub, role.token, r.method, r.path, r.body)
-			switch want := r.want[i]; {
-			case want == 0 && (code == 401 || code == 403):
-				t.Errorf("%s %s as %s: %d %.300s, want it let through", r.method, r.path, role.name, code, body)
-			case want != 0 && code != want:
-				t.Errorf("%s %s as %s: %d %.300s, want %d", r.method, r.path, role.name, code, body, want)
-			}
-			if role.name == "monitor" {
-				for _, s := range crashSecrets {
-					if strings.Contains(body, s) {
-						t.Errorf("monitor %s %s: the answer holds %q: %.400s", r.method, r.path, s, body)
-					}
-				}
-			}
-			if strings.Contains(r.path, "events") && strings.Contains(body, "logTail") {
-				t.Errorf("%s %s as %s: an event with a logTail: %.400s", r.method, r.path, role.name, body)
-			}
-		}
-		if code, body := doAs(t, f.Hub, "", r.method, r.path, r.body); code != http.StatusUnauthorized {
-			t.Errorf("%s %s without a token: %d %.200s, want 401", r.method, r.path, code, body)
-		}
-	}
 	// A wrong token: 401 (a few routes only, under the hub's limit on
 	// failed logins from one address).
 	for _, p := range []string{"/v1/events", "/v1/devices/dev-1/crashreports", "/v1/secrets/creds"} {
