@@ -28,6 +28,8 @@ type fakePub struct {
 	mu   sync.Mutex
 	msgs []message
 	err  error
+	// failTopic, if set, fails every publish to that topic alone.
+	failTopic string
 }
 
 func (p *fakePub) Publish(_ context.Context, topic string, retained bool, payload []byte) error {
@@ -35,6 +37,9 @@ func (p *fakePub) Publish(_ context.Context, topic string, retained bool, payloa
 	defer p.mu.Unlock()
 	if p.err != nil {
 		return p.err
+	}
+	if p.failTopic != "" && topic == p.failTopic {
+		return errors.New("publish to " + topic + " failed")
 	}
 	p.msgs = append(p.msgs, message{topic, retained, payload})
 	return nil
@@ -617,20 +622,28 @@ func TestEventsCrashReportOnItsOwnTopic(t *testing.T) {
 
 		// The event's publish fails after its crash report went out: the
 		// event is retried, the report is not sent twice.
-		pub.setErr(errors.New("offline"))
+		pub.mu.Lock()
+		pub.failTopic = "fleet/v1/devices/dev1/events"
+		pub.mu.Unlock()
 		e.RecordEvent(schema.Event{Type: schema.EventWarning, Reason: "BackOff", Pod: "web", Container: "app", ExitCode: &code, LogTail: "again\n"})
 		clk.Advance(time.Second)
 		synctest.Wait()
-		pub.setErr(nil)
-		e.mu.Lock()
-		e.bytes -= len(e.queue[0].report)
-		e.queue[0].report = nil // as if its PUBACK came and the event's publish then failed
-		e.mu.Unlock()
+		if got := pub.all()[3:]; len(got) != 1 || got[0].topic != "fleet/v1/devices/dev1/crashreports" || e.Pending() != 1 {
+			t.Fatalf("the event's publish failing: %d more messages, %d pending; want its crash report alone, the event queued", len(got), e.Pending())
+		}
+		pub.mu.Lock()
+		pub.failTopic = ""
+		pub.mu.Unlock()
 		e.Flush()
 		clk.Advance(time.Second)
 		synctest.Wait()
-		if got := pub.all()[3:]; len(got) != 1 || got[0].topic != "fleet/v1/devices/dev1/events" || e.Pending() != 0 {
+		if got := pub.all()[4:]; len(got) != 1 || got[0].topic != "fleet/v1/devices/dev1/events" || e.Pending() != 0 {
 			t.Fatalf("after the event's retry: %d more messages, %d pending; want the event alone", len(got), e.Pending())
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.bytes != 0 {
+			t.Errorf("queue bytes %d with nothing queued", e.bytes)
 		}
 	})
 }
