@@ -177,6 +177,8 @@ func (e *Events) Record(typ, reason, pod, container, message string) {
 // RecordEvent queues ev unless rate-limited, as Record does; it carries
 // what Record cannot (ExitCode, LogTail). Type, Reason, Pod, Container,
 // Message, ExitCode and LogTail are taken from ev; the rest is set here.
+// A LogTail (about a container) becomes the event's crash report, on
+// CrashTopic: the event published has CrashReport set and no LogTail.
 func (e *Events) RecordEvent(ev schema.Event) {
 	id := newEventID()
 	e.mu.Lock()
