@@ -17,9 +17,13 @@ import (
 //   - RoleHub may do anything.
 //   - RoleDevice may subscribe to exactly {prefix}/devices/{self}/desired
 //     and {prefix}/devices/{self}/requests (no wildcards at all) and publish
-//     only to its own status, online, events and responses topics. A device whose name is not a valid device name may do nothing.
+//     only to its own status, online, events, crashreports and responses
+//     topics. A device whose name is not a valid device name may do
+//     nothing.
 //   - RoleMonitor may subscribe to {prefix}/devices/{device|+}/{status|online|events}
-//     and {prefix}/deployments/{name|+}/status, and publishes nothing.
+//     and {prefix}/deployments/{name|+}/status, and publishes nothing:
+//     never a device's crashreports (container logs), desired state or
+//     requests.
 //   - RoleBootstrap may publish only to {prefix}/enroll/{request}/request and
 //     subscribe only to {prefix}/enroll/{request}/response, where request is
 //     id.Request (its client ID): it can send its own enrollment request and
@@ -44,6 +48,7 @@ func Allowed(topics schema.Topics, id Identity, topic string, write bool) bool {
 		return topic == topics.Device(id.Name, schema.TopicStatus) ||
 			topic == topics.Device(id.Name, schema.TopicOnline) ||
 			topic == topics.Device(id.Name, schema.TopicEvents) ||
+			topic == topics.Device(id.Name, schema.TopicCrashReports) ||
 			topic == topics.Device(id.Name, schema.TopicResponses)
 	case RoleBootstrap:
 		if schema.ValidateRequestID(id.Request) != nil {

@@ -53,6 +53,13 @@ func TestAllowed(t *testing.T) {
 		{dev, "fleet/v1/devices/pi-1/events", write, true},
 		{dev, "fleet/v1/devices/pi-1/desired", write, false},
 		{dev, "fleet/v1/devices/pi-2/status", write, false},
+		// Device: writes its own crash reports, reads none (not its own,
+		// not another's).
+		{dev, "fleet/v1/devices/pi-1/crashreports", write, true},
+		{dev, "fleet/v1/devices/pi-2/crashreports", write, false},
+		{dev, "fleet/v1/devices/pi-1/crashreports", read, false},
+		{dev, "fleet/v1/devices/pi-2/crashreports", read, false},
+		{dev, "fleet/v1/devices/+/crashreports", read, false},
 		{dev, "fleet/v1/devices/pi-1/status/x", write, false},
 		{dev, "fleet/v1/deployments/web/status", write, false},
 		{dev, "other/devices/pi-1/status", write, false},
@@ -76,6 +83,10 @@ func TestAllowed(t *testing.T) {
 		{mon, "fleet/v1/devices/+/requests", read, false},
 		{mon, "fleet/v1/devices/+/responses", read, false},
 		{mon, "fleet/v1/devices/pi-1/responses", read, false},
+		// Monitor: never a crash report (a container's log).
+		{mon, "fleet/v1/devices/+/crashreports", read, false},
+		{mon, "fleet/v1/devices/pi-1/crashreports", read, false},
+		{mon, "fleet/v1/devices/pi-1/crashreports", write, false},
 		{mon, "fleet/v1/devices/pi-1/requests", write, false},
 		{mon, "fleet/v1/devices/pi-1/+", read, false},
 		{mon, "fleet/v1/devices/pi-1/#", read, false},
@@ -97,6 +108,7 @@ func TestAllowed(t *testing.T) {
 		{hub, "#", read, true},
 		{hub, "fleet/v1/devices/pi-1/desired", write, true},
 		{hub, "fleet/v1/devices/pi-1/status", read, true},
+		{hub, "fleet/v1/devices/+/crashreports", read, true},
 		// No role: nothing.
 		{Identity{Name: "x"}, "fleet/v1/devices/x/status", write, false},
 		{Identity{Name: "x", Role: Role(42)}, "#", read, false},

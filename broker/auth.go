@@ -14,10 +14,11 @@ type Role int
 // Roles. The zero value is no role at all and is allowed nothing.
 const (
 	// RoleDevice may read its own desired state and write its own status,
-	// online and events topics.
+	// online, events and crashreports topics (Allowed has the whole list).
 	RoleDevice Role = iota + 1
 	// RoleMonitor may read every device's status, online and events topics
-	// and every deployment's status; it writes nothing.
+	// and every deployment's status (never crash reports); it writes
+	// nothing.
 	RoleMonitor
 	// RoleHub may read and write every topic.
 	RoleHub

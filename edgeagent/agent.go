@@ -210,7 +210,8 @@ func New(o Options) (*Agent, error) {
 	}
 	a.events = status.NewEvents(status.EventsOptions{
 		Device: o.Device, Topic: a.topics.events, Publisher: pub, Clock: o.Clock, Logger: a.log,
-		Batch: true, Linger: status.DefaultEventLinger,
+		CrashTopic: o.Topics.Device(o.Device, schema.TopicCrashReports),
+		Batch:      true, Linger: status.DefaultEventLinger,
 	})
 	a.reporter = status.NewReporter(status.ReporterOptions{
 		Device: o.Device, Topic: a.topics.status, Publisher: pub, Version: o.Version,

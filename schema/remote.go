@@ -85,7 +85,7 @@ const (
 	// MaxConcurrentRequests bounds the operations a device runs at once;
 	// it refuses more with CodeTooManyRequests.
 	MaxConcurrentRequests = 8
-	// MaxCrashLogBytes and MaxCrashLogLines bound Event.LogTail.
+	// MaxCrashLogBytes and MaxCrashLogLines bound CrashReport.LogTail.
 	MaxCrashLogBytes = 8 << 10
 	MaxCrashLogLines = 50
 )
@@ -301,7 +301,10 @@ type ContainerMetrics struct {
 }
 
 // CrashReport is what the hub keeps of a container's last crash: the
-// event that reported it and the last lines of its log.
+// event that reported it and the last lines of its log. A device
+// publishes it (QoS 1, not retained) on its crashreports topic, which
+// only the hub may read, before the event that points at it
+// (Event.CrashReport).
 type CrashReport struct {
 	// Device is the device the container ran on.
 	Device string `json:"device"`
@@ -317,7 +320,8 @@ type CrashReport struct {
 	Message string `json:"message,omitempty"`
 	// ExitCode is the container's exit code.
 	ExitCode *int32 `json:"exitCode,omitempty"`
-	// LogTail is the last lines of the container's log when it crashed.
+	// LogTail is the last lines of the container's log when it crashed
+	// (at most MaxCrashLogLines lines and MaxCrashLogBytes bytes).
 	LogTail string `json:"logTail"`
 }
 

@@ -14,6 +14,13 @@ const (
 	TopicStatus  = "status"
 	TopicOnline  = "online"
 	TopicEvents  = "events"
+	// TopicCrashReports carries a device's crash reports (the last lines
+	// of a crashed container's log, schema.CrashReport): the device
+	// publishes its own (QoS 1, not retained) and only the hub reads
+	// them. The event about the crash, on TopicEvents, says only that
+	// there is one (Event.CrashReport): a log may hold what a monitor,
+	// which reads events, must not see.
+	TopicCrashReports = "crashreports"
 )
 
 // Payloads of the online topic.

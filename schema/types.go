@@ -832,10 +832,17 @@ type Event struct {
 	// ExitCode is the exit code of the container an event is about, when
 	// it exited (reasons Exited, BackOff).
 	ExitCode *int32 `json:"exitCode,omitempty"`
-	// LogTail is a crash report: the last lines of the container's log
-	// (at most MaxCrashLogLines lines and MaxCrashLogBytes bytes), on an
-	// event about a container that exited with a code other than 0 or
-	// entered backoff.
+	// CrashReport is true on an event about a container that exited with
+	// a code other than 0 or entered backoff when the device sent the
+	// last lines of its log as a crash report: on the device's
+	// crashreports topic, which only the hub reads, and from the hub to
+	// admins (GET /v1/devices/{device}/crashreports, fleet logs
+	// --previous). The log itself is never on an event.
+	CrashReport bool `json:"crashReport,omitempty"`
+	// LogTail is obsolete: agents before the crashreports topic put the
+	// crash report's log here. The hub makes it the container's crash
+	// report and removes it from the event before keeping or serving it
+	// (setting CrashReport instead); no event the hub serves has one.
 	LogTail string `json:"logTail,omitempty"`
 	// Dropped counts the events the device dropped before this one
 	// because its queue was full while it was offline.

@@ -40,8 +40,9 @@ Fleet's access rules (the same as the embedded broker's):
                   (--broker-username, password from --broker-password[-file]
                   or <data-dir>/mqtt-password, created if missing)
   acl             devices read their own desired topic and write their own
-                  status/online/events; monitors read every device's status,
-                  online and events; the hub reads and writes everything
+                  status/online/events/crashreports; monitors read every
+                  device's status, online and events (never crash reports);
+                  the hub reads and writes everything
   mosquitto.conf  a minimal configuration using the two files
 
 Tokens are kept only as hashes; the hub keeps a Mosquitto ("$7$") hash of

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,11 +18,14 @@ import (
 
 // EventsOptions configures Events.
 type EventsOptions struct {
-	Device    string
-	Topic     string // the device's events topic
-	Publisher Publisher
-	Clock     clock.Clock
-	Logger    *slog.Logger
+	Device string
+	Topic  string // the device's events topic
+	// CrashTopic is the device's crashreports topic (default: Topic's
+	// sibling, {prefix}/devices/{device}/crashreports).
+	CrashTopic string
+	Publisher  Publisher
+	Clock      clock.Clock
+	Logger     *slog.Logger
 	// PerKeyBurst events with the same reason, pod and container pass at
 	// once; then one per PerKeyInterval (defaults 3 and 1 min).
 	PerKeyBurst    int
@@ -62,7 +66,8 @@ const (
 	DefaultEventQueueBytes = 512 << 10
 )
 
-// Events queues and publishes events (non-retained, QoS 1). Record never
+// Events queues and publishes events (non-retained, QoS 1) and crash
+// reports (likewise, on CrashTopic, which only the hub may read). Record never
 // blocks. A crash loop cannot flood the link: each (reason, pod,
 // container) is limited by a token bucket and all pod events together by
 // another; suppressed events are counted in the next one that passes.
@@ -74,6 +79,13 @@ const (
 // published in order, one at a time, and an event leaves the queue only
 // once the broker acknowledged it (PUBACK). An event whose publish failed
 // is published again with the same ID, so the hub can keep it once.
+//
+// An event with a log tail (a crash) is split: its crash report (the log
+// tail, schema.CrashReport) is published on CrashTopic first, and then
+// the event, with CrashReport set and no log, on Topic. Both wait in the
+// same queue under the same bounds and go out in order; the crash report
+// is published again until acknowledged, and then never again. A log
+// tail never goes on the events topic, which monitors read.
 type Events struct {
 	o    EventsOptions
 	kick chan struct{}
@@ -86,10 +98,12 @@ type Events struct {
 	suppressed int
 }
 
-// queued is an event waiting for its PUBACK, encoded once.
+// queued is an event waiting for its PUBACK, encoded once, with its
+// crash report (nil: none, or acknowledged already).
 type queued struct {
 	ev      schema.Event
 	payload []byte
+	report  []byte
 }
 
 type eventKey struct{ reason, pod, container string }
@@ -132,6 +146,9 @@ func NewEvents(o EventsOptions) *Events {
 	if o.BatchBytes <= 0 {
 		o.BatchBytes = 16 << 10
 	}
+	if o.CrashTopic == "" {
+		o.CrashTopic = strings.TrimSuffix(o.Topic, "/"+schema.TopicEvents) + "/" + schema.TopicCrashReports
+	}
 	return &Events{o: o, kick: wake.New(), keys: map[eventKey]*bucket{}, all: bucket{tokens: float64(o.Burst)}}
 }
 
@@ -160,6 +177,8 @@ func (e *Events) Record(typ, reason, pod, container, message string) {
 // RecordEvent queues ev unless rate-limited, as Record does; it carries
 // what Record cannot (ExitCode, LogTail). Type, Reason, Pod, Container,
 // Message, ExitCode and LogTail are taken from ev; the rest is set here.
+// A LogTail (about a container) becomes the event's crash report, on
+// CrashTopic: the event published has CrashReport set and no LogTail.
 func (e *Events) RecordEvent(ev schema.Event) {
 	id := newEventID()
 	e.mu.Lock()
@@ -202,10 +221,6 @@ func (e *Events) RecordEvent(ev schema.Event) {
 	if len(message) > 4000 {
 		message = message[:4000] + "…"
 	}
-	logTail := ev.LogTail
-	if len(logTail) > schema.MaxCrashLogBytes {
-		logTail = logTail[len(logTail)-schema.MaxCrashLogBytes:]
-	}
 	q := queued{ev: schema.Event{
 		TypeMeta:  schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindEvent},
 		ID:        id,
@@ -217,17 +232,20 @@ func (e *Events) RecordEvent(ev schema.Event) {
 		Container: ev.Container,
 		Message:   message,
 		ExitCode:  ev.ExitCode,
-		LogTail:   logTail,
 	}}
-	payload, err := json.Marshal(q.ev)
+	report, err := crashReport(q.ev, ev.LogTail)
+	if err == nil {
+		q.report = report
+		q.ev.CrashReport = report != nil
+		q.payload, err = json.Marshal(q.ev)
+	}
 	if err != nil {
 		e.mu.Unlock()
 		e.o.Logger.Error("encode event failed", "reason", ev.Reason, "err", err)
 		return
 	}
-	q.payload = payload
 	e.queue = append(e.queue, q)
-	e.bytes += len(payload)
+	e.bytes += len(q.payload) + len(q.report)
 	e.trimLocked()
 	e.mu.Unlock()
 	wake.Signal(e.kick)
@@ -241,7 +259,7 @@ func (e *Events) trimLocked() {
 	n := 0
 	for len(e.queue) > 1 && (len(e.queue) > e.o.QueueSize || e.bytes > e.o.QueueBytes) {
 		d := e.queue[0]
-		e.bytes -= len(d.payload)
+		e.bytes -= len(d.payload) + len(d.report)
 		n += 1 + d.ev.Dropped
 		e.queue[0] = queued{}
 		e.queue = e.queue[1:]
@@ -258,6 +276,20 @@ func (e *Events) trimLocked() {
 	}
 	e.bytes += len(payload) - len(h.payload)
 	h.payload = payload
+}
+
+// crashReport encodes the crash report of ev (a log tail about a
+// container; the tail's last MaxCrashLogBytes), nil if it has none.
+func crashReport(ev schema.Event, logTail string) ([]byte, error) {
+	if logTail == "" || ev.Pod == "" || ev.Container == "" {
+		return nil, nil
+	}
+	if len(logTail) > schema.MaxCrashLogBytes {
+		logTail = logTail[len(logTail)-schema.MaxCrashLogBytes:]
+	}
+	ev.LogTail = logTail
+	cr, _ := schema.CrashReportOf(&ev)
+	return json.Marshal(cr)
 }
 
 // newEventID returns 12 random bytes in hex.
@@ -296,34 +328,47 @@ func (e *Events) Run(ctx context.Context) error {
 			}
 		}
 		for {
-			ids, payload, first := e.next()
+			ids, payload, first, report := e.next()
 			if ids == nil {
 				break
 			}
+			topic := e.o.Topic
+			if report {
+				topic = e.o.CrashTopic
+			}
 			pctx, cancel := context.WithTimeout(ctx, e.o.PublishTimeout)
-			err := e.o.Publisher.Publish(pctx, e.o.Topic, false, payload)
+			err := e.o.Publisher.Publish(pctx, topic, false, payload)
 			cancel()
 			if err != nil {
-				e.o.Logger.Debug("publish event failed; keeping it queued", "reason", first, "events", len(ids), "err", err)
+				e.o.Logger.Debug("publish event failed; keeping it queued", "reason", first, "events", len(ids), "crash_report", report, "err", err)
 				break
 			}
-			e.pop(ids)
+			if report {
+				e.reportSent(ids[0])
+			} else {
+				e.pop(ids)
+			}
 		}
 	}
 }
 
 // next returns the IDs and the message of the next events to publish:
-// the head of the queue, and with Batch those queued after it that fit.
-func (e *Events) next() (ids []string, payload []byte, first string) {
+// the head of the queue, and with Batch those queued after it that fit
+// (up to one with a crash report not yet sent). If the head has a crash
+// report not yet sent, that report is next, alone (report true).
+func (e *Events) next() (ids []string, payload []byte, first string, report bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.queue) == 0 {
-		return nil, nil, ""
+		return nil, nil, "", false
 	}
 	head := e.queue[0]
+	if head.report != nil {
+		return []string{head.ev.ID}, head.report, head.ev.Reason, true
+	}
 	n, size := 1, len(head.payload)
 	if e.o.Batch {
-		for n < len(e.queue) && n <= schema.MaxEventBatch && size+len(e.queue[n].payload)+1 <= e.o.BatchBytes {
+		for n < len(e.queue) && n <= schema.MaxEventBatch && e.queue[n].report == nil && size+len(e.queue[n].payload)+1 <= e.o.BatchBytes {
 			size += len(e.queue[n].payload) + 1
 			n++
 		}
@@ -333,7 +378,7 @@ func (e *Events) next() (ids []string, payload []byte, first string) {
 		ids[i] = e.queue[i].ev.ID
 	}
 	if n == 1 {
-		return ids, head.payload, head.ev.Reason
+		return ids, head.payload, head.ev.Reason, false
 	}
 	// The head's JSON object, with the others as its "more": each
 	// payload is a whole encoded Event without a "more" of its own.
@@ -347,7 +392,19 @@ func (e *Events) next() (ids []string, payload []byte, first string) {
 		b = append(b, e.queue[i].payload...)
 	}
 	b = append(b, "]}"...)
-	return ids, b, head.ev.Reason
+	return ids, b, head.ev.Reason, false
+}
+
+// reportSent marks the crash report of the event with this ID, at the
+// head of the queue, as acknowledged: the event itself is next.
+func (e *Events) reportSent(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.queue) == 0 || e.queue[0].ev.ID != id {
+		return // dropped meanwhile
+	}
+	e.bytes -= len(e.queue[0].report)
+	e.queue[0].report = nil
 }
 
 // pop removes the events with these IDs from the head of the queue, those
@@ -359,7 +416,7 @@ func (e *Events) pop(ids []string) {
 		if len(e.queue) == 0 || e.queue[0].ev.ID != id {
 			continue
 		}
-		e.bytes -= len(e.queue[0].payload)
+		e.bytes -= len(e.queue[0].payload) + len(e.queue[0].report)
 		e.queue[0] = queued{}
 		e.queue = e.queue[1:]
 	}

@@ -28,6 +28,8 @@ type fakePub struct {
 	mu   sync.Mutex
 	msgs []message
 	err  error
+	// failTopic, if set, fails every publish to that topic alone.
+	failTopic string
 }
 
 func (p *fakePub) Publish(_ context.Context, topic string, retained bool, payload []byte) error {
@@ -35,6 +37,9 @@ func (p *fakePub) Publish(_ context.Context, topic string, retained bool, payloa
 	defer p.mu.Unlock()
 	if p.err != nil {
 		return p.err
+	}
+	if p.failTopic != "" && topic == p.failTopic {
+		return errors.New("publish to " + topic + " failed")
 	}
 	p.msgs = append(p.msgs, message{topic, retained, payload})
 	return nil
@@ -546,9 +551,101 @@ func TestEventsQueueBytesBound(t *testing.T) {
 	if e.bytes > 40<<10 || len(e.queue) != 4 {
 		t.Fatalf("queue of %d events, %d bytes; want 4 within 40 KiB", len(e.queue), e.bytes)
 	}
-	if h := e.queue[0].ev; h.Pod != "p16" || h.Dropped != 16 || h.LogTail != tail || *h.ExitCode != 1 {
-		t.Fatalf("head = %s dropped %d", h.Pod, h.Dropped)
+	if h := e.queue[0]; h.ev.Pod != "p16" || h.ev.Dropped != 16 || h.ev.LogTail != "" || !h.ev.CrashReport ||
+		!strings.Contains(string(h.report), tail) || *h.ev.ExitCode != 1 {
+		t.Fatalf("head = %s dropped %d", h.ev.Pod, h.ev.Dropped)
 	}
+}
+
+// TestEventsCrashReportOnItsOwnTopic: an event with a log tail goes out
+// as two messages, in order: the crash report (with the log) on the
+// crashreports topic, then the event (CrashReport set, no log) on the
+// events topic, never batched together. Offline, both wait in the queue;
+// a failed publish of either is retried, and once the crash report is
+// acknowledged it is not sent again.
+func TestEventsCrashReportOnItsOwnTopic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clock.NewFake(t0)
+		pub := &fakePub{err: errors.New("offline")}
+		e := NewEvents(EventsOptions{Device: "dev1", Topic: "fleet/v1/devices/dev1/events", Publisher: pub, Clock: clk,
+			Batch: true, Linger: 250 * time.Millisecond})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = e.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+
+		code := int32(3)
+		e.Record(schema.EventNormal, "Started", "web", "app", "started")
+		e.RecordEvent(schema.Event{Type: schema.EventWarning, Reason: "Exited", Pod: "web", Container: "app",
+			Message: "exited 3", ExitCode: &code, LogTail: "fatal: SECRET-LOG-LINE\n"})
+		e.Record(schema.EventNormal, "Started", "web", "app", "started again")
+		clk.Advance(time.Second)
+		synctest.Wait()
+		if n := len(pub.all()); n != 0 || e.Pending() != 3 {
+			t.Fatalf("offline: %d published, %d pending; want 0 and 3", n, e.Pending())
+		}
+		pub.setErr(nil)
+		e.Flush()
+		clk.Advance(time.Second)
+		synctest.Wait()
+		msgs := pub.all()
+		var topics []string
+		for _, m := range msgs {
+			topics = append(topics, m.topic)
+			if m.retained {
+				t.Errorf("%s published retained", m.topic)
+			}
+		}
+		want := "fleet/v1/devices/dev1/events fleet/v1/devices/dev1/crashreports fleet/v1/devices/dev1/events"
+		if strings.Join(topics, " ") != want {
+			t.Fatalf("published to %v, want %s", topics, want)
+		}
+		var cr schema.CrashReport
+		if err := json.Unmarshal(msgs[1].payload, &cr); err != nil {
+			t.Fatal(err)
+		}
+		if err := schema.ValidateCrashReport(&cr); err != nil || cr.LogTail != "fatal: SECRET-LOG-LINE\n" || cr.Pod != "web" || cr.Container != "app" || *cr.ExitCode != 3 {
+			t.Fatalf("crash report %s: %v", msgs[1].payload, err)
+		}
+		for _, i := range []int{0, 2} {
+			if strings.Contains(string(msgs[i].payload), "SECRET-LOG-LINE") || strings.Contains(string(msgs[i].payload), "logTail") {
+				t.Errorf("an events message carries the log: %s", msgs[i].payload)
+			}
+		}
+		var ev schema.Event
+		if err := json.Unmarshal(msgs[2].payload, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Reason != "Exited" || !ev.CrashReport || len(ev.More) != 1 || ev.More[0].Message != "started again" {
+			t.Fatalf("the crash's event %s: want Exited with crashReport, the next event in more", msgs[2].payload)
+		}
+
+		// The event's publish fails after its crash report went out: the
+		// event is retried, the report is not sent twice.
+		pub.mu.Lock()
+		pub.failTopic = "fleet/v1/devices/dev1/events"
+		pub.mu.Unlock()
+		e.RecordEvent(schema.Event{Type: schema.EventWarning, Reason: "BackOff", Pod: "web", Container: "app", ExitCode: &code, LogTail: "again\n"})
+		clk.Advance(time.Second)
+		synctest.Wait()
+		if got := pub.all()[3:]; len(got) != 1 || got[0].topic != "fleet/v1/devices/dev1/crashreports" || e.Pending() != 1 {
+			t.Fatalf("the event's publish failing: %d more messages, %d pending; want its crash report alone, the event queued", len(got), e.Pending())
+		}
+		pub.mu.Lock()
+		pub.failTopic = ""
+		pub.mu.Unlock()
+		e.Flush()
+		clk.Advance(time.Second)
+		synctest.Wait()
+		if got := pub.all()[4:]; len(got) != 1 || got[0].topic != "fleet/v1/devices/dev1/events" || e.Pending() != 0 {
+			t.Fatalf("after the event's retry: %d more messages, %d pending; want the event alone", len(got), e.Pending())
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.bytes != 0 {
+			t.Errorf("queue bytes %d with nothing queued", e.bytes)
+		}
+	})
 }
 
 // TestIdleSendsNothing: by default an unchanged status is never

@@ -14,8 +14,9 @@ import (
 //   - admin: everything.
 //   - viewer (a read-only admin): every GET but adminOnlyReads; no write,
 //     no exec, no logs.
-//   - monitor: GET on monitorReads only: status, online, events, metrics,
-//     top and the dashboard; Devices, and Deployments without their pod
+//   - monitor: GET on monitorReads only: status, online, events (which
+//     never hold a log: the hub strips an old agent's logTail, and crash
+//     reports are adminOnlyReads), metrics, top and the dashboard; Devices, and Deployments without their pod
 //     template (monitorView). Never ConfigMaps, Secrets, revisions,
 //     credentials, bootstrap tokens, mosquitto files or the audit trail.
 //

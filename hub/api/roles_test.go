@@ -36,6 +36,9 @@ var private = []string{"private-image", "private-command", "PRIVATE-ENV-VALUE", 
 // TestRoleMatrix: each route × role → code. The hub's own routes
 // (mosquitto files, metrics, events, logs, the dashboard) are stand-ins
 // here, registered under their real patterns: roles.go decides by pattern.
+// test/e2e_privilege_test.go TestE2EPrivilegeCrashReports hits every
+// route with each role against a real hub, its real handlers and real
+// data (a crashed container's report, events pointing at it).
 func TestRoleMatrix(t *testing.T) {
 	// Every wrong token of the matrix comes from 127.0.0.1: no throttling.
 	h := newTestHub(t, Options{AuthLimiter: ratelimit.NewAuthLimiter(ratelimit.AuthOptions{Rate: ratelimit.Rate{Burst: 1000, PerSecond: 1000}})})

@@ -12,16 +12,26 @@ import (
 // each container, at most this many containers (the oldest report goes).
 const MaxCrashReports = 16
 
-// putCrash makes ev the crash report of its container, unless the one
+// AddCrashReport makes cr the crash report of its container on the
+// device (unless the one kept is newer), and marks the device as heard
+// from now. cr.Device is set to name.
+func (m *Model) AddCrashReport(name, uid string, cr schema.CrashReport) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.entryLocked(name, uid)
+	r.LastSeen = m.now()
+	r.version++
+	cr.Device = name
+	r.putCrash(cr)
+	m.recountLocked(name)
+}
+
+// putCrash makes cr the crash report of its container, unless the one
 // kept is newer.
-func (r *report) putCrash(device string, ev schema.Event) {
-	cr := schema.CrashReport{
-		Device: device, Pod: ev.Pod, Container: ev.Container, Time: ev.Time,
-		Reason: ev.Reason, Message: ev.Message, ExitCode: ev.ExitCode, LogTail: ev.LogTail,
-	}
+func (r *report) putCrash(cr schema.CrashReport) {
 	for i := range r.crashes {
-		if c := &r.crashes[i]; c.Pod == ev.Pod && c.Container == ev.Container {
-			if !ev.Time.Before(c.Time) {
+		if c := &r.crashes[i]; c.Pod == cr.Pod && c.Container == cr.Container {
+			if !cr.Time.Before(c.Time) {
 				*c = cr
 			}
 			return

@@ -62,8 +62,10 @@ func (m *Model) UpdateReport(name, uid string, update func(r *Report, wasOnline 
 // AddEvent keeps ev among the device's keep most recent events, and marks
 // the device as heard from now. An event whose ID (when set) is already
 // among them is a re-delivery: it is dropped, and AddEvent returns false.
-// An event with a LogTail about a container also becomes that
-// container's crash report (CrashReports).
+// An event with a LogTail about a container (from an agent before the
+// crashreports topic) also becomes that container's crash report
+// (CrashReports); the event is kept without its LogTail, with
+// CrashReport set, so no reader of events (a monitor) ever gets a log.
 func (m *Model) AddEvent(name, uid string, ev schema.Event, keep int) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -73,10 +75,13 @@ func (m *Model) AddEvent(name, uid string, ev schema.Event, keep int) bool {
 	r.version++
 	added := ev.ID == "" || !r.hasEvent(ev.ID)
 	if added {
-		r.addEvent(ev, keep)
-		if ev.LogTail != "" && ev.Pod != "" && ev.Container != "" {
-			r.putCrash(name, ev)
+		if cr, ok := schema.CrashReportOf(&ev); ok {
+			cr.Device = name
+			r.putCrash(cr)
+			ev.CrashReport = true
 		}
+		ev.LogTail = ""
+		r.addEvent(ev, keep)
 	}
 	m.recountLocked(name)
 	return added

@@ -1,4 +1,5 @@
-// Package ingest receives what agents publish — status, online and events —
+// Package ingest receives what agents publish — status, online, events and
+// crash reports —
 // over the hub's MQTT connection, checks it, writes the latest report of
 // every device into the fleet model (hub/fleetmodel), and writes reports to
 // the store in batches.

@@ -193,9 +193,10 @@ func (in *Ingest) Load(ctx context.Context) error {
 	return nil
 }
 
-// Subscribe subscribes to every device's status, online and events topics.
+// Subscribe subscribes to every device's status, online, events and
+// crashreports topics.
 func (in *Ingest) Subscribe(ctx context.Context) error {
-	for _, kind := range []string{schema.TopicStatus, schema.TopicOnline, schema.TopicEvents} {
+	for _, kind := range []string{schema.TopicStatus, schema.TopicOnline, schema.TopicEvents, schema.TopicCrashReports} {
 		if err := in.opts.Conn.Subscribe(ctx, in.opts.Topics.DeviceFilter(kind), in.Handle); err != nil {
 			return fmt.Errorf("ingest: %w", err)
 		}
@@ -232,7 +233,7 @@ func (in *Ingest) Handle(topic string, payload []byte) {
 		return
 	}
 	switch kind {
-	case schema.TopicStatus, schema.TopicOnline, schema.TopicEvents:
+	case schema.TopicStatus, schema.TopicOnline, schema.TopicEvents, schema.TopicCrashReports:
 	default:
 		in.malformed(metrics.KindUnknown, device, fmt.Errorf("topic %q: unexpected kind %q", topic, kind))
 		return
@@ -263,6 +264,8 @@ func (in *Ingest) Handle(topic string, payload []byte) {
 		in.handleOnline(device, uid, payload)
 	case schema.TopicEvents:
 		in.handleEvent(device, uid, payload)
+	case schema.TopicCrashReports:
+		in.handleCrashReport(device, uid, payload)
 	}
 }
 
@@ -407,13 +410,41 @@ func (in *Ingest) addEvent(device, uid string, ev schema.Event) {
 		}
 		return
 	}
-	if ev.LogTail != "" && ev.Pod != "" && ev.Container != "" {
-		// The model made it the container's crash report: keep it
-		// across restarts, with the next flush.
-		in.mu.Lock()
-		in.crashes[device] = uid
-		in.mu.Unlock()
+	if _, ok := schema.CrashReportOf(&ev); ok {
+		// From an agent before the crashreports topic: the model made it
+		// the container's crash report (and kept the event without its
+		// log); keep it across restarts, with the next flush.
+		in.crashDirty(device, uid)
 	}
+}
+
+// handleCrashReport keeps a crash report from the device's crashreports
+// topic as its container's (the event that points at it comes next, on
+// the events topic). A re-delivery changes nothing: the model keeps the
+// newest report per container.
+func (in *Ingest) handleCrashReport(device, uid string, payload []byte) {
+	var cr schema.CrashReport
+	if err := json.Unmarshal(payload, &cr); err != nil {
+		in.malformed(schema.TopicCrashReports, device, fmt.Errorf("decode: %w", err))
+		return
+	}
+	if err := schema.ValidateCrashReport(&cr); err != nil {
+		in.malformed(schema.TopicCrashReports, device, err)
+		return
+	}
+	if cr.Device != device {
+		in.malformed(schema.TopicCrashReports, device, fmt.Errorf("payload names device %q", schema.Truncate(cr.Device, 64, "...")))
+		return
+	}
+	in.model.AddCrashReport(device, uid, cr)
+	in.crashDirty(device, uid)
+}
+
+// crashDirty has the next flush write the device's crash reports.
+func (in *Ingest) crashDirty(device, uid string) {
+	in.mu.Lock()
+	in.crashes[device] = uid
+	in.mu.Unlock()
 }
 
 // malformed counts and (rate-limited) logs a refused payload. The payload

@@ -9,7 +9,7 @@ import (
 
 // FuzzHandleTopic: whatever the topic a message arrives on, it changes
 // nothing of a device unless it is exactly one of that device's own
-// status, online or events topics: a device (which the broker lets
+// status, online, events or crashreports topics: a device (which the broker lets
 // publish only on its own topics, and the hub trusts the topic, not the
 // payload) can never report for another. pi2 stands for the other
 // device; messages on its own topics are not sent.
@@ -18,6 +18,7 @@ func FuzzHandleTopic(f *testing.F) {
 		{topicPrefix + "pi/status", statusJSON("pi2", 3, "arm64")},
 		{topicPrefix + "pi/online", "online"},
 		{topicPrefix + "pi/events", `{"device":"pi2","type":"Warning","reason":"BackOff","pod":"web","time":"2024-01-01T00:00:00Z"}`},
+		{topicPrefix + "pi/crashreports", `{"device":"pi2","pod":"web","container":"app","time":"2024-01-01T00:00:00Z","reason":"Exited","logTail":"boom\n"}`},
 		{topicPrefix + "pi2/status/x", statusJSON("pi2", 3, "arm64")},
 		{topicPrefix + "pi2//status", "online"},
 		{topicPrefix + "+/online", "online"},
@@ -42,6 +43,9 @@ func FuzzHandleTopic(f *testing.F) {
 		}
 		if evs := fx.fm.Events("pi2", ""); len(evs) != 0 {
 			t.Fatalf("a message on %q gave pi2 events: %+v", topic, evs)
+		}
+		if crs := fx.fm.CrashReports("pi2", ""); len(crs) != 0 {
+			t.Fatalf("a message on %q gave pi2 crash reports: %+v", topic, crs)
 		}
 	})
 }

@@ -458,8 +458,16 @@ func TestEventDedupeAndCrashReports(t *testing.T) {
 	f.in.Handle(topicPrefix+"pi/events", ev("e3", "app", "later\n", 4, "2024-01-01T00:02:00Z"))
 	f.in.Handle(topicPrefix+"pi/events", ev("", "app", "", 0, "2024-01-01T00:03:00Z")) // no id: kept, no tail
 	f.in.Handle(topicPrefix+"pi/events", ev("", "app", "", 0, "2024-01-01T00:03:00Z"))
-	if evs := f.fm.Events("pi", ""); len(evs) != 5 {
+	evs := f.fm.Events("pi", "")
+	if len(evs) != 5 {
 		t.Errorf("%d events, want 5 (one duplicate dropped)", len(evs))
+	}
+	// An old agent's log tail becomes the crash report and leaves the
+	// event, which only points at it: no reader of events gets a log.
+	for _, e := range evs {
+		if e.LogTail != "" || e.CrashReport != (e.ID != "") {
+			t.Errorf("event %q kept: logTail %q, crashReport %v; want no log, a pointer iff it had one", e.ID, e.LogTail, e.CrashReport)
+		}
 	}
 	if n := counter(t, f.m.Ignored.WithLabelValues(schema.TopicEvents, metrics.ReasonDuplicate)); n != 1 {
 		t.Errorf("duplicates counted: %v", n)
@@ -575,4 +583,53 @@ func TestStatusOwnsItsPayload(t *testing.T) {
 	if err := schema.ValidateDeviceStatus(st); err != nil {
 		t.Fatalf("the report changed with the caller's buffer: %v", err)
 	}
+}
+
+// TestCrashReportTopic: a crash report on the device's crashreports topic
+// becomes its container's (the newest kept, a re-delivery changing
+// nothing), is stored with the next flush, and comes with no event; a
+// malformed one is refused, counted and changes nothing.
+func TestCrashReportTopic(t *testing.T) {
+	f := newFixture(t, "pi", "pi2")
+	cr := func(dev, ctr, tail, at string) []byte {
+		return fmt.Appendf(nil, `{"device":%q,"pod":"web","container":%q,"time":%q,"reason":"Exited","message":"exited 3","exitCode":3,"logTail":%q}`,
+			dev, ctr, at, tail)
+	}
+	f.in.Handle(topicPrefix+"pi/crashreports", cr("pi", "app", "boom\n", "2024-01-01T00:00:00Z"))
+	f.in.Handle(topicPrefix+"pi/crashreports", cr("pi", "app", "boom\n", "2024-01-01T00:00:00Z")) // re-delivered
+	f.in.Handle(topicPrefix+"pi/crashreports", cr("pi", "app", "older\n", "2023-01-01T00:00:00Z"))
+	crs := f.fm.CrashReports("pi", "")
+	if len(crs) != 1 || crs[0].LogTail != "boom\n" || crs[0].Device != "pi" || *crs[0].ExitCode != 3 || crs[0].Message != "exited 3" {
+		t.Fatalf("crash reports %+v, want app's boom once", crs)
+	}
+	if n := len(f.fm.Events("pi", "")); n != 0 {
+		t.Errorf("a crash report made %d events", n)
+	}
+	before := counter(t, f.m.Malformed.WithLabelValues(schema.TopicCrashReports))
+	for _, bad := range [][]byte{
+		cr("pi2", "app", "not mine\n", "2024-01-02T00:00:00Z"), // names another device
+		cr("pi", "", "no container\n", "2024-01-02T00:00:00Z"),
+		cr("pi", "app", "", "2024-01-02T00:00:00Z"),
+		cr("pi", "app", strings.Repeat("x", schema.MaxCrashLogBytes+1), "2024-01-02T00:00:00Z"),
+		[]byte(`{"device":"pi","pod":"web","container":"app","reason":"Exited","logTail":"no time"}`),
+		[]byte(`not json`),
+	} {
+		f.in.Handle(topicPrefix+"pi/crashreports", bad)
+	}
+	if n := counter(t, f.m.Malformed.WithLabelValues(schema.TopicCrashReports)) - before; n != 6 {
+		t.Errorf("%v bad crash reports counted, want 6", n)
+	}
+	if crs := f.fm.CrashReports("pi", ""); len(crs) != 1 || crs[0].LogTail != "boom\n" {
+		t.Errorf("after bad crash reports: %+v", crs)
+	}
+	if n := len(f.fm.CrashReports("pi2", "")); n != 0 {
+		t.Errorf("pi's message gave pi2 %d crash reports", n)
+	}
+	f.in.Flush(t.Context())
+	_ = f.st.View(t.Context(), func(tx *store.Txn) error {
+		if v, err := tx.Get(store.CrashReportsKey("pi")); err != nil || !strings.Contains(string(v), "boom") {
+			t.Errorf("stored crash reports: %s %v", v, err)
+		}
+		return nil
+	})
 }
