@@ -3,6 +3,7 @@ package remote
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -20,15 +21,13 @@ import (
 // The seeds are genuine requests (exec, logs, top, and follow-ups), the
 // same for another device, unsigned, and signed by another key.
 func FuzzHandleRequest(f *testing.F) {
+	// Deterministic seeds (a fixed clock and nonces; ed25519 signing is
+	// deterministic): the fuzzing workers, each running this setup, agree
+	// on what the hub signed.
+	clock := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	genuine := map[string]bool{} // canonical bytes the hub signed
-	add := func(b []byte) {
-		if c, _, err := schema.SplitSignedRequest(b); err == nil {
-			genuine[string(c)] = true
-		}
-		f.Add(b)
-	}
 	id := "0123456789abcdef0123456789abcdef"
-	for _, r := range []schema.Request{
+	for i, r := range []schema.Request{
 		execReq(id, "/tmp/fuzz"),
 		{ID: id, Op: schema.OpLogs, Logs: &schema.LogOptions{Pod: "web"}},
 		{ID: id, Op: schema.OpTop},
@@ -36,7 +35,10 @@ func FuzzHandleRequest(f *testing.F) {
 		{ID: id, Op: schema.OpCancel},
 		{ID: id, Op: schema.OpExec, Device: "pi-2", Exec: &schema.ExecOptions{Pod: "web", Command: []string{"id"}}},
 	} {
-		add(sign(f, r))
+		r.RequestAuth = schema.RequestAuth{Nonce: fmt.Sprintf("%032x", i+1), Expires: clock.Add(schema.RequestExpiry)}
+		c := canonicalOf(f, r)
+		genuine[string(c)] = true
+		f.Add(resign(f, c, hubKey))
 	}
 	unsigned := canonicalOf(f, execReq(id, "/tmp/unsigned"))
 	f.Add(unsigned)
@@ -52,6 +54,7 @@ func FuzzHandleRequest(f *testing.F) {
 			Device: "pi-1", Publisher: pub, Runtime: rec, Key: hubPub,
 			Node:          func(context.Context) schema.NodeMetrics { return schema.NodeMetrics{} },
 			IndexInterval: -1, Lease: time.Second, PublishTimeout: time.Second,
+			Now: func() time.Time { return clock },
 		})
 		if err != nil {
 			t.Fatal(err)
