@@ -77,75 +77,9 @@ func TestE2ESignedRequests(t *testing.T) {
 		t.Fatalf("the hub's exec request is not signed: %v\n%s", err, genuine)
 	}
 
-	hubKey := readHubSigningKey(t, f.Hub.DataDir)
-	forge := func(marker string, auth *schema.RequestAuth, key ed25519.PrivateKey) []byte {
-		t.Helper()
-		r := schema.Request{
-			TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindRequest},
-			ID:       randomHex(t, schema.RequestIDBytes), Device: dev, Op: schema.OpExec, Window: 8,
-			Deadline: time.Now().Add(time.Minute).UTC(),
-			Exec:     &schema.ExecOptions{Pod: "target", Command: []string{"/bin/sh", "-c", "echo PWNED > /tmp/pwned-" + marker}},
-		}
-		if auth != nil {
-			r.RequestAuth = *auth
-		} else if r.RequestAuth, _ = schema.NewRequestAuth(time.Now()); r.Nonce == "" {
-			t.Fatal("no nonce")
-		}
-		b := mustJSON(t, r)
-		if key == nil {
-			return b
-		}
-		signed, err := schema.SignRequest(b, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return signed
-	}
-	nonce := func(expires time.Time) *schema.RequestAuth {
-		a, _ := schema.NewRequestAuth(time.Now())
-		a.Expires = expires.UTC()
-		return &a
-	}
-	attacks := []struct {
-		name, why string
-		payload   []byte
-	}{
-		{"unsigned", "not signed", forge("unsigned", nil, nil)},
-		{"replayed", "replayed", genuine},
-		{"mutated", "does not verify", mutate(t, genuine, "genuine-runs", "pwned-mutate")},
-		{"another device's", "for another device", otherDevice},
-		{"expired", "expired", forge("expired", nonce(time.Now().Add(-schema.MaxRequestClockSkew-time.Minute)), hubKey)},
-		{"far-future", "too far ahead", forge("future", nonce(time.Now().Add(time.Hour)), hubKey)},
-	}
+	attacks := forgedExecs(t, f, dev, genuine, otherDevice)
 	dropped := hubMetric(t, f, `fleet_remote_responses_dropped_total{reason="forged_request_refused"}`)
-	for _, a := range attacks {
-		var id struct{ ID string }
-		if err := json.Unmarshal(a.payload, &id); err != nil {
-			t.Fatal(err)
-		}
-		rogue.mustPublish(reqTopic, false, a.payload)
-		var r *schema.Response
-		found := func() bool {
-			for _, m := range rogue.received() {
-				if resp, err := schema.DecodeResponse(m.Payload); m.Topic == respTopic && err == nil && resp.ID == id.ID && resp.Done {
-					r = resp
-					return true
-				}
-			}
-			return false
-		}
-		deadline := time.Now().Add(15 * time.Second)
-		for !found() && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond) // polling with a deadline
-		}
-		if r == nil {
-			t.Errorf("%s request: no answer from %s within 15 s", a.name, dev)
-			continue
-		}
-		if r.Code != schema.CodeUnauthenticated || !strings.Contains(r.Error, a.why) {
-			t.Errorf("%s request: answered %s %q, want %s saying %q", a.name, r.Code, r.Error, schema.CodeUnauthenticated, a.why)
-		}
-	}
+	awaitRefusals(t, rogue, reqTopic, respTopic, attacks)
 
 	// Nothing ran: no marker, the genuine command once, nothing of sreq-2's.
 	out := f.CLI(t, "exec", dev+"/target", "--", "/bin/sh", "-c", "ls /tmp; echo ---; cat /tmp/genuine-runs")
@@ -211,6 +145,89 @@ func refusedThroughHub(t *testing.T, f *Fleet) {
 	for _, a := range []string{"exec-refused", "logs-refused", "top-refused"} {
 		if !seen[a] {
 			t.Errorf("no %s entry for %s in the audit trail (have %v)", a, name, seen)
+		}
+	}
+}
+
+// attack is a request a rogue publishes, and what its refusal must say.
+type attack struct {
+	name, why string
+	payload   []byte
+}
+
+// forgedExecs makes the rogue's exec requests to dev: each command would
+// leave /tmp/pwned-* in the container.
+func forgedExecs(t *testing.T, f *Fleet, dev string, genuine, otherDevice []byte) []attack {
+	t.Helper()
+	hubKey := readHubSigningKey(t, f.Hub.DataDir)
+	forge := func(marker string, auth *schema.RequestAuth, key ed25519.PrivateKey) []byte {
+		t.Helper()
+		r := schema.Request{
+			TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindRequest},
+			ID:       randomHex(t, schema.RequestIDBytes), Device: dev, Op: schema.OpExec, Window: 8,
+			Deadline: time.Now().Add(time.Minute).UTC(),
+			Exec:     &schema.ExecOptions{Pod: "target", Command: []string{"/bin/sh", "-c", "echo PWNED > /tmp/pwned-" + marker}},
+		}
+		if auth != nil {
+			r.RequestAuth = *auth
+		} else if r.RequestAuth, _ = schema.NewRequestAuth(time.Now()); r.Nonce == "" {
+			t.Fatal("no nonce")
+		}
+		b := mustJSON(t, r)
+		if key == nil {
+			return b
+		}
+		signed, err := schema.SignRequest(b, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return signed
+	}
+	nonce := func(expires time.Time) *schema.RequestAuth {
+		a, _ := schema.NewRequestAuth(time.Now())
+		a.Expires = expires.UTC()
+		return &a
+	}
+	return []attack{
+		{"unsigned", "not signed", forge("unsigned", nil, nil)},
+		{"replayed", "replayed", genuine},
+		{"mutated", "does not verify", mutate(t, genuine, "genuine-runs", "pwned-mutate")},
+		{"another device's", "for another device", otherDevice},
+		{"expired", "expired", forge("expired", nonce(time.Now().Add(-schema.MaxRequestClockSkew-time.Minute)), hubKey)},
+		{"far-future", "too far ahead", forge("future", nonce(time.Now().Add(time.Hour)), hubKey)},
+	}
+}
+
+// awaitRefusals publishes each attack on the device's requests topic and
+// checks its answer: a Done of code Unauthenticated saying why.
+func awaitRefusals(t *testing.T, rogue *mqttClient, reqTopic, respTopic string, attacks []attack) {
+	t.Helper()
+	for _, a := range attacks {
+		var id struct{ ID string }
+		if err := json.Unmarshal(a.payload, &id); err != nil {
+			t.Fatal(err)
+		}
+		rogue.mustPublish(reqTopic, false, a.payload)
+		var r *schema.Response
+		found := func() bool {
+			for _, m := range rogue.received() {
+				if resp, err := schema.DecodeResponse(m.Payload); m.Topic == respTopic && err == nil && resp.ID == id.ID && resp.Done && resp.Code != "" {
+					r = resp
+					return true
+				}
+			}
+			return false
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for !found() && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond) // polling with a deadline
+		}
+		if r == nil {
+			t.Errorf("%s request: no refusal on %s within 15 s", a.name, respTopic)
+			continue
+		}
+		if r.Code != schema.CodeUnauthenticated || !strings.Contains(r.Error, a.why) {
+			t.Errorf("%s request: answered %s %q, want %s saying %q", a.name, r.Code, r.Error, schema.CodeUnauthenticated, a.why)
 		}
 	}
 }
