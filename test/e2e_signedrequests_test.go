@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,7 +89,8 @@ func TestE2ESignedRequests(t *testing.T) {
 	}
 	awaitf(t, 30*time.Second, func() bool {
 		return hubMetric(t, f, `fleet_remote_responses_dropped_total{reason="forged_request_refused"}`) >= dropped+float64(len(attacks))
-	}, "the hub counting the device's refusals of requests it did not send")
+	}, "the hub counting the device's refusals of requests it did not send: fleet_remote_responses_dropped_total %v, was %v before",
+		hubMetricsOf(t, f, "fleet_remote_responses_dropped_total"), dropped)
 	awaitf(t, 30*time.Second, func() bool {
 		for _, e := range hubEventsOf(t, f, dev) {
 			if e.Reason == "RequestRefused" && e.Type == schema.EventWarning && strings.Contains(e.Message, "the hub did not send") {
@@ -198,35 +200,41 @@ func forgedExecs(t *testing.T, f *Fleet, dev string, genuine, otherDevice []byte
 	}
 }
 
-// awaitRefusals publishes each attack on the device's requests topic and
-// checks its answer: a Done of code Unauthenticated saying why.
+// awaitRefusals publishes every attack on the device's requests topic,
+// at once (before any deadline the hub set passes), and checks each
+// answer: a Done of code Unauthenticated saying why.
 func awaitRefusals(t *testing.T, rogue *mqttClient, reqTopic, respTopic string, attacks []attack) {
 	t.Helper()
-	for _, a := range attacks {
-		var id struct{ ID string }
-		if err := json.Unmarshal(a.payload, &id); err != nil {
+	ids := make([]string, len(attacks))
+	for i, a := range attacks {
+		var r struct{ ID string }
+		if err := json.Unmarshal(a.payload, &r); err != nil {
 			t.Fatal(err)
 		}
+		ids[i] = r.ID
 		rogue.mustPublish(reqTopic, false, a.payload)
-		var r *schema.Response
-		found := func() bool {
-			for _, m := range rogue.received() {
-				if resp, err := schema.DecodeResponse(m.Payload); m.Topic == respTopic && err == nil && resp.ID == id.ID && resp.Done && resp.Code != "" {
-					r = resp
-					return true
-				}
+	}
+	refusals := func() map[string]*schema.Response {
+		out := map[string]*schema.Response{}
+		for _, m := range rogue.received() {
+			if r, err := schema.DecodeResponse(m.Payload); m.Topic == respTopic && err == nil && r.Done && r.Code != "" {
+				out[r.ID] = r
 			}
-			return false
 		}
-		deadline := time.Now().Add(15 * time.Second)
-		for !found() && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond) // polling with a deadline
-		}
-		if r == nil {
-			t.Errorf("%s request: no refusal on %s within 15 s", a.name, respTopic)
-			continue
-		}
-		if r.Code != schema.CodeUnauthenticated || !strings.Contains(r.Error, a.why) {
+		return out
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	got := refusals()
+	for len(got) < len(ids) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // polling with a deadline
+		got = refusals()
+	}
+	for i, a := range attacks {
+		r := got[ids[i]]
+		switch {
+		case r == nil:
+			t.Errorf("%s request: no refusal on %s within 30 s", a.name, respTopic)
+		case r.Code != schema.CodeUnauthenticated || !strings.Contains(r.Error, a.why):
 			t.Errorf("%s request: answered %s %q, want %s saying %q", a.name, r.Code, r.Error, schema.CodeUnauthenticated, a.why)
 		}
 	}
@@ -270,6 +278,22 @@ func readHubSigningKey(t *testing.T, dataDir string) ed25519.PrivateKey {
 func jsonEscape(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b[1 : len(b)-1])
+}
+
+// hubMetricsOf returns the hub's /metrics lines of a metric.
+func hubMetricsOf(t *testing.T, f *Fleet, name string) []string {
+	t.Helper()
+	_, body, err := f.Request(t.Context(), http.MethodGet, "/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, name) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // hubEventsOf returns the device's events the hub holds.

@@ -206,9 +206,10 @@ func (m *Manager) Handle(topic string, payload []byte) {
 	m.mu.Lock()
 	o := m.ops[r.ID]
 	m.mu.Unlock()
-	if o == nil && r.Done && r.Code == schema.CodeUnauthenticated {
-		// The device refused a request the hub did not send: someone
-		// else publishes on its requests topic.
+	if (o == nil || o.device != device) && r.Done && r.Code == schema.CodeUnauthenticated {
+		// The device refused a request the hub did not send it (maybe
+		// one the hub sent another device): someone else publishes on
+		// its requests topic.
 		m.drop(dropForgedRefused, device, fmt.Errorf("device refused request %s, which the hub did not send: %s", r.ID, schema.Truncate(r.Error, 200, "...")))
 		m.forgedRefused(device, r)
 		return
