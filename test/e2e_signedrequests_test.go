@@ -40,7 +40,8 @@ spec:
 // captured, replayed; the same, mutated; a genuine one captured from
 // sreq-2's topic (for another device); and, signed with the hub's own key
 // (read from its data directory, to isolate the time checks from the
-// signature check), an expired one and one expiring far ahead. Each
+// signature check), an expired one and one expiring far ahead; one with a
+// malformed signature member, and one of 200 KiB. Each
 // command would leave a marker file in the container: none does, the
 // genuine command ran once, and each request was answered with code
 // Unauthenticated, which the hub records as a RequestRefused event. The
@@ -197,6 +198,8 @@ func forgedExecs(t *testing.T, f *Fleet, dev string, genuine, otherDevice []byte
 		{"another device's", "for another device", otherDevice},
 		{"expired", "expired", forge("expired", nonce(time.Now().Add(-schema.MaxRequestClockSkew-time.Minute)), hubKey)},
 		{"far-future", "too far ahead", forge("future", nonce(time.Now().Add(time.Hour)), hubKey)},
+		{"malformed-signature", "signature member", mutate(t, genuine, `"alg":"ed25519"`, `"alg":"ed25519","x":1`)},
+		{"huge", "not signed", pad(forge("huge", nil, nil), 200<<10)}, // the broker takes at most 256 KiB
 	}
 }
 
@@ -238,6 +241,11 @@ func awaitRefusals(t *testing.T, rogue *mqttClient, reqTopic, respTopic string, 
 			t.Errorf("%s request: answered %s %q, want %s saying %q", a.name, r.Code, r.Error, schema.CodeUnauthenticated, a.why)
 		}
 	}
+}
+
+// pad adds a member of n bytes to a request.
+func pad(p []byte, n int) []byte {
+	return append(p[:len(p)-1:len(p)-1], []byte(`,"pad":"`+strings.Repeat("p", n)+`"}`)...)
 }
 
 // mutate changes old to new in a captured request, and its ID to a fresh
