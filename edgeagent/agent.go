@@ -300,6 +300,7 @@ func (a *Agent) connect() error {
 		Topics:    o.Topics,
 		Publisher: s,
 		Runtime:   o.Runtime,
+		Key:       a.pin.Key, // requests are verified with the pinned hub key
 		LogPath:   dir.LogPath,
 		Pods:      a.podContainers,
 		Logger:    a.log.With("part", "remote"),

@@ -277,7 +277,7 @@ func (h *Hub) newParts() (err error) {
 		return err
 	}
 	h.remote, err = remote.New(remote.Options{
-		Conn: h.conn, Model: h.model, Topics: h.opts.Topics,
+		Conn: h.conn, Model: h.model, Topics: h.opts.Topics, Signer: h.signer, // signs every request to a device
 		Logger: h.log.With("component", "remote"), Metrics: h.metrics,
 	})
 	if err != nil {

@@ -41,6 +41,25 @@ import (
 // has seen.
 //
 // A request past its Deadline is dropped by the device without answer.
+//
+// Authentication (requestsig.go). The broker's ACL is not what protects a
+// device: whoever can publish on its requests topic (a compromised
+// external broker, an account with the hub's rights) could otherwise run
+// anything in its containers. So the hub signs EVERY request it sends,
+// the follow-ups of a stream (ack, stdin, resize, cancel) included, each
+// with its own nonce and expiry, and a device acts on none it cannot
+// verify with the hub key it pinned. Follow-ups are signed each rather
+// than bound to the opening request through the request ID: the ID
+// travels in clear through the broker, which is the party not trusted,
+// and no secret is shared between hub and device that the broker could
+// not read. A signed follow-up names its request ID inside the signed
+// bytes, so it steers only that operation, and its nonce makes it
+// single-use. A request refused (unsigned, bad signature, no key pinned,
+// expired, expiring too far ahead, replayed, for another device) runs
+// nothing: an opening request (logs, exec, top) whose ID is no live
+// operation is answered with one Done response, Code
+// CodeUnauthenticated, saying why; a refused follow-up is dropped
+// without answer (an answer would end the hub's live stream of that ID).
 
 // Topic kinds for requests to devices.
 const (
@@ -122,6 +141,10 @@ type Request struct {
 	Seq int64 `json:"seq,omitempty"`
 	// Size (op resize) is the new terminal size.
 	Size *TermSize `json:"size,omitempty"`
+	// RequestAuth (nonce, expires) makes the request single-use and
+	// short-lived; with the rest, it is under the hub's signature
+	// (requestsig.go).
+	RequestAuth `json:",inline"`
 }
 
 // LogOptions select what a logs request returns, as kubectl logs does.
@@ -188,6 +211,8 @@ const (
 	CodeTimeout         = "Timeout"         // the device gave up (lease expired)
 	CodeUnavailable     = "Unavailable"     // the device cannot do it (no runtime, no exec)
 	CodeInternal        = "Internal"        // anything else
+	// CodeUnauthenticated (requestsig.go): the device could not
+	// authenticate the request and did nothing.
 )
 
 // Response is a message from a device answering a Request.

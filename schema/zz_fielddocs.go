@@ -586,6 +586,13 @@ func typeDocTable() map[string]typeDoc {
 				"size":     {doc: "Size (op resize) is the new terminal size."},
 			},
 		},
+		"RequestAuth": {
+			doc: "RequestAuth makes a request single-use and short-lived; every DeviceRequest carries it, inside the signed bytes.",
+			fields: map[string]fieldDoc{
+				"nonce":   {doc: "Nonce is RequestNonceBytes random bytes, lower-case hex: a device acts on each nonce once."},
+				"expires": {doc: "Expires is when the request stops being valid (the hub's clock: signing time + RequestExpiry)."},
+			},
+		},
 		"ResourceList": {
 			doc: "ResourceList uses Kubernetes quantity notation: memory \"64Mi\", cpu \"500m\".",
 			fields: map[string]fieldDoc{

@@ -1,7 +1,9 @@
 package remote
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -152,13 +154,39 @@ type env struct {
 	now func() time.Time
 }
 
+// hubKey is the hub's signing key of the tests: the Servers pin its
+// public half.
+var hubKey = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{42}, ed25519.SeedSize))
+
+func hubPub() ed25519.PublicKey { return hubKey.Public().(ed25519.PublicKey) }
+
+// sign makes the payload the hub would send for r.
+func sign(t testing.TB, r schema.Request) []byte {
+	t.Helper()
+	return signAt(t, r, time.Now())
+}
+
+// signAt signs r at now.
+func signAt(t testing.TB, r schema.Request, now time.Time) []byte {
+	t.Helper()
+	r.TypeMeta = schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindRequest}
+	if r.Device == "" {
+		r.Device = "pi-1"
+	}
+	b, err := schema.EncodeSignedRequest(&r, now, func(c []byte) ([]byte, error) { return schema.SignRequest(c, hubKey) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 type envOpt func(*Options)
 
 func newEnv(t *testing.T, mods ...envOpt) *env {
 	t.Helper()
 	e := &env{t: t, pub: newFakePub(t), rt: runtime.NewFake(runtime.FakeOptions{}), dir: t.TempDir()}
 	o := Options{
-		Device: "pi-1", Publisher: e.pub, Runtime: e.rt,
+		Device: "pi-1", Publisher: e.pub, Runtime: e.rt, Key: hubPub,
 		LogPath: func(pod, c string) string { return filepath.Join(e.dir, "logs", pod, c+".log") },
 		Node: func(context.Context) schema.NodeMetrics {
 			return schema.NodeMetrics{Load1: 0.5, CPUs: 4}
@@ -236,18 +264,11 @@ func (e *env) writeLog(path, s string, appendTo bool) {
 	}
 }
 
-// send hands a request to the server as the session would.
+// send hands a request, signed as the hub does, to the server as the
+// session would.
 func (e *env) send(r schema.Request) {
 	e.t.Helper()
-	r.TypeMeta = schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindRequest}
-	if r.Device == "" {
-		r.Device = "pi-1"
-	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.srv.Handle(b)
+	e.srv.Handle(signAt(e.t, r, e.srv.o.Now())) // the device's clock
 }
 
 func (e *env) logs(id string, lo schema.LogOptions) {

@@ -14,10 +14,17 @@
 // is down) is retried with backoff until the lease expires, so a brief
 // reconnect loses nothing. Every operation ends with exactly one Done
 // response.
+//
+// Nothing of a request is acted on before the Verifier authenticated it
+// (schema/requestsig.go): signed with the hub key the agent pinned, for
+// this device, not expired, not replayed. An opening request refused so
+// is answered with a Done of code schema.CodeUnauthenticated (at most
+// refusalsPerSecond a second); a refused follow-up is dropped.
 package remote
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,13 +43,20 @@ type Publisher interface {
 	Publish(ctx context.Context, topic string, retained bool, payload []byte) error
 }
 
-// Options configure a Server. Device, Publisher and Runtime are
-// required; every other zero value means the documented default.
+// Options configure a Server. Device, Publisher, Runtime and Key (or
+// Verifier) are required; every other zero value means the documented
+// default.
 type Options struct {
 	Device    string
 	Topics    schema.Topics
 	Publisher Publisher
 	Runtime   runtime.Runtime
+	// Key returns the hub signing key the agent pinned (trust.Pin's Key),
+	// nil while none is: requests are verified with it.
+	Key func() ed25519.PublicKey
+	// Verifier, if set, authenticates requests instead of one made of
+	// Key: the agent shares one among every part that takes requests.
+	Verifier *Verifier
 	// LogPath returns a container's log file (state.Dir.LogPath).
 	// Required for logs.
 	LogPath func(pod, container string) string
@@ -84,6 +98,9 @@ type Stats struct {
 	// new operation with a live ID, a control request for no live
 	// operation.
 	Invalid, OtherDevice, Late, Duplicate, Unknown int64
+	// Unauthenticated counts requests refused by the Verifier (for another
+	// device among them: OtherDevice counts those too).
+	Unauthenticated int64
 }
 
 // Server answers requests. Handle may be called from any goroutine.
@@ -93,8 +110,10 @@ type Server struct {
 	topic string
 	index *logfile.Index
 
-	counts   struct{ started, refused, invalid, other, late, dup, unknown atomic.Int64 }
+	counts   struct{ started, refused, invalid, other, late, dup, unknown, unauth atomic.Int64 }
 	refusing atomic.Int32 // refusals being published
+	verifier *Verifier
+	limit    refusalLimit
 
 	mu      sync.Mutex
 	ctx     context.Context // Run's; nil while not running
@@ -110,6 +129,9 @@ func New(o Options) (*Server, error) {
 	}
 	if o.Publisher == nil || o.Runtime == nil {
 		return nil, errors.New("remote: a Publisher and a Runtime are required")
+	}
+	if o.Key == nil && o.Verifier == nil {
+		return nil, errors.New("remote: a Key (the pinned hub key) or a Verifier is required: requests are authenticated")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -143,6 +165,10 @@ func New(o Options) (*Server, error) {
 		ops:     map[string]*op{},
 		cpuPrev: map[string]cpuSample{},
 	}
+	s.verifier = o.Verifier
+	if s.verifier == nil {
+		s.verifier = NewVerifier(o.Device, o.Key, o.Now)
+	}
 	if s.o.Node == nil {
 		s.o.Node = func(ctx context.Context) schema.NodeMetrics { return ReadNode(ctx, o.StateDir, o.Runtime) }
 	}
@@ -154,7 +180,7 @@ func (s *Server) Stats() Stats {
 	return Stats{
 		Started: s.counts.started.Load(), Refused: s.counts.refused.Load(),
 		Invalid: s.counts.invalid.Load(), OtherDevice: s.counts.other.Load(), Late: s.counts.late.Load(),
-		Duplicate: s.counts.dup.Load(), Unknown: s.counts.unknown.Load(),
+		Duplicate: s.counts.dup.Load(), Unknown: s.counts.unknown.Load(), Unauthenticated: s.counts.unauth.Load(),
 	}
 }
 
@@ -210,17 +236,20 @@ func (s *Server) sweep(ctx context.Context) {
 }
 
 // Handle takes one payload of the requests topic. It never blocks for
-// long: operations run on their own goroutines.
+// long: operations run on their own goroutines. Nothing of the payload is
+// acted on before the Verifier authenticated it.
 func (s *Server) Handle(payload []byte) {
-	r, err := schema.DecodeRequest(payload)
-	if err != nil {
-		s.counts.invalid.Add(1)
-		s.log.Warn("ignoring invalid request", "err", err)
+	if len(payload) > maxRequestPayload {
+		s.reject(payload, fmt.Errorf("%w: a request of %d bytes, at most %d", schema.ErrRequestMalformed, len(payload), maxRequestPayload))
 		return
 	}
-	if r.Device != s.o.Device {
+	r, err := Verify(s.verifier, schema.KindRequest, payload, schema.DecodeRequest)
+	if err != nil {
+		s.reject(payload, err)
+		return
+	}
+	if r.Device != s.o.Device { // checked by the Verifier: never true
 		s.counts.other.Add(1)
-		s.log.Warn("ignoring request for another device", "for", r.Device, "id", r.ID)
 		return
 	}
 	switch r.Op {
@@ -237,6 +266,77 @@ func (s *Server) Handle(payload []byte) {
 		}
 		o.control(r)
 	}
+}
+
+// maxRequestPayload bounds a request payload: a 64 KiB command escaped,
+// or a chunk of input in base64, with room to spare.
+const maxRequestPayload = 512 << 10
+
+// reject counts and answers a request Handle does not act on: refused
+// (not authentic) or, authentic, invalid.
+func (s *Server) reject(payload []byte, err error) {
+	code := schema.CodeBadRequest
+	switch {
+	case errors.Is(err, schema.ErrRequestRefused):
+		s.counts.unauth.Add(1)
+		if errors.Is(err, schema.ErrRequestOtherDevice) {
+			s.counts.other.Add(1)
+		}
+		code = schema.CodeUnauthenticated
+	case errors.Is(err, errNoncesFull):
+		s.counts.refused.Add(1)
+		code = schema.CodeTooManyRequests
+	default:
+		s.counts.invalid.Add(1)
+	}
+	if !s.limit.allow(s.o.Now()) {
+		return // a flood: counted, neither logged nor answered
+	}
+	id, op := peekRequest(payload)
+	s.log.Warn("request refused: nothing done", "id", id, "op", op, "code", code, "err", err)
+	if id == "" || (op != schema.OpLogs && op != schema.OpExec && op != schema.OpTop) {
+		return // a follow-up: an answer would end the hub's live stream of that ID
+	}
+	s.mu.Lock()
+	ctx, live := s.ctx, s.ops[id] != nil
+	s.mu.Unlock()
+	if ctx == nil || live {
+		return
+	}
+	s.refuse(ctx, id, code, fmt.Sprintf("device %s refused request %s: %v", s.o.Device, id, err))
+}
+
+// peekRequest reads the ID and op of a payload not authenticated, to
+// address a refusal; "" when they do not decode.
+func peekRequest(payload []byte) (id, op string) {
+	var r struct {
+		ID string `json:"id"`
+		Op string `json:"op"`
+	}
+	if json.Unmarshal(payload, &r) != nil || schema.ValidateRequestIDHex(r.ID) != nil {
+		return "", ""
+	}
+	return r.ID, schema.Truncate(r.Op, 16, "...")
+}
+
+// refusalsPerSecond bounds the refusals a device logs and answers.
+const refusalsPerSecond = 20
+
+// refusalLimit allows refusalsPerSecond a second.
+type refusalLimit struct {
+	mu    sync.Mutex
+	start time.Time
+	n     int
+}
+
+func (l *refusalLimit) allow(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.start) >= time.Second || now.Before(l.start) {
+		l.start, l.n = now, 0
+	}
+	l.n++
+	return l.n <= refusalsPerSecond
 }
 
 func (s *Server) start(r *schema.Request) {
@@ -259,7 +359,8 @@ func (s *Server) start(r *schema.Request) {
 	if len(s.ops) >= schema.MaxConcurrentRequests {
 		s.mu.Unlock()
 		s.counts.refused.Add(1)
-		s.refuse(ctx, r)
+		s.refuse(ctx, r.ID, schema.CodeTooManyRequests,
+			fmt.Sprintf("device %s runs %d requests already; try again later", s.o.Device, schema.MaxConcurrentRequests))
 		return
 	}
 	o := newOp(s, ctx, r)
@@ -276,9 +377,10 @@ func (s *Server) start(r *schema.Request) {
 	}()
 }
 
-// refuse answers Done+TooManyRequests, best effort: a flood of requests
-// gets at most MaxConcurrentRequests refusals in flight, the rest none.
-func (s *Server) refuse(ctx context.Context, r *schema.Request) {
+// refuse answers Done with code and msg, best effort: a flood of
+// requests gets at most MaxConcurrentRequests refusals in flight, the
+// rest none.
+func (s *Server) refuse(ctx context.Context, id, code, msg string) {
 	if s.refusing.Add(1) > schema.MaxConcurrentRequests {
 		s.refusing.Add(-1)
 		return
@@ -289,12 +391,11 @@ func (s *Server) refuse(ctx context.Context, r *schema.Request) {
 	go func() {
 		defer s.wg.Done()
 		defer s.refusing.Add(-1)
-		msg := fmt.Sprintf("device %s runs %d requests already; try again later", s.o.Device, schema.MaxConcurrentRequests)
-		payload := s.encode(&schema.Response{ID: r.ID, Seq: 1, Done: true, Code: schema.CodeTooManyRequests, Error: msg})
+		payload := s.encode(&schema.Response{ID: id, Seq: 1, Done: true, Code: code, Error: msg})
 		pctx, cancel := context.WithTimeout(ctx, s.o.PublishTimeout)
 		defer cancel()
 		if err := s.o.Publisher.Publish(pctx, s.topic, false, payload); err != nil {
-			s.log.Debug("refusal not sent", "id", r.ID, "err", err)
+			s.log.Debug("refusal not sent", "id", id, "err", err)
 		}
 	}()
 }

@@ -239,7 +239,7 @@ func TestRequestsIgnoredAndRefused(t *testing.T) {
 		t.Fatalf("ninth request = %s", dump(rs))
 	}
 	st := e.srv.Stats()
-	if st.Invalid != 1 || st.OtherDevice != 1 || st.Late != 1 || st.Unknown != 1 || st.Duplicate != 1 || st.Refused != 1 || st.Started != 8 {
+	if st.Unauthenticated != 2 || st.OtherDevice != 1 || st.Late != 1 || st.Unknown != 1 || st.Duplicate != 1 || st.Refused != 1 || st.Started != 8 {
 		t.Fatalf("stats = %+v", st)
 	}
 	for _, id := range ids {
@@ -386,7 +386,7 @@ func TestGoroutinesEnd(t *testing.T) {
 		pub := newFakePub(t)
 		rt := runtime.NewFake(runtime.FakeOptions{})
 		dir := t.TempDir()
-		srv, err := New(Options{Device: "pi-1", Publisher: pub, Runtime: rt, Lease: 200 * time.Millisecond,
+		srv, err := New(Options{Device: "pi-1", Publisher: pub, Runtime: rt, Key: hubPub, Lease: 200 * time.Millisecond,
 			LogPath:        func(pod, c string) string { return dir + "/" + pod + "-" + c + ".log" },
 			Node:           func(context.Context) schema.NodeMetrics { return schema.NodeMetrics{} },
 			FollowInterval: 10 * time.Millisecond, IndexInterval: 10 * time.Millisecond,

@@ -82,6 +82,15 @@ func (s *Signer) SignDesiredState(canonical []byte) ([]byte, error) {
 	return schema.SignDesiredState(canonical, key, e)
 }
 
+// SignRequest signs the canonical bytes of a request to a device
+// (schema/requestsig.go) with the current key: the key devices pin.
+func (s *Signer) SignRequest(canonical []byte) ([]byte, error) {
+	s.mu.RLock()
+	key := s.key
+	s.mu.RUnlock()
+	return schema.SignRequest(canonical, key)
+}
+
 // Rotate makes a new key, keeps the current one as the previous key (it
 // endorses the new one), and signs with the new key from then on. It
 // returns the old and the new key IDs. The caller republishes every

@@ -5,6 +5,14 @@
 // that asked; and the HTTP routes that expose them (hub/API.md,
 // "Requests to devices").
 //
+// Every request, the follow-ups of a stream included, is signed with the
+// hub's key (Options.Signer, the key devices pin) with its own nonce and
+// expiry (schema/requestsig.go), in one place (Manager.send): a device
+// acts on nothing else. A device's refusal (schema.CodeUnauthenticated)
+// of the hub's own request is a 502 RequestRefused, a Warning event and
+// an audit entry; one of a request the hub never sent it betrays another
+// publisher on its requests topic, and is counted and made an event.
+//
 // A response is accepted only if it decodes, its ID is an operation the
 // hub has open, and both the device of its topic and the device it names
 // are the operation's device; anything else is counted

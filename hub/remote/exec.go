@@ -120,6 +120,9 @@ func (m *Manager) serveExec(w http.ResponseWriter, r *http.Request) {
 	defer func() { m.close(o, result) }()
 	if first.Done && first.Code != "" {
 		result = resultOf(first)
+		if first.Code == schema.CodeUnauthenticated {
+			m.refused(r, device, uid, schema.OpExec, first)
+		}
 		st := statusForCode(device, first)
 		api.WriteStatus(w, st)
 		m.audit(r, device, uid, EventExecExited, fmt.Sprintf("%s did not start: %s", what, st.Message))

@@ -3,6 +3,8 @@ package remote
 import (
 	"bufio"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -48,6 +50,14 @@ type fixture struct {
 	srv    *httptest.Server
 	client *http.Client
 	topics schema.Topics
+	key    ed25519.PrivateKey // the hub's request signing key
+}
+
+// keySigner signs requests with a key, as pki.Signer does.
+type keySigner struct{ key ed25519.PrivateKey }
+
+func (k keySigner) SignRequest(canonical []byte) ([]byte, error) {
+	return schema.SignRequest(canonical, k.key)
 }
 
 func newFixture(t *testing.T, tweak func(*Options)) *fixture {
@@ -66,7 +76,11 @@ func newFixture(t *testing.T, tweak func(*Options)) *fixture {
 			t.Fatal(err)
 		}
 	}
-	f := &fixture{t: t, auth: broker.NewStaticAuth()}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, auth: broker.NewStaticAuth(), key: key}
 	f.model = fleetmodel.New(fleetmodel.Options{})
 	w := f.model.Writer()
 	for _, d := range []string{"pi-1", "pi-2", "pi-3"} {
@@ -80,6 +94,7 @@ func newFixture(t *testing.T, tweak func(*Options)) *fixture {
 	f.met = metrics.New(metrics.Gauges{TopReports: f.model.TopReports})
 	opts := Options{
 		Conn: f.hubC, Model: f.model, Topics: f.topics, Logger: log, Metrics: f.met,
+		Signer:               keySigner{key},
 		FirstResponseTimeout: 3 * time.Second, TopTimeout: 2 * time.Second,
 	}
 	if tweak != nil {
@@ -235,9 +250,12 @@ func (f *fixture) device(name string) *fakeDevice {
 	}
 	f.t.Cleanup(d.close)
 	tok := d.c.Subscribe(f.topics.Device(name, schema.TopicRequests), 1, func(_ paho.Client, m paho.Message) {
-		r, err := schema.DecodeRequest(m.Payload())
+		// As the agent does: every request must verify with the hub's key.
+		r, err := schema.VerifyRequest(m.Payload(), schema.RequestCheck{
+			Key: f.key.Public().(ed25519.PublicKey), Kind: schema.KindRequest, Device: name, Now: time.Now(),
+		}, schema.DecodeRequest)
 		if err != nil {
-			f.t.Errorf("device %s: request does not decode: %v", name, err)
+			f.t.Errorf("device %s: request does not verify: %v", name, err)
 			return
 		}
 		select {

@@ -19,6 +19,10 @@ const (
 	EventLogsRequested = "LogsRequested"
 	EventExec          = "Exec"
 	EventExecExited    = "ExecExited"
+	// EventRequestRefused: the device refused a request as
+	// unauthenticated (schema.CodeUnauthenticated), the hub's own or one
+	// someone else published on its requests topic; a Warning.
+	EventRequestRefused = "RequestRefused"
 )
 
 // Reasons in schema.Status.Reason the API has no constant for.
@@ -123,8 +127,60 @@ func statusForCode(device string, r *schema.Response) schema.Status {
 		return api.NewStatus(http.StatusServiceUnavailable, api.ReasonServiceUnavailable, msg, nil)
 	case schema.CodeTimeout:
 		return api.NewStatus(http.StatusGatewayTimeout, reasonTimeout, msg, nil)
+	case schema.CodeUnauthenticated:
+		return api.NewStatus(http.StatusBadGateway, schema.ReasonRequestRefused,
+			msg+" (the device acts only on requests signed by the hub key it pinned, within its clock's tolerance)", nil)
 	}
 	return api.NewStatus(http.StatusBadGateway, reasonBadGateway, msg, nil)
+}
+
+// refused records that the device refused the hub's own request as
+// unauthenticated: a Warning hub event on the device and, with the HTTP
+// request that asked (r, nil for top lists), an audit entry.
+func (m *Manager) refused(r *http.Request, device, uid, op string, resp *schema.Response) {
+	st := statusForCode(device, resp)
+	m.model.AddHubEvent(device, uid, schema.Event{
+		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindEvent},
+		Device:   device, Time: time.Now().UTC(), Type: schema.EventWarning, Reason: EventRequestRefused,
+		Message: fmt.Sprintf("device %s refused the hub's %s request as unauthenticated: %s", device, op, schema.Truncate(resp.Error, 300, "...")),
+	})
+	if r != nil {
+		auditRefused(r, device, op, st)
+	}
+}
+
+// auditRefused records the refusal in the hub's audit trail: action
+// "{op}-refused", result the HTTP code the client got.
+func auditRefused(r *http.Request, device, op string, st schema.Status) {
+	obj := "devices/" + device
+	if pod := r.PathValue("pod"); pod != "" {
+		obj += "/pods/" + pod
+	}
+	api.AuditRequest(r.Context(), schema.AuditEntry{Action: op + "-refused", Object: obj, Result: strconv.Itoa(st.Code), Detail: st.Message})
+}
+
+// forgedRefused records, at most once per logEvery per device, that the
+// device refused a request the hub did not send: a Warning hub event.
+func (m *Manager) forgedRefused(device string, resp *schema.Response) {
+	key := "forged/" + device
+	now := time.Now()
+	m.logMu.Lock()
+	if now.Sub(m.lastLog[key]) < logEvery {
+		m.logMu.Unlock()
+		return
+	}
+	m.lastLog[key] = now
+	m.logMu.Unlock()
+	uid, _, ok := m.model.Device(device)
+	if !ok {
+		return
+	}
+	m.model.AddHubEvent(device, uid, schema.Event{
+		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindEvent},
+		Device:   device, Time: now.UTC(), Type: schema.EventWarning, Reason: EventRequestRefused,
+		Message: fmt.Sprintf("device %s refused a request the hub did not send (someone else publishes on its requests topic): %s",
+			device, schema.Truncate(resp.Error, 300, "...")),
+	})
 }
 
 // statusForErr maps a failure before the first answer.

@@ -83,6 +83,9 @@ func (m *Manager) serveLogs(w http.ResponseWriter, r *http.Request) {
 	defer func() { m.close(o, result) }()
 	if first.Done && first.Code != "" {
 		result = resultOf(first)
+		if first.Code == schema.CodeUnauthenticated {
+			m.refused(r, device, uid, schema.OpLogs, first)
+		}
 		if opts.Previous && first.Code == schema.CodeNotFound {
 			if cr, ok := m.model.CrashReport(device, uid, opts.Pod, opts.Container); ok {
 				m.serveCrashReport(w, cr, fmt.Sprintf("device %s has no previous log of %s", device, podContainer(cr.Pod, cr.Container)))

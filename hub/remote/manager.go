@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,9 +42,18 @@ type Conn interface {
 	Subscribe(ctx context.Context, filter string, handler func(topic string, payload []byte)) error
 }
 
-// Options configure a Manager. Conn and Model are required.
+// RequestSigner signs a request's canonical bytes (schema/requestsig.go);
+// pki.Signer is one.
+type RequestSigner interface {
+	SignRequest(canonical []byte) ([]byte, error)
+}
+
+// Options configure a Manager. Conn, Model and Signer are required.
 type Options struct {
 	Conn Conn
+	// Signer signs every request sent to a device, with the key devices
+	// pin: a device acts on no request it cannot verify.
+	Signer RequestSigner
 	// Model is the fleet model: which devices exist and are online, their
 	// crash reports; the manager adds hub events (audit) and top reports.
 	Model  *fleetmodel.Model
@@ -119,8 +127,8 @@ type Manager struct {
 // New returns a Manager.
 func New(opts Options) (*Manager, error) {
 	opts.setDefaults()
-	if opts.Conn == nil || opts.Model == nil {
-		return nil, errors.New("new remote manager: Conn and Model are required")
+	if opts.Conn == nil || opts.Model == nil || opts.Signer == nil {
+		return nil, errors.New("new remote manager: Conn, Model and Signer are required")
 	}
 	return &Manager{
 		opts: opts, log: opts.Logger, model: opts.Model, m: opts.Metrics,
@@ -198,6 +206,14 @@ func (m *Manager) Handle(topic string, payload []byte) {
 	m.mu.Lock()
 	o := m.ops[r.ID]
 	m.mu.Unlock()
+	if (o == nil || o.device != device) && r.Done && r.Code == schema.CodeUnauthenticated {
+		// The device refused a request the hub did not send it (maybe
+		// one the hub sent another device): someone else publishes on
+		// its requests topic.
+		m.drop(dropForgedRefused, device, fmt.Errorf("device refused request %s, which the hub did not send: %s", r.ID, schema.Truncate(r.Error, 200, "...")))
+		m.forgedRefused(device, r)
+		return
+	}
 	if o == nil {
 		m.drop(dropUnknownID, device, fmt.Errorf("response %s: no such request open", r.ID))
 		return
@@ -292,12 +308,14 @@ func (m *Manager) close(o *op, result string) {
 	}
 }
 
-// send publishes a request (QoS 1, not retained).
+// send signs and publishes a request (QoS 1, not retained). Every
+// request to a device goes through here: signed, with a fresh nonce and
+// expiry (schema/requestsig.go).
 func (m *Manager) send(ctx context.Context, req schema.Request) error {
 	req.TypeMeta = schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindRequest}
-	b, err := json.Marshal(req)
+	b, err := schema.EncodeSignedRequest(&req, time.Now(), m.opts.Signer.SignRequest)
 	if err != nil {
-		return fmt.Errorf("encode %s request: %w", req.Op, err)
+		return fmt.Errorf("sign %s request: %w", req.Op, err)
 	}
 	return m.opts.Conn.Publish(ctx, m.opts.Topics.Device(req.Device, schema.TopicRequests), b, false)
 }

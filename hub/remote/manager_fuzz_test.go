@@ -3,6 +3,7 @@ package remote
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -42,7 +43,7 @@ func FuzzManagerHandle(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0, 0, 0}, bytes.Repeat([]byte(resp(fuzzOp1, "pi-1", 7, `,"data":"aGk="`)+"\n"), 6))
 	f.Add([]byte{0, 2, 4}, []byte(resp(fuzzOp1, "pi-1", 1, `,"top":{"device":"pi-1","time":"2024-01-01T00:00:00Z"},"done":true`)+"\n{}\nnull"))
 	f.Fuzz(func(t *testing.T, topics, payloads []byte) {
-		m, err := New(Options{Conn: discardConn{}, Model: fleetmodel.New(fleetmodel.Options{})})
+		m, err := New(Options{Conn: discardConn{}, Model: fleetmodel.New(fleetmodel.Options{}), Signer: keySigner{testKey}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,3 +106,6 @@ func mustMarshal(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// testKey signs the requests of tests without a fixture.
+var testKey = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))

@@ -16,6 +16,9 @@ const (
 	dropDuplicate = "duplicate"
 	dropWindow    = "window"
 	dropLate      = "late"
+	// dropForgedRefused: the device refused, as unauthenticated, a
+	// request the hub did not send.
+	dropForgedRefused = "forged_request_refused"
 )
 
 // op is one open request to a device: the responses received and not yet

@@ -18,39 +18,53 @@ const maxTopFanOut = 64
 // last; if the device is offline or does not answer within TopTimeout
 // (or ctx), it returns the last one kept, marked Stale, or nil.
 func (m *Manager) Top(ctx context.Context, device, uid string) *schema.TopReport {
+	t, _ := m.top(ctx, device, uid)
+	return t
+}
+
+// top is Top, and the device's refusal if it refused the request as
+// unauthenticated.
+func (m *Manager) top(ctx context.Context, device, uid string) (*schema.TopReport, *schema.Response) {
 	if online, _ := m.model.Presence(device, uid); online {
-		if t := m.askTop(ctx, device, uid); t != nil {
-			return t
+		t, refusal := m.askTop(ctx, device, uid)
+		if t != nil || refusal != nil {
+			return t, refusal
 		}
 	}
 	last := m.model.Top(device, uid)
 	if last == nil {
-		return nil
+		return nil, nil
 	}
 	t := *last
 	t.Stale = true
-	return &t
+	return &t, nil
 }
 
-// askTop sends a top request and waits for the answer.
-func (m *Manager) askTop(ctx context.Context, device, uid string) *schema.TopReport {
+// askTop sends a top request and waits for the answer: the report, or
+// the device's refusal of the request as unauthenticated (recorded as a
+// hub event), or neither.
+func (m *Manager) askTop(ctx context.Context, device, uid string) (*schema.TopReport, *schema.Response) {
 	o, err := m.open(ctx, device, schema.Request{Op: schema.OpTop}, false, m.opts.TopTimeout)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	result := "canceled"
 	defer func() { m.close(o, result) }()
 	r, err := m.waitFirst(ctx, o, m.opts.TopTimeout)
 	if err != nil {
 		_, result = statusForErr(device, "top", err, m.opts.TopTimeout)
-		return nil
+		return nil, nil
 	}
 	result = resultOf(r)
+	if r.Done && r.Code == schema.CodeUnauthenticated {
+		m.refused(nil, device, uid, schema.OpTop, r)
+		return nil, r
+	}
 	if !r.Done || r.Top == nil || r.Code != "" {
 		if r.Code == "" {
 			result = "malformed"
 		}
-		return nil
+		return nil, nil
 	}
 	t := *r.Top
 	t.TypeMeta = schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "TopReport"}
@@ -60,7 +74,7 @@ func (m *Manager) askTop(ctx context.Context, device, uid string) *schema.TopRep
 	}
 	m.model.SetTop(device, uid, &t)
 	cp := t
-	return &cp
+	return &cp, nil
 }
 
 // serveTop answers a device's TopReport (GET /v1/devices/{device}/top).
@@ -69,7 +83,13 @@ func (m *Manager) serveTop(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t := m.Top(r.Context(), device, uid)
+	t, refusal := m.top(r.Context(), device, uid)
+	if refusal != nil {
+		st := statusForCode(device, refusal)
+		auditRefused(r, device, schema.OpTop, st)
+		api.WriteStatus(w, st)
+		return
+	}
 	if t == nil {
 		online, lastSeen := m.model.Presence(device, uid)
 		msg := fmt.Sprintf("device %s did not answer the top request within %s, and the hub has no earlier report", device, m.opts.TopTimeout)
