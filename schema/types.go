@@ -809,6 +809,23 @@ type FailedRevision struct {
 	Time *time.Time `json:"time,omitempty"`
 }
 
+// StatusText sums the pod's report up as kubectl's STATUS column does:
+// the reason of the first container that is not running (ErrImagePull,
+// CrashLoopBackOff, ContainerCreating, Completed, Error…), else the
+// phase; Unknown without one. It is what the device reported: for a
+// device that is unreachable, the pod's status is Unknown.
+func (p *PodStatus) StatusText() string {
+	for _, c := range p.Containers {
+		if c.State != ContainerRunning && c.Reason != "" {
+			return c.Reason
+		}
+	}
+	if p.Phase == "" {
+		return string(PhaseUnknown)
+	}
+	return string(p.Phase)
+}
+
 // RevisionFailed reports whether the device went back from pod revision
 // hash because it failed to start (failedRevision names it).
 func (p *PodStatus) RevisionFailed(hash string) bool {

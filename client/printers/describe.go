@@ -514,6 +514,9 @@ func describeDevice(w io.Writer, dev *schema.Device, deployments []schema.Deploy
 		if p.Hash != "" {
 			d.line(2, "Spec Hash:\t%s", p.Hash)
 		}
+		if fr := p.FailedRevision; fr != nil {
+			d.line(2, "Failed Revision:\t%s (the device went back to the spec hash above)", FailedRevisionText(fr))
+		}
 		if len(p.Containers) == 0 {
 			continue
 		}

@@ -116,3 +116,19 @@ func TestDescribePodTruthful(t *testing.T) {
 		}
 	}
 }
+
+// TestDescribeDeviceFailedRevision: describe device names, under a pod,
+// the revision its device went back from.
+func TestDescribeDeviceFailedRevision(t *testing.T) {
+	dev := device("pi", &schema.DeviceObservedInfo{Online: true, LastSeen: ago(time.Second), Pods: []schema.PodStatus{{
+		Name: "web", Hash: "1111111111111111", Phase: schema.PhaseRunning, Ready: true,
+		FailedRevision: &schema.FailedRevision{Hash: "2222222ab3c4d5e6", Reason: "RunContainerError"},
+	}}})
+	var b bytes.Buffer
+	if err := DescribeDevice(&b, dev, nil, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Failed Revision:  2222222a (RunContainerError) (the device went back to the spec hash above)\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("missing %q in\n%s", want, b.String())
+	}
+}

@@ -28,7 +28,7 @@ type DevicePod struct {
 	Reachable bool `json:"reachable"`
 	// Presence is the device's: online, offline (its session ended, or
 	// it said so), stale (connected but silent for longer than the
-	// hub's --stale-after) or never (it has not reported).
+	// hub's --stale-after) or unknown (it has not reported).
 	Presence string `json:"presence,omitempty"`
 	// LastReport is when the hub last heard from the device: the time of
 	// the report the pod's state comes from, or a later one.
@@ -51,13 +51,13 @@ var (
 	podWideHeaders = []string{"IMAGES", "FAILED REVISION", "MESSAGE"}
 )
 
-// Device presences, as DevicePod.Presence says them (the dashboard's
-// words).
+// Device presences, as DevicePod.Presence says them: the dashboard's
+// device states.
 const (
 	PresenceOnline  = "online"
 	PresenceOffline = "offline"
 	PresenceStale   = "stale"
-	PresenceNever   = "never"
+	PresenceNever   = "unknown"
 )
 
 // Presence is the device's presence as its status says it.
@@ -115,15 +115,7 @@ func PodStatusText(p DevicePod) string {
 	if !p.Reachable {
 		return string(schema.PhaseUnknown)
 	}
-	for _, c := range p.Containers {
-		if c.State != schema.ContainerRunning && c.Reason != "" {
-			return c.Reason
-		}
-	}
-	if p.Phase == "" {
-		return string(schema.PhaseUnknown)
-	}
-	return string(p.Phase)
+	return p.StatusText()
 }
 
 // PodRow returns the table cells of one pod at time now: READY counts the
