@@ -71,7 +71,7 @@ func TestDescribePodTruthful(t *testing.T) {
 	gaveUp := now.Add(-2 * time.Minute)
 	yes := true
 	st := &schema.PodStatus{Name: "web", Hash: "1111111111111111", Phase: schema.PhaseRunning, Ready: true,
-		Message: "revision 2222222a failed to start (container app: exit code 1, 3 times); the previous version runs again",
+		Message:    "revision 2222222a failed to start (container app: exit code 1, 3 times); the previous version runs again",
 		Containers: []schema.ContainerStatus{{Name: "app", Image: "app:1", State: schema.ContainerRunning, StartedAt: &started, Ready: &yes}},
 		FailedRevision: &schema.FailedRevision{Hash: "2222222ab3c4d5e6", Container: "app", Image: "app:2", Reason: "CrashLoopBackOff",
 			ExitCode: 1, Attempts: 3, Message: "container app: exit code 1, 3 times", Time: &gaveUp}}
