@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/fleetmq/fleet/edgeagent/state"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -22,6 +24,9 @@ import (
 //   - Once the agent process stops, the pod reads Unknown, not ready, with
 //     the age of its last report, in get pods, describe pod and the
 //     dashboard; its container keeps running.
+//
+// The dashboard is checked in its JSON (GET /v1/dashboard/devices?pod=)
+// and on its deployment page in a real Chromium.
 func TestE2ETruthfulStatus(t *testing.T) {
 	f := StartFleet(t, FleetOptions{Agents: 1, Shell: true, Labels: func(int) map[string]string { return e2eAgents }})
 	dev := f.Devices()[0]
@@ -46,7 +51,19 @@ func TestE2ETruthfulStatus(t *testing.T) {
 	f.AwaitContainerRunning(t, dev, name, h1)
 
 	checkFallbackShown(t, f, dev, name, h1, h2)
+
+	// The dashboard's deployment page, in a real Chromium, as a monitor.
+	b := startBrowser(t, f.Hub.URL, 1280, 860)
+	b.do("open", chromedp.Navigate(b.base+"/"))
+	b.login(addMonitor(t, f.Hub, "truth-monitor"))
+	b.goTo("#/deployments/" + name)
+	row := `tr[data-device="` + dev + `"]`
+	b.awaitText(row+" .failed-revision", "Revision "+h2[:8]+" failed", "CrashLoopBackOff", f.ShellImage)
+	b.awaitText(row, "Running", f.Image, "Failed, went back")
+
 	checkOfflineShown(t, f, dev, name)
+	b.awaitText(row+" .last-report", "device offline; last report ", "ago: Running, ready")
+	b.awaitText(row, "Unknown", "Offline")
 }
 
 // awaitAgentSteady waits until the agent of dev has recorded pod name's
@@ -94,6 +111,22 @@ func dashboardPod(t *testing.T, f *Fleet, dev, name string) map[string]any {
 	return nil
 }
 
+// awaitDashboardPod polls dashboardPod until cond holds.
+func awaitDashboardPod(t *testing.T, f *Fleet, dev, name string, cond func(map[string]any) bool) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(e2eConverge)
+	for {
+		p := dashboardPod(t, f, dev, name)
+		if cond(p) {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dashboard pod %s on %s: %v, not as awaited within %v", name, dev, p, e2eConverge)
+		}
+		time.Sleep(pollEvery) // poll interval
+	}
+}
+
 func checkFallbackShown(t *testing.T, f *Fleet, dev, name, h1, h2 string) {
 	t.Helper()
 	// get pods -o wide: v1's image, 1/1 Running, v2 as FAILED REVISION.
@@ -125,8 +158,8 @@ func checkFallbackShown(t *testing.T, f *Fleet, dev, name, h1, h2 string) {
 		}
 	}
 
-	// The dashboard's data.
-	p := dashboardPod(t, f, dev, name)
+	// The dashboard's data, once its snapshot has the report.
+	p := awaitDashboardPod(t, f, dev, name, func(p map[string]any) bool { return p["failedRevision"] != nil })
 	fr, _ := p["failedRevision"].(map[string]any)
 	if p["hash"] != h1 || p["desiredHash"] != h2 || p["status"] != "Running" || p["phase"] != "Running" || p["ready"] != true ||
 		fmt.Sprint(p["images"]) != "["+f.Image+"]" || fr == nil || fr["hash"] != h2 || fr["reason"] != "CrashLoopBackOff" || fr["image"] != f.ShellImage {
@@ -179,8 +212,9 @@ func checkOfflineShown(t *testing.T, f *Fleet, dev, name string) {
 			t.Errorf("fleet describe pod with the agent stopped: no line matching %s in\n%s", want, desc)
 		}
 	}
-	p := dashboardPod(t, f, dev, name)
-	if p["deviceState"] != "offline" || p["status"] != "Unknown" || p["phase"] != "Running" {
-		t.Errorf("dashboard pod with the agent stopped: %v; want device offline, status Unknown, last reported phase Running", p)
+	// The dashboard's snapshot follows the device within a moment.
+	p := awaitDashboardPod(t, f, dev, name, func(p map[string]any) bool { return p["deviceState"] == "offline" })
+	if p["status"] != "Unknown" || p["phase"] != "Running" {
+		t.Errorf("dashboard pod with the agent stopped: %v; want status Unknown, last reported phase Running", p)
 	}
 }
