@@ -60,8 +60,13 @@ func TestE2ETruthfulStatus(t *testing.T) {
 	row := `tr[data-device="` + dev + `"]`
 	b.awaitText(row+" .failed-revision", "Revision "+h2[:8]+" failed", "CrashLoopBackOff", f.ShellImage)
 	b.awaitText(row, "Running", f.Image, "Failed, went back")
+	b.goTo("#/devices/" + dev)
+	podRow := `tr[data-pod="` + name + `"]`
+	b.awaitText(podRow, "Running", "Ready", h1[:8], "Revision "+h2[:8]+" failed")
 
 	checkOfflineShown(t, f, dev, name)
+	b.awaitText(podRow, "Unknown", "device offline; last report ", "ago: Running, ready", "Revision "+h2[:8]+" failed")
+	b.goTo("#/deployments/" + name)
 	b.awaitText(row+" .last-report", "device offline; last report ", "ago: Running, ready")
 	b.awaitText(row, "Unknown", "Offline")
 }
