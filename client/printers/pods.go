@@ -353,10 +353,14 @@ func (w *PodWatch) changes(d *schema.Device, deleted bool, now time.Time) []Devi
 }
 
 // key is what, once printed, is not printed again: the line without its
-// age, or the pod's state.
+// ages (the pod's, and that of an unreachable device's last report), or
+// the pod's state.
 func (w *PodWatch) key(pod DevicePod, now time.Time) string {
 	switch w.p.Format {
 	case Table, Wide:
+		if pod.LastReport != nil {
+			now = *pod.LastReport // the report's age reads 0s: it grows, nothing changed
+		}
 		row := PodRow(pod, w.p.wide(), now)
 		row[5] = ""
 		return strings.Join(row, "\x00")

@@ -280,3 +280,27 @@ func TestPodRowTruthfulStatus(t *testing.T) {
 		t.Errorf("PodsOf an offline device = %+v; want presence offline, last report %v", p, seen)
 	}
 }
+
+// TestPodWatchWideUnreachable: the growing age of an unreachable device's
+// last report does not print its pods again.
+func TestPodWatchWideUnreachable(t *testing.T) {
+	var b bytes.Buffer
+	at := now
+	p := &Printer{Out: &b, Format: Wide, Now: func() time.Time { return at }}
+	w := p.NewPodWatch([]string{"web"})
+	shed := podDevices()[1]
+	if err := w.List([]*schema.Device{shed}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "device offline; last report 60m ago") {
+		t.Fatalf("start:\n%s", b.String())
+	}
+	b.Reset()
+	at = now.Add(time.Minute)
+	if err := w.Device(shed, false); err != nil {
+		t.Fatal(err)
+	}
+	if b.Len() != 0 {
+		t.Fatalf("an older report printed again:\n%s", b.String())
+	}
+}
