@@ -218,11 +218,14 @@ func TestContainerdAgentGoesBackToSteadyRevision(t *testing.T) {
 	var st schema.DeviceStatus
 	b.await("v2 reported failed, v1 running again", func() bool {
 		st, _ = b.lastStatus("pi-1")
-		return st.ObservedGeneration == 2 && len(st.Pods) == 1 && st.Pods[0].Hash == h2 && st.Pods[0].Phase == schema.PhaseFailed &&
-			st.Pods[0].Message == want
+		return st.ObservedGeneration == 2 && len(st.Pods) == 1 && st.Pods[0].Hash == h1 && st.Pods[0].Phase == schema.PhaseRunning &&
+			st.Pods[0].Ready && st.Pods[0].Message == want
 	})
-	if c := st.Pods[0].Containers; len(c) != 1 || c[0].Reason != "CrashLoopBackOff" || c[0].ExitCode != 1 {
-		t.Errorf("container status = %+v", c)
+	if c := st.Pods[0].Containers; len(c) != 1 || c[0].State != schema.ContainerRunning || c[0].Image != v1.Spec.Containers[0].Image {
+		t.Errorf("container status = %+v; want v1's, running", c)
+	}
+	if fr := st.Pods[0].FailedRevision; fr == nil || fr.Hash != h2 || fr.Reason != "CrashLoopBackOff" || fr.ExitCode != 1 || fr.Container != "app" {
+		t.Errorf("failedRevision = %+v; want v2 (%s), app CrashLoopBackOff, exit code 1", fr, h2)
 	}
 	if l := list(); len(l) != 1 || l[0].ID != containerID(v1, 0) || l[0].State != runtime.StateRunning {
 		t.Fatalf("containers after going back: %+v, want v1 running", l)

@@ -68,9 +68,11 @@
 //     or fails once under restartPolicy Never) is given up: the agent
 //     runs the pod's last steady revision again, without a pull, and
 //     does not retry the failed one until the desired revision changes,
-//     across restarts too. Status then carries the new hash, phase
-//     Failed, the failing container's reason (CrashLoopBackOff,
-//     CreateContainerError, RunContainerError, ...) and a message such as
+//     across restarts too. Status then shows what runs (the steady
+//     revision's hash, phase, readiness and images) and, in
+//     failedRevision, the new hash and the failing container's reason
+//     (CrashLoopBackOff, CreateContainerError, RunContainerError, ...),
+//     with a message such as
 //     "revision 1a2b3c4d failed to start (container app: exit code 1, 3
 //     times); the previous version runs again"; a RolledBack event says
 //     the same. A pod with no steady revision yet (a first install)

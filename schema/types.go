@@ -758,7 +758,9 @@ type NodeInfo struct {
 type PodStatus struct {
 	// Name is the pod's name: that of its Deployment.
 	Name string `json:"name"`
-	// Hash is the hash of the spec the pod runs (the desired pod's hash).
+	// Hash is the hash of the spec the pod runs: the desired pod's hash,
+	// or, while failedRevision is set, that of the earlier revision the
+	// agent went back to.
 	Hash string `json:"hash,omitempty"`
 	// Phase sums the pod up: Pending while a container is being created or
 	// waits to be, Running while one runs, Succeeded when all exited with
@@ -774,6 +776,60 @@ type PodStatus struct {
 	Message string `json:"message,omitempty"`
 	// Containers are the states of the pod's containers.
 	Containers []ContainerStatus `json:"containers"`
+	// FailedRevision is set while the agent runs an earlier revision of
+	// the pod because the desired one failed to start, and went back by
+	// itself: hash, phase, ready, restarts and containers then describe
+	// the revision that runs, and failedRevision the desired one that
+	// failed. Absent otherwise. Agents from before it report the failed
+	// revision instead: its hash, phase Failed and its containers.
+	FailedRevision *FailedRevision `json:"failedRevision,omitempty"`
+}
+
+// FailedRevision is a desired revision of a pod that failed to start on
+// the device, which runs the previous one again.
+type FailedRevision struct {
+	// Hash is the failed revision's pod hash: the desired pod's.
+	Hash string `json:"hash"`
+	// Container is the container of the failed revision that failed.
+	Container string `json:"container,omitempty"`
+	// Image is that container's image in the failed revision.
+	Image string `json:"image,omitempty"`
+	// Reason says how it failed, in kubectl's words: CrashLoopBackOff,
+	// Error, CreateContainerError, RunContainerError or
+	// CreateContainerConfigError.
+	Reason string `json:"reason"`
+	// ExitCode is the container's last exit code, if it exited.
+	ExitCode int32 `json:"exitCode,omitempty"`
+	// Attempts counts the container's failed starts.
+	Attempts int32 `json:"attempts,omitempty"`
+	// Message says what happened, such as "container app: exit code 1, 3
+	// times".
+	Message string `json:"message,omitempty"`
+	// Time is when the agent gave the revision up, an RFC 3339 time.
+	Time *time.Time `json:"time,omitempty"`
+}
+
+// StatusText sums the pod's report up as kubectl's STATUS column does:
+// the reason of the first container that is not running (ErrImagePull,
+// CrashLoopBackOff, ContainerCreating, Completed, Error…), else the
+// phase; Unknown without one. It is what the device reported: for a
+// device that is unreachable, the pod's status is Unknown.
+func (p *PodStatus) StatusText() string {
+	for _, c := range p.Containers {
+		if c.State != ContainerRunning && c.Reason != "" {
+			return c.Reason
+		}
+	}
+	if p.Phase == "" {
+		return string(PhaseUnknown)
+	}
+	return string(p.Phase)
+}
+
+// RevisionFailed reports whether the device went back from pod revision
+// hash because it failed to start (failedRevision names it).
+func (p *PodStatus) RevisionFailed(hash string) bool {
+	return p.FailedRevision != nil && p.FailedRevision.Hash == hash
 }
 
 // ContainerStatus is the observed state of one container.

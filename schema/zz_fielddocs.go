@@ -353,6 +353,19 @@ func typeDocTable() map[string]typeDoc {
 				"size":      {doc: "Size is the initial terminal size (TTY only)."},
 			},
 		},
+		"FailedRevision": {
+			doc: "FailedRevision is a desired revision of a pod that failed to start on the device, which runs the previous one again.",
+			fields: map[string]fieldDoc{
+				"hash":      {doc: "Hash is the failed revision's pod hash: the desired pod's."},
+				"container": {doc: "Container is the container of the failed revision that failed."},
+				"image":     {doc: "Image is that container's image in the failed revision."},
+				"reason":    {doc: "Reason says how it failed, in kubectl's words: CrashLoopBackOff, Error, CreateContainerError, RunContainerError or CreateContainerConfigError."},
+				"exitCode":  {doc: "ExitCode is the container's last exit code, if it exited."},
+				"attempts":  {doc: "Attempts counts the container's failed starts."},
+				"message":   {doc: "Message says what happened, such as \"container app: exit code 1, 3 times\"."},
+				"time":      {doc: "Time is when the agent gave the revision up, an RFC 3339 time."},
+			},
+		},
 		"HTTPGetAction": {
 			doc: "HTTPGetAction is an HTTP GET request to the container.",
 			fields: map[string]fieldDoc{
@@ -533,13 +546,14 @@ func typeDocTable() map[string]typeDoc {
 		"PodStatus": {
 			doc: "PodStatus is the observed state of one pod.",
 			fields: map[string]fieldDoc{
-				"name":       {doc: "Name is the pod's name: that of its Deployment."},
-				"hash":       {doc: "Hash is the hash of the spec the pod runs (the desired pod's hash)."},
-				"phase":      {doc: "Phase sums the pod up: Pending while a container is being created or waits to be, Running while one runs, Succeeded when all exited with code 0, Failed when one exited with another code and is not restarted, Unknown when the agent cannot tell."},
-				"ready":      {doc: "Ready is true when every container is running."},
-				"restarts":   {doc: "Restarts counts the restarts of the pod's containers."},
-				"message":    {doc: "Message says what holds the pod up, such as an image that cannot be pulled and when the agent tries again."},
-				"containers": {doc: "Containers are the states of the pod's containers."},
+				"name":           {doc: "Name is the pod's name: that of its Deployment."},
+				"hash":           {doc: "Hash is the hash of the spec the pod runs: the desired pod's hash, or, while failedRevision is set, that of the earlier revision the agent went back to."},
+				"phase":          {doc: "Phase sums the pod up: Pending while a container is being created or waits to be, Running while one runs, Succeeded when all exited with code 0, Failed when one exited with another code and is not restarted, Unknown when the agent cannot tell."},
+				"ready":          {doc: "Ready is true when every container is running."},
+				"restarts":       {doc: "Restarts counts the restarts of the pod's containers."},
+				"message":        {doc: "Message says what holds the pod up, such as an image that cannot be pulled and when the agent tries again."},
+				"containers":     {doc: "Containers are the states of the pod's containers."},
+				"failedRevision": {doc: "FailedRevision is set while the agent runs an earlier revision of the pod because the desired one failed to start, and went back by itself: hash, phase, ready, restarts and containers then describe the revision that runs, and failedRevision the desired one that failed. Absent otherwise. Agents from before it report the failed revision instead: its hash, phase Failed and its containers."},
 			},
 		},
 		"PodTemplate": {

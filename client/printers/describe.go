@@ -211,8 +211,15 @@ func deploymentDeviceRow(pod string, dev *schema.Device, now time.Time) []string
 	}
 	row[1] = strconv.FormatBool(st.Online)
 	for _, p := range st.Pods {
-		if p.Name == pod {
-			row[2], row[3], row[4], row[5] = string(p.Phase), strconv.FormatBool(p.Ready), strconv.Itoa(int(p.Restarts)), oneLine(p.Message)
+		if p.Name != pod {
+			continue
+		}
+		row[2], row[3], row[4], row[5] = string(p.Phase), strconv.FormatBool(p.Ready), strconv.Itoa(int(p.Restarts)), oneLine(p.Message)
+		if !st.Online || st.Stale {
+			// As get pods says it: Unknown, and what the last report said.
+			dp := DevicePod{Device: dev.Metadata.Name, Presence: Presence(st), LastReport: st.LastSeen, PodStatus: p}
+			row[2], row[3] = string(schema.PhaseUnknown), "false"
+			row[5] = oneLine(strings.TrimSuffix(Unreachable(dp, now)+"; "+p.Message, "; "))
 		}
 	}
 	return row
@@ -513,6 +520,9 @@ func describeDevice(w io.Writer, dev *schema.Device, deployments []schema.Deploy
 		}
 		if p.Hash != "" {
 			d.line(2, "Spec Hash:\t%s", p.Hash)
+		}
+		if fr := p.FailedRevision; fr != nil {
+			d.line(2, "Failed Revision:\t%s (the device went back to the spec hash above)", FailedRevisionText(fr))
 		}
 		if len(p.Containers) == 0 {
 			continue

@@ -16,7 +16,9 @@ func TestDescribeDeployment(t *testing.T) {
 	c.Env = []schema.EnvVar{{Name: "MODE", Value: "prod"}}
 	c.Mounts = []schema.Mount{{HostPath: "/var/lib/web", MountPath: "/data", ReadOnly: true}}
 	c.Resources.Limits = schema.ResourceList{Memory: "64Mi", CPU: "500m"}
-	devs := []schema.Device{*seenDevice(), *device("pi-new", nil)}
+	shed := device("pi-shed", &schema.DeviceObservedInfo{Online: false, LastSeen: ago(90 * time.Second), Pods: []schema.PodStatus{{Name: "web", Phase: schema.PhaseRunning, Ready: true,
+		Containers: []schema.ContainerStatus{{Name: "web", State: schema.ContainerRunning}}}}})
+	devs := []schema.Device{*seenDevice(), *device("pi-new", nil), *shed}
 	var b bytes.Buffer
 	if err := DescribeDeployment(&b, d, devs, now); err != nil {
 		t.Fatal(err)
@@ -33,6 +35,7 @@ func TestDescribeDeployment(t *testing.T) {
 		"memory:  64Mi", "cpu:     500m",
 		"2 targeted, 2 updated, 1 ready, 1 pending, 0 failed",
 		"pi-kitchen   true     Running", "pi-new       false    <not reported>",
+		"pi-shed      false    Unknown          false   0          device offline; last report 90s ago: Running, 1/1 ready\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)

@@ -40,7 +40,7 @@ func DescribePod(w io.Writer, p PodDescription, now time.Time) error {
 	} else {
 		d.line(0, "Deployment:\t%s (no deployment %s targets this device: the agent removes the pod)", none, p.Name)
 	}
-	names := describePodStatus(d, p.Status)
+	names := describePodStatus(d, p.Device, p.Status)
 	for _, c := range slices.Sorted(maps.Keys(p.Crashes)) {
 		if !slices.Contains(names, c) {
 			names = append(names, c)
@@ -66,23 +66,77 @@ func DescribePod(w io.Writer, p PodDescription, now time.Time) error {
 }
 
 // describePodStatus writes the pod's reported status and returns the names
-// of its containers.
-func describePodStatus(d *describer, st *schema.PodStatus) []string {
+// of its containers. Its Status is what `fleet get pods` says; for a
+// device that is unreachable it is Unknown, and the lines that follow are
+// marked as its last report, with its age. A revision the device went
+// back from is written under Failed Revision.
+func describePodStatus(d *describer, dev *schema.Device, st *schema.PodStatus) []string {
 	if st == nil {
 		d.line(0, "Status:\t%s (the device has not reported this pod)", none)
 		return nil
 	}
-	d.line(0, "Phase:\t%s", st.Phase)
-	d.line(0, "Ready:\t%t", st.Ready)
+	pod := DevicePod{Device: dev.Metadata.Name, PodStatus: *st}
+	if ds := dev.Status; ds != nil {
+		pod.Reachable, pod.Presence, pod.LastReport = ds.Online && !ds.Stale, Presence(ds), ds.LastSeen
+	}
+	reported := ""
+	if !pod.Reachable {
+		d.line(0, "Status:\t%s (%s)", PodStatusText(pod), Unreachable(pod, d.now))
+		reported = " (last reported)"
+	} else {
+		d.line(0, "Status:\t%s", PodStatusText(pod))
+	}
+	if st.Hash != "" {
+		d.line(0, "Revision:\t%s%s", shortRev(st.Hash), reported)
+	}
+	d.line(0, "Phase:\t%s%s", st.Phase, reported)
+	d.line(0, "Ready:\t%t%s", st.Ready, reported)
 	d.line(0, "Restarts:\t%d", st.Restarts)
 	if st.Message != "" {
 		d.line(0, "Message:\t%s", oneLineText(st.Message))
+	}
+	if fr := st.FailedRevision; fr != nil {
+		describeFailedRevision(d, fr)
 	}
 	var names []string
 	for _, c := range st.Containers {
 		names = append(names, c.Name)
 	}
 	return names
+}
+
+// describeFailedRevision writes the desired revision the device went back
+// from: which container failed, how, and when the device gave it up.
+func describeFailedRevision(d *describer, fr *schema.FailedRevision) {
+	d.line(0, "Failed Revision:\t%s (the device went back to the revision above)", shortRev(fr.Hash))
+	if fr.Container != "" {
+		c := fr.Container
+		if fr.Image != "" {
+			c += " (" + fr.Image + ")"
+		}
+		d.line(1, "Container:\t%s", c)
+	}
+	how := orNone(fr.Reason)
+	if fr.ExitCode != 0 {
+		how += fmt.Sprintf(", exit code %d", fr.ExitCode)
+	}
+	if fr.Attempts > 0 {
+		how += fmt.Sprintf(", %d attempts", fr.Attempts)
+	}
+	d.line(1, "Reason:\t%s", how)
+	if fr.Message != "" {
+		d.line(1, "Message:\t%s", oneLineText(fr.Message))
+	}
+	if fr.Time != nil {
+		d.line(1, "Given up:\t%s", describeTime(*fr.Time, d.now))
+	}
+}
+
+func shortRev(h string) string {
+	if len(h) > 8 {
+		return h[:8]
+	}
+	return h
 }
 
 // describePodContainer writes one container: its reported state, then its

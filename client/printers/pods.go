@@ -26,6 +26,13 @@ type DevicePod struct {
 	// it is not, the pod is shown as Unknown: it is what the device last
 	// said, not what runs now.
 	Reachable bool `json:"reachable"`
+	// Presence is the device's: online, offline (its session ended, or
+	// it said so), stale (connected but silent for longer than the
+	// hub's --stale-after) or unknown (it has not reported).
+	Presence string `json:"presence,omitempty"`
+	// LastReport is when the hub last heard from the device: the time of
+	// the report the pod's state comes from, or a later one.
+	LastReport *time.Time `json:"lastReport,omitempty"`
 	// Deleted is set only by `fleet get pods -w`, for a pod its device no
 	// longer reports (or of a deleted device).
 	Deleted          bool `json:"deleted,omitempty"`
@@ -41,8 +48,30 @@ type DevicePodList struct {
 // Headers of the pod table.
 var (
 	podHeaders     = []string{"DEVICE", "POD", "READY", "STATUS", "RESTARTS", "AGE"}
-	podWideHeaders = []string{"IMAGES", "MESSAGE"}
+	podWideHeaders = []string{"IMAGES", "FAILED REVISION", "MESSAGE"}
 )
+
+// Device presences, as DevicePod.Presence says them: the dashboard's
+// device states.
+const (
+	PresenceOnline  = "online"
+	PresenceOffline = "offline"
+	PresenceStale   = "stale"
+	PresenceNever   = "unknown"
+)
+
+// Presence is the device's presence as its status says it.
+func Presence(st *schema.DeviceObservedInfo) string {
+	switch {
+	case st == nil || st.LastSeen == nil:
+		return PresenceNever
+	case st.Online && st.Stale:
+		return PresenceStale
+	case st.Online:
+		return PresenceOnline
+	}
+	return PresenceOffline
+}
 
 // PodHeaders returns the column headers of a pod table.
 func PodHeaders(wide bool) []string {
@@ -65,7 +94,7 @@ func PodsOf(d *schema.Device, names []string) []DevicePod {
 		if len(names) > 0 && !slices.Contains(names, p.Name) {
 			continue
 		}
-		out = append(out, DevicePod{Device: d.Metadata.Name, Reachable: reachable, PodStatus: p})
+		out = append(out, DevicePod{Device: d.Metadata.Name, Reachable: reachable, Presence: Presence(st), LastReport: st.LastSeen, PodStatus: p})
 	}
 	slices.SortFunc(out, func(a, b DevicePod) int { return cmp.Compare(a.Name, b.Name) })
 	return out
@@ -86,20 +115,16 @@ func PodStatusText(p DevicePod) string {
 	if !p.Reachable {
 		return string(schema.PhaseUnknown)
 	}
-	for _, c := range p.Containers {
-		if c.State != schema.ContainerRunning && c.Reason != "" {
-			return c.Reason
-		}
-	}
-	if p.Phase == "" {
-		return string(schema.PhaseUnknown)
-	}
-	return string(p.Phase)
+	return p.StatusText()
 }
 
 // PodRow returns the table cells of one pod at time now: READY counts the
 // ready containers (running, and passing their readiness probe where the
-// agent says), AGE is since the earliest of them started.
+// agent says; none while the device is unreachable, as Kubernetes counts
+// the pods of a node that stopped reporting), AGE is since the earliest
+// of them started. Wide, IMAGES are those that run, FAILED REVISION names
+// a desired revision the device went back from, and MESSAGE says how old
+// the report of an unreachable device is.
 func PodRow(p DevicePod, wide bool, now time.Time) []string {
 	running := 0
 	var started *time.Time
@@ -112,6 +137,9 @@ func PodRow(p DevicePod, wide bool, now time.Time) []string {
 			started = c.StartedAt
 		}
 		images = append(images, c.Image)
+	}
+	if !p.Reachable && !p.Deleted {
+		running = 0
 	}
 	row := []string{
 		p.Device,
@@ -126,9 +154,43 @@ func PodRow(p DevicePod, wide bool, now time.Time) []string {
 	}
 	msg := p.Message
 	if !p.Reachable && !p.Deleted {
-		msg = strings.TrimSuffix("device unreachable; last reported "+string(p.Phase)+"; "+msg, "; ")
+		msg = strings.TrimSuffix(Unreachable(p, now)+"; "+msg, "; ")
 	}
-	return append(row, orNone(strings.Join(images, ",")), orNone(msg))
+	return append(row, orNone(strings.Join(images, ",")), orNone(FailedRevisionText(p.FailedRevision)), orNone(msg))
+}
+
+// Unreachable says why the state of a pod of an unreachable device is
+// Unknown, and what it was: "device offline; last report 42s ago:
+// Running, 1/1 ready".
+func Unreachable(p DevicePod, now time.Time) string {
+	why := "device offline"
+	if p.Presence == PresenceStale {
+		why = "device silent"
+	}
+	ready := 0
+	for _, c := range p.Containers {
+		if c.State == schema.ContainerRunning && (c.Ready == nil || *c.Ready) {
+			ready++
+		}
+	}
+	phase := p.Phase
+	if phase == "" {
+		phase = schema.PhaseUnknown
+	}
+	return fmt.Sprintf("%s; last report %s ago: %s, %d/%d ready", why, Age(p.LastReport, now), phase, ready, len(p.Containers))
+}
+
+// FailedRevisionText is the FAILED REVISION cell: "1a2b3c4d
+// (CrashLoopBackOff)", or "" for none.
+func FailedRevisionText(fr *schema.FailedRevision) string {
+	if fr == nil {
+		return ""
+	}
+	h := shortRev(fr.Hash)
+	if fr.Reason == "" {
+		return h
+	}
+	return h + " (" + fr.Reason + ")"
 }
 
 // PrintPods prints pods: a table, pod/DEVICE/POD lines, or a PodList in
@@ -291,10 +353,14 @@ func (w *PodWatch) changes(d *schema.Device, deleted bool, now time.Time) []Devi
 }
 
 // key is what, once printed, is not printed again: the line without its
-// age, or the pod's state.
+// ages (the pod's, and that of an unreachable device's last report), or
+// the pod's state.
 func (w *PodWatch) key(pod DevicePod, now time.Time) string {
 	switch w.p.Format {
 	case Table, Wide:
+		if pod.LastReport != nil {
+			now = *pod.LastReport // the report's age reads 0s: it grows, nothing changed
+		}
 		row := PodRow(pod, w.p.wide(), now)
 		row[5] = ""
 		return strings.Join(row, "\x00")

@@ -3,6 +3,7 @@ package printers
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -55,12 +56,12 @@ DEVICE       POD    READY   STATUS             RESTARTS   AGE
 pi-kitchen   cam    0/1     ImagePullBackOff   0          <unknown>
 pi-kitchen   mqtt   0/1     CrashLoopBackOff   4          3m
 pi-kitchen   web    2/2     Running            0          120m
-pi-shed      web    1/1     Unknown            0          26h
+pi-shed      web    0/1     Unknown            0          26h
 `},
 		{"wide, one pod name", Wide, allPods("web"), `
-DEVICE       POD   READY   STATUS    RESTARTS   AGE    IMAGES               MESSAGE
-pi-kitchen   web   2/2     Running   0          120m   nginx:1.25,busybox   <none>
-pi-shed      web   1/1     Unknown   0          26h    nginx:1.25           device unreachable; last reported Running
+DEVICE       POD   READY   STATUS    RESTARTS   AGE    IMAGES               FAILED REVISION   MESSAGE
+pi-kitchen   web   2/2     Running   0          120m   nginx:1.25,busybox   <none>            <none>
+pi-shed      web   0/1     Unknown   0          26h    nginx:1.25           <none>            device offline; last report 60m ago: Running, 1/1 ready
 `},
 		{"names", Name, allPods("web", "mqtt"), `
 pod/pi-kitchen/mqtt
@@ -228,12 +229,78 @@ func TestPodWatchJSON(t *testing.T) {
 func TestPodRowCountsReadyContainers(t *testing.T) {
 	yes, no := true, false
 	now := time.Now()
-	p := DevicePod{Device: "pi", PodStatus: schema.PodStatus{Name: "gw", Phase: schema.PhaseRunning, Containers: []schema.ContainerStatus{
+	p := DevicePod{Device: "pi", Reachable: true, PodStatus: schema.PodStatus{Name: "gw", Phase: schema.PhaseRunning, Containers: []schema.ContainerStatus{
 		{Name: "a", State: schema.ContainerRunning, Ready: &yes},
 		{Name: "b", State: schema.ContainerRunning, Ready: &no},
 		{Name: "c", State: schema.ContainerRunning},
 	}}}
 	if got := PodRow(p, false, now)[2]; got != "2/3" {
 		t.Errorf("READY = %q, want 2/3", got)
+	}
+	p.Reachable = false
+	if got := PodRow(p, false, now)[2]; got != "0/3" {
+		t.Errorf("READY of an unreachable device's pod = %q, want 0/3 (as Kubernetes counts a lost node's pods)", got)
+	}
+}
+
+// TestPodRowTruthfulStatus: a pod whose device went back from a failed
+// revision shows the images that run, Running and ready, and the failed
+// revision in its own column; an unreachable device's pod is Unknown,
+// not ready, and says how old its report is, offline or silent.
+func TestPodRowTruthfulStatus(t *testing.T) {
+	now := time.Now()
+	started := now.Add(-10 * time.Minute)
+	back := schema.PodStatus{Name: "web", Hash: "1111111111111111", Phase: schema.PhaseRunning, Ready: true, Restarts: 0,
+		Message:        "revision 2222222a failed to start (container app: exit code 1, 3 times); the previous version runs again",
+		Containers:     []schema.ContainerStatus{{Name: "app", Image: "app:1", State: schema.ContainerRunning, StartedAt: &started}},
+		FailedRevision: &schema.FailedRevision{Hash: "2222222ab3c4d5e6", Container: "app", Image: "app:2", Reason: "CrashLoopBackOff", ExitCode: 1, Attempts: 3}}
+	seen := now.Add(-42 * time.Second)
+	for _, tt := range []struct {
+		name string
+		pod  DevicePod
+		want []string
+	}{
+		{"went back", DevicePod{Device: "pi", Reachable: true, Presence: PresenceOnline, LastReport: &seen, PodStatus: back},
+			[]string{"pi", "web", "1/1", "Running", "0", "10m", "app:1", "2222222a (CrashLoopBackOff)", back.Message}},
+		{"offline", DevicePod{Device: "pi", Presence: PresenceOffline, LastReport: &seen, PodStatus: back},
+			[]string{"pi", "web", "0/1", "Unknown", "0", "10m", "app:1", "2222222a (CrashLoopBackOff)", "device offline; last report 42s ago: Running, 1/1 ready; " + back.Message}},
+		{"silent", DevicePod{Device: "pi", Presence: PresenceStale, LastReport: &seen, PodStatus: schema.PodStatus{Name: "web", Phase: schema.PhaseRunning, Ready: true,
+			Containers: []schema.ContainerStatus{{Name: "app", Image: "app:1", State: schema.ContainerRunning, StartedAt: &started}}}},
+			[]string{"pi", "web", "0/1", "Unknown", "0", "10m", "app:1", "<none>", "device silent; last report 42s ago: Running, 1/1 ready"}},
+	} {
+		if got := PodRow(tt.pod, true, now); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: row\n%q\nwant\n%q", tt.name, got, tt.want)
+		}
+	}
+	if got := PodHeaders(true); !slices.Equal(got, []string{"DEVICE", "POD", "READY", "STATUS", "RESTARTS", "AGE", "IMAGES", "FAILED REVISION", "MESSAGE"}) {
+		t.Errorf("wide headers = %q", got)
+	}
+	d := device("pi", &schema.DeviceObservedInfo{Online: false, LastSeen: &seen, Pods: []schema.PodStatus{back}})
+	if p := PodsOf(d, nil); len(p) != 1 || p[0].Presence != PresenceOffline || p[0].LastReport == nil || !p[0].LastReport.Equal(seen) {
+		t.Errorf("PodsOf an offline device = %+v; want presence offline, last report %v", p, seen)
+	}
+}
+
+// TestPodWatchWideUnreachable: the growing age of an unreachable device's
+// last report does not print its pods again.
+func TestPodWatchWideUnreachable(t *testing.T) {
+	var b bytes.Buffer
+	at := now
+	p := &Printer{Out: &b, Format: Wide, Now: func() time.Time { return at }}
+	w := p.NewPodWatch([]string{"web"})
+	shed := podDevices()[1]
+	if err := w.List([]*schema.Device{shed}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "device offline; last report 60m ago") {
+		t.Fatalf("start:\n%s", b.String())
+	}
+	b.Reset()
+	at = now.Add(time.Minute)
+	if err := w.Device(shed, false); err != nil {
+		t.Fatal(err)
+	}
+	if b.Len() != 0 {
+		t.Fatalf("an older report printed again:\n%s", b.String())
 	}
 }

@@ -287,7 +287,7 @@ pi-shed      web    false       0
 DEVICE       POD    READY   STATUS             RESTARTS   AGE
 pi-kitchen   cam    0/1     ImagePullBackOff   0          <unknown>
 pi-kitchen   web    2/2     Running            0          120m
-pi-shed      web    1/1     Unknown            0          26h
+pi-shed      web    0/1     Unknown            0          26h
 pi-kitchen   mqtt   0/1     CrashLoopBackOff   4          3m
 `},
 		{"name sorted by the first container's image", Name, "", ".containers[0].image", `

@@ -37,8 +37,11 @@ The hub keeps the last few events of each device in memory, so after a hub
 restart only the ones heard since are shown. When the hub has measured the
 device (fleet top), a Resources block shows its last figures.
 
-A pod (pod DEVICE/POD): its status on that device (phase, ready, restarts,
-each container's state, exit code and start), the last crash of each
+A pod (pod DEVICE/POD): its status on that device (Status as get pods
+says it, the revision that runs, phase, ready, restarts, each container's
+image, state, exit code and start; a Failed Revision the device went back
+from; for a device offline or silent, Status Unknown with the age of the
+last report, the lines below it marked "last reported"), the last crash of each
 container ("Last crash: exited 1 at ..." and the last lines of its log, as
 the device reported them, kept by the hub even while the device is offline)
 and the device's recent events about the pod.

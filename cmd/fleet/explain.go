@@ -89,9 +89,11 @@ const podDoc = `Pod is one pod on one device, as the device last reported it: an
 Pods are not objects of their own. A Deployment runs a pod named after it on every device its selector matches: the pod's spec is the deployment's spec.template.spec (fleet explain deployment.spec.template.spec), and each device reports its pods in its status (fleet explain device.status.pods).`
 
 var podFieldDocs = map[string]string{
-	"device":    "Device is the name of the device the pod is on.",
-	"reachable": "Reachable is true when the device is online and its last status is fresh. When it is not, the pod is shown as Unknown: it is what the device last said, not what runs now.",
-	"deleted":   `Deleted is set only by "fleet get pods -w", for a pod its device no longer reports (or one of a deleted device).`,
+	"device":     "Device is the name of the device the pod is on.",
+	"reachable":  "Reachable is true when the device is online and its last status is fresh. When it is not, the pod is shown as Unknown: it is what the device last said, not what runs now.",
+	"deleted":    `Deleted is set only by "fleet get pods -w", for a pod its device no longer reports (or one of a deleted device).`,
+	"presence":   "Presence is the device's: online, offline (its session ended, or it said so), stale (connected but silent for longer than the hub's --stale-after) or unknown (it has not reported).",
+	"lastReport": "LastReport is when the hub last heard from the device, an RFC 3339 time: the report the pod's state comes from, or a later one.",
 }
 
 var podType = reflect.TypeFor[printers.DevicePod]()

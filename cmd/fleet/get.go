@@ -50,11 +50,15 @@ its keys with the size of each value (keys: {token: 12}). A monitor
 credential may not read secrets at all.
 
 Pods: one line per pod per device, as the devices last reported them:
-DEVICE, POD (the deployment's name), READY (running containers/total),
+DEVICE, POD (the deployment's name), READY (ready containers/total),
 STATUS (the reason of the first container not running, such as
 ErrImagePull, CrashLoopBackOff or ContainerCreating, else the pod's phase;
-Unknown when the device is offline or silent), RESTARTS and AGE (since its
-containers started); -o wide adds IMAGES and MESSAGE. NAME keeps the pods
+Unknown, and READY 0/N, when the device is offline or silent), RESTARTS
+and AGE (since its containers started); -o wide adds IMAGES (those that
+run), FAILED REVISION (a desired revision the device went back from
+because it failed to start: "5d1c9a0e (CrashLoopBackOff)") and MESSAGE
+(for an unreachable device, first "device offline; last report 42s ago:
+Running, 1/1 ready"). NAME keeps the pods
 of that name; -l selects devices, e.g. -l fleet/device=pi-1 for one device.
 
 -l takes a label selector as kubectl does: key=value (or key==value),

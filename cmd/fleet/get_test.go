@@ -184,14 +184,14 @@ func TestGetPods(t *testing.T) {
 			"DEVICE   POD   READY   STATUS         RESTARTS   AGE\n" +
 			"pi-1     web   1/1     Running        0          5m\n" +
 			"pi-2     web   0/1     ErrImagePull   2          <unknown>\n" +
-			"pi-3     cam   1/1     Unknown        0          5m\n"},
+			"pi-3     cam   0/1     Unknown        0          5m\n"},
 		{[]string{"get", "po", "web", "-l", "site=lab", "--no-headers"}, "" +
 			"pi-1   web   1/1   Running        0     5m\n" +
 			"pi-2   web   0/1   ErrImagePull   2     <unknown>\n"},
 		{[]string{"get", "pod/cam", "-o", "name"}, "pod/pi-3/cam\n"},
 		{[]string{"get", "pods", "-l", "fleet/device=pi-2", "-o", "wide"}, "" +
-			"DEVICE   POD   READY   STATUS         RESTARTS   AGE         IMAGES       MESSAGE\n" +
-			"pi-2     web   0/1     ErrImagePull   2          <unknown>   nginx:1.25   pull failed\n"},
+			"DEVICE   POD   READY   STATUS         RESTARTS   AGE         IMAGES       FAILED REVISION   MESSAGE\n" +
+			"pi-2     web   0/1     ErrImagePull   2          <unknown>   nginx:1.25   <none>            pull failed\n"},
 	} {
 		if out := e.ok("", tt.args...); out != tt.want {
 			t.Errorf("fleet %s:\n%s\nwant\n%s", strings.Join(tt.args, " "), out, tt.want)

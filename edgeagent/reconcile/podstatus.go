@@ -30,12 +30,14 @@ import (
 // those of its init containers, and its message says what holds it back
 // ("init container prepare failed (exit code 1); retrying in 20s").
 //
-// A pod whose desired revision failed to start and that runs its steady
-// revision again is reported with the desired hash, phase Failed, the
-// failing container's reason (the others': RolledBack) and a message
-// "revision HASH8 failed to start (DETAIL); the previous version runs
-// again" (or "...; going back to the previous version" while it does not
-// run yet, followed by what holds it up).
+// A pod whose desired revision failed to start, and that the agent runs
+// at its steady revision again, is reported as what runs: the steady
+// revision's hash, phase, readiness, restarts and containers (their
+// images those of the steady revision), with FailedRevision naming the
+// desired revision that failed, its failing container, reason and exit
+// code; its message says "revision HASH8 failed to start (DETAIL); the
+// previous version runs again" (or "...; going back to the previous
+// version" while that does not run yet, followed by what holds it up).
 func PodStatuses(desired []schema.Pod, observed []runtime.Container, probes probe.Results, hist state.History, rollouts state.Rollouts, busy map[string]bool, now time.Time, listErr error) []schema.PodStatus {
 	byKey := observedByKey(observed)
 	out := make([]schema.PodStatus, 0, len(desired))
@@ -52,28 +54,35 @@ func PodStatuses(desired []schema.Pod, observed []runtime.Container, probes prob
 }
 
 // failedStatus is the status of pod p whose desired revision failed as f,
-// given the status prev of the steady revision it runs instead.
+// given the status prev of the steady revision it runs instead: prev,
+// with the failure.
 func failedStatus(p schema.Pod, f state.Failure, prev schema.PodStatus) schema.PodStatus {
-	ps := schema.PodStatus{
-		Name: p.Name, Hash: podHash(p), Phase: schema.PhaseFailed, Restarts: prev.Restarts,
-		Containers: make([]schema.ContainerStatus, 0, len(p.Spec.Containers)),
+	ps := prev
+	fr := &schema.FailedRevision{
+		Hash: f.Hash, Container: f.Container, Reason: f.Reason, ExitCode: f.ExitCode,
+		Attempts: f.Attempts, Message: f.Message, Time: timePtr(f.At),
 	}
 	for _, c := range p.Spec.Containers {
-		cs := schema.ContainerStatus{Name: c.Name, Image: c.Image, State: schema.ContainerWaiting, Reason: ReasonRolledBack}
 		if c.Name == f.Container {
-			cs.Reason, cs.ExitCode = f.Reason, f.ExitCode
+			fr.Image = c.Image
 		}
-		ps.Containers = append(ps.Containers, cs)
 	}
-	ps.Message = fmt.Sprintf("revision %s failed to start (%s); ", shortHash(f.Hash), f.Message)
+	for _, c := range p.Spec.InitContainers {
+		if c.Name == f.Container {
+			fr.Image = c.Image
+		}
+	}
+	ps.FailedRevision = fr
+	msg := fmt.Sprintf("revision %s failed to start (%s); ", shortHash(f.Hash), f.Message)
 	if prev.Ready || prev.Phase == schema.PhaseSucceeded {
-		ps.Message += "the previous version runs again"
+		msg += "the previous version runs again"
 	} else {
-		ps.Message += "going back to the previous version"
+		msg += "going back to the previous version"
 		if prev.Message != "" {
-			ps.Message += ": " + prev.Message
+			msg += ": " + prev.Message
 		}
 	}
+	ps.Message = msg
 	return ps
 }
 

@@ -639,8 +639,10 @@ func TestReconcilerNewRevisionThatNeverStartsGoesBack(t *testing.T) {
 		}
 		st := h.getStatus()
 		want := "revision " + h2[:8] + " failed to start (container c0: exit code 1, 3 times); the previous version runs again"
-		if p := st.Pods[0]; p.Hash != h2 || p.Phase != schema.PhaseFailed || p.Message != want || p.Containers[0].Reason != ReasonCrashLoopBackOff {
-			t.Fatalf("status = %+v\nwant hash %s, Failed, %q", p, h2, want)
+		h1 := schema.PodSpecHash(v1.Spec)
+		if p := st.Pods[0]; p.Hash != h1 || p.Phase != schema.PhaseRunning || !p.Ready || p.Message != want || p.Containers[0].Image != "app:1" ||
+			p.FailedRevision == nil || p.FailedRevision.Hash != h2 || p.FailedRevision.Reason != ReasonCrashLoopBackOff {
+			t.Fatalf("status = %+v\nwant v1's hash %s, Running, ready, %q, v2 (%s) failed", p, h1, want, h2)
 		}
 		if st.ObservedGeneration != 2 {
 			t.Errorf("observedGeneration %d: a reported failure counts as applied", st.ObservedGeneration)
@@ -669,7 +671,7 @@ func TestReconcilerNewRevisionThatNeverStartsGoesBack(t *testing.T) {
 		if c := r.rt.Calls(); c.Start != starts || c.Remove != h.rt.Calls().Remove {
 			t.Fatalf("restarted agent touched containers: %v", r.rt.Ops())
 		}
-		if p := r.getStatus().Pods[0]; p.Phase != schema.PhaseFailed || p.Message != want {
+		if p := r.getStatus().Pods[0]; p.Phase != schema.PhaseRunning || !p.Ready || p.Message != want || !p.RevisionFailed(h2) {
 			t.Fatalf("status after restart = %+v", p)
 		}
 
@@ -732,7 +734,7 @@ func TestReconcilerCreateFailuresGoBack(t *testing.T) {
 			t.Fatalf("v1 not running again: %v", h.rt.Ops())
 		}
 		p := h.getStatus().Pods[0]
-		if p.Phase != schema.PhaseFailed || p.Containers[0].Reason != ReasonStartError ||
+		if p.Phase != schema.PhaseRunning || !p.Ready || p.FailedRevision == nil || p.FailedRevision.Reason != ReasonStartError ||
 			!strings.Contains(p.Message, "RunContainerError") || !strings.HasSuffix(p.Message, "the previous version runs again") {
 			t.Fatalf("status = %+v", p)
 		}

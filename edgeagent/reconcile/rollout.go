@@ -30,8 +30,9 @@ import (
 // The agent then runs the steady revision again (its images are kept, so
 // that needs no pull) and does not retry the failed revision until the
 // desired revision changes; both facts are persisted. The pod's status
-// keeps the desired hash, with phase Failed, the failing container's
-// reason and a message such as "revision 1a2b3c4d failed to start
+// shows what runs (the steady revision's hash, phase, readiness and
+// images) and, in failedRevision, the desired hash with the failing
+// container's reason; its message says "revision 1a2b3c4d failed to start
 // (container app: exit code 1, 3 times); the previous version runs
 // again". A pod without a steady revision (a first install) has nothing
 // to go back to: it crash-loops with backoff, as before.

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -278,35 +279,46 @@ func TestDiffSteady(t *testing.T) {
 }
 
 // TestPodStatusesAfterRollback: the status of a pod whose new revision
-// failed carries the new hash, phase Failed, the failing container's
-// reason and says the previous version runs again, once it does.
+// failed is that of the revision that runs (its hash, phase, readiness and
+// images), with failedRevision naming the new one, its failing container
+// and reason; its message says the previous version runs again, once it
+// does.
 func TestPodStatusesAfterRollback(t *testing.T) {
 	v1 := pod("web", schema.RestartAlways, "app:1", "side:1")
 	v2 := pod("web", schema.RestartAlways, "app:2", "side:1")
-	h2 := schema.PodSpecHash(v2.Spec)
+	h1, h2 := schema.PodSpecHash(v1.Spec), schema.PodSpecHash(v2.Spec)
 	ro := state.Rollouts{"web": {Steady: steadyRev(v1, t0), Failed: &state.Failure{
-		Hash: h2, Container: "c0", Reason: ReasonCrashLoopBackOff, ExitCode: 1, Attempts: 3, Message: "container c0: exit code 1, 3 times",
+		Hash: h2, Container: "c0", Reason: ReasonCrashLoopBackOff, ExitCode: 1, Attempts: 3, Message: "container c0: exit code 1, 3 times", At: t0,
 	}}}
 	obs := []runtime.Container{ctr(key(v1, "c0"), runtime.StateRunning), ctr(key(v1, "c1"), runtime.StateRunning)}
 	got := PodStatuses([]schema.Pod{v2}, obs, nil, nil, ro, nil, t0, nil)[0]
 	want := "revision " + h2[:8] + " failed to start (container c0: exit code 1, 3 times); the previous version runs again"
-	if got.Hash != h2 || got.Phase != schema.PhaseFailed || got.Ready || got.Message != want {
-		t.Fatalf("status = %+v\nwant hash %s, Failed, message %q", got, h2, want)
+	if got.Hash != h1 || got.Phase != schema.PhaseRunning || !got.Ready || got.Message != want {
+		t.Fatalf("status = %+v\nwant hash %s (the steady revision), Running, ready, message %q", got, h1, want)
 	}
-	if c := got.Containers; len(c) != 2 || c[0].Reason != ReasonCrashLoopBackOff || c[0].ExitCode != 1 || c[0].Image != "app:2" || c[1].Reason != ReasonRolledBack {
-		t.Fatalf("containers = %+v", c)
+	if c := got.Containers; len(c) != 2 || c[0].State != schema.ContainerRunning || c[0].Image != "app:1" || c[0].Reason != "" || c[1].Image != "side:1" {
+		t.Fatalf("containers = %+v; want the steady revision's, running", c)
+	}
+	wantFR := schema.FailedRevision{Hash: h2, Container: "c0", Image: "app:2", Reason: ReasonCrashLoopBackOff, ExitCode: 1, Attempts: 3,
+		Message: "container c0: exit code 1, 3 times", Time: timePtr(t0)}
+	if fr := got.FailedRevision; fr == nil || !reflect.DeepEqual(*fr, wantFR) {
+		t.Fatalf("failedRevision = %+v, want %+v", fr, wantFR)
+	}
+	if !got.RevisionFailed(h2) || got.RevisionFailed(h1) {
+		t.Fatalf("RevisionFailed(h2) %v, RevisionFailed(h1) %v; want true, false", got.RevisionFailed(h2), got.RevisionFailed(h1))
 	}
 	if err := schema.ValidateDeviceStatus(&schema.DeviceStatus{Device: "d", Pods: []schema.PodStatus{got}}); err != nil {
 		t.Fatal(err)
 	}
-	// While the previous version is not running yet.
+	// While the previous version is not running yet: what holds it up.
 	got = PodStatuses([]schema.Pod{v2}, nil, nil, nil, ro, map[string]bool{"web": true}, t0, nil)[0]
-	if got.Phase != schema.PhaseFailed || !strings.HasSuffix(got.Message, "; going back to the previous version") {
+	if got.Phase != schema.PhasePending || got.Ready || got.Hash != h1 || got.FailedRevision == nil ||
+		!strings.HasSuffix(got.Message, "; going back to the previous version") || got.Containers[0].Reason != ReasonCreating {
 		t.Fatalf("status while going back = %+v", got)
 	}
 	// A failure of another revision is not this one's.
 	got = PodStatuses([]schema.Pod{v1}, obs, nil, nil, ro, nil, t0, nil)[0]
-	if got.Phase != schema.PhaseRunning || !got.Ready || got.Message != "" {
+	if got.Phase != schema.PhaseRunning || !got.Ready || got.Message != "" || got.FailedRevision != nil {
 		t.Fatalf("status of the steady revision = %+v", got)
 	}
 }

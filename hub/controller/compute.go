@@ -466,6 +466,8 @@ func deviceCategory(depName, hash string, st *schema.DeviceStatus, online bool) 
 	}
 	current := got != nil && got.Hash == hash
 	switch {
+	case got != nil && got.RevisionFailed(hash) && online:
+		return catFailed // it went back to the revision it runs
 	case current && (got.Ready || got.Phase == schema.PhaseSucceeded):
 		return catReady
 	case current && got.Phase == schema.PhaseFailed && online:

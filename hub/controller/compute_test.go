@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/schema"
@@ -141,6 +142,33 @@ func TestConvergedAndAggregate(t *testing.T) {
 	want := schema.DeploymentStatus{ObservedGeneration: 1, Targeted: 4, Updated: 3, Ready: 1, Failed: 1, Pending: 2}
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("AggregateDeployment = %+v, want %+v (offline device pending, not failed)", s, want)
+	}
+	// A device that went back by itself reports the revision it runs,
+	// naming the desired one in failedRevision: it failed.
+	e := device("e")
+	e.Status = &schema.DeviceStatus{ObservedGeneration: 4, Pods: []schema.PodStatus{{Name: "web", Hash: "older", Phase: schema.PhaseRunning, Ready: true,
+		FailedRevision: &schema.FailedRevision{Hash: hash, Reason: "CrashLoopBackOff"}}}}
+	if fleetmodel.Converged(desired, e.Status) {
+		t.Error("Converged: a device back on an older revision is not converged")
+	}
+	s = AggregateDeployment(&dep, []DeviceView{e})
+	want = schema.DeploymentStatus{ObservedGeneration: 1, Targeted: 1, Updated: 1, Failed: 1}
+	if !reflect.DeepEqual(s, want) {
+		t.Errorf("AggregateDeployment of a device that went back = %+v, want %+v", s, want)
+	}
+}
+
+// TestPodHealthFailedRevision: a staged rollout counts a device that went
+// back from the revision by itself as failed, with the reason it gives.
+func TestPodHealthFailedRevision(t *testing.T) {
+	now := time.Now()
+	st := &schema.DeviceStatus{Pods: []schema.PodStatus{{Name: "web", Hash: "h1", Phase: schema.PhaseRunning, Ready: true,
+		FailedRevision: &schema.FailedRevision{Hash: "h2", Reason: "RunContainerError"}}}}
+	if ready, _, failed, reason := podHealth(st, "web", "h2", now); ready || !failed || reason != "RunContainerError" {
+		t.Errorf("podHealth at the failed revision = ready %v, failed %v, %q; want failed, RunContainerError", ready, failed, reason)
+	}
+	if ready, _, failed, _ := podHealth(st, "web", "h1", now); !ready || failed {
+		t.Errorf("podHealth at the revision that runs = ready %v, failed %v; want ready", ready, failed)
 	}
 }
 

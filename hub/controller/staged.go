@@ -274,6 +274,10 @@ func podHealth(st *schema.DeviceStatus, depName, hash string, now time.Time) (re
 	}
 	for i := range st.Pods {
 		p := &st.Pods[i]
+		if p.Name == depName && p.RevisionFailed(hash) {
+			// The device went back from hash to the revision it runs.
+			return false, time.Time{}, true, p.FailedRevision.Reason
+		}
 		if p.Name != depName || p.Hash != hash {
 			continue
 		}

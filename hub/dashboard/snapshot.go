@@ -316,13 +316,24 @@ type PodRow struct {
 	// DesiredHash is the hash the hub gave the device ("" when the
 	// device is not given the pod).
 	DesiredHash string `json:"desiredHash,omitempty"`
-	// Hash is the hash the device reports ("" when it reports no such
-	// pod).
-	Hash     string `json:"hash,omitempty"`
+	// Hash is the hash of the revision the device reports it runs (""
+	// when it reports no such pod).
+	Hash string `json:"hash,omitempty"`
+	// Status sums the pod up as `fleet get pods` does: Unknown while
+	// the device is not online (or is stale), else the reason of the
+	// first container that does not run, else the phase.
+	Status string `json:"status,omitempty"`
+	// Phase, Ready, Restarts and Message are as the device last reported
+	// them (the row's lastSeen says when the hub last heard from it).
 	Phase    string `json:"phase,omitempty"`
 	Ready    bool   `json:"ready"`
 	Restarts int32  `json:"restarts"`
 	Message  string `json:"message,omitempty"`
+	// Images are the images of the containers that the device reports.
+	Images []string `json:"images,omitempty"`
+	// FailedRevision is the desired revision the device went back from
+	// because it failed to start, if any.
+	FailedRevision *schema.FailedRevision `json:"failedRevision,omitempty"`
 }
 
 // Page is the answer of GET /v1/dashboard/devices.
@@ -446,6 +457,13 @@ func (d *device) row(pod string) Row {
 		pr := &PodRow{DesiredHash: d.desired[pod]}
 		if p := d.reported(pod); p != nil {
 			pr.Hash, pr.Phase, pr.Ready, pr.Restarts, pr.Message = p.Hash, string(p.Phase), p.Ready, p.Restarts, p.Message
+			pr.Status, pr.FailedRevision = p.StatusText(), p.FailedRevision
+			if d.state != StateOnline {
+				pr.Status = string(schema.PhaseUnknown)
+			}
+			for _, c := range p.Containers {
+				pr.Images = append(pr.Images, c.Image)
+			}
 		}
 		r.Pod = pr
 	}

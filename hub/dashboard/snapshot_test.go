@@ -3,6 +3,7 @@ package dashboard
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,8 +143,47 @@ func TestRows(t *testing.T) {
 		r.Problem != "web: back-off 10s restarting failed container" || r.DesiredGeneration != 2 || r.ObservedGeneration != 2 {
 		t.Errorf("row %+v", r)
 	}
-	if r.Pod == nil || r.Pod.DesiredHash != "h2" || r.Pod.Hash != "h2" || r.Pod.Phase != "Running" || r.Pod.Ready {
+	if r.Pod == nil || r.Pod.DesiredHash != "h2" || r.Pod.Hash != "h2" || r.Pod.Phase != "Running" || r.Pod.Ready || r.Pod.Status != "Running" {
 		t.Errorf("pod %+v", r.Pod)
+	}
+}
+
+// TestRowsTruthful: a device that went back from a failed revision shows
+// the revision and images that run, Running and ready, and the failed
+// revision; an offline or stale device's pod reads Unknown, with its last
+// report kept as such.
+func TestRowsTruthful(t *testing.T) {
+	now := t0
+	m := fleet(t, &now, "pi-1 online", "pi-2 offline", "pi-3 stale")
+	for i, name := range []string{"pi-1", "pi-2", "pi-3"} {
+		m.UpdateReport(name, fmt.Sprint("uid-", i), func(r *fleetmodel.Report, _ bool) bool {
+			st := *r.Status
+			r.Status = &st
+			st.Pods = []schema.PodStatus{{Name: "web", Hash: "h1", Phase: schema.PhaseRunning, Ready: true,
+				Message:        "revision h2 failed to start (container app: exit code 1, 3 times); the previous version runs again",
+				Containers:     []schema.ContainerStatus{{Name: "app", Image: "app:1", State: schema.ContainerRunning}},
+				FailedRevision: &schema.FailedRevision{Hash: "h2", Container: "app", Image: "app:2", Reason: "CrashLoopBackOff"}}}
+			return true
+		})
+	}
+	s, err := takeSnapshot(m, nil, 1, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]Row{}
+	for _, r := range s.page(Query{Pod: "web", Limit: 10}).Items {
+		rows[r.Name] = r
+	}
+	on := rows["pi-1"].Pod
+	if on == nil || on.Hash != "h1" || on.DesiredHash != "h2" || on.Status != "Running" || on.Phase != "Running" || !on.Ready ||
+		!slices.Equal(on.Images, []string{"app:1"}) || on.FailedRevision == nil || on.FailedRevision.Hash != "h2" || on.FailedRevision.Reason != "CrashLoopBackOff" {
+		t.Errorf("online device that went back: pod %+v", on)
+	}
+	for _, name := range []string{"pi-2", "pi-3"} {
+		r := rows[name]
+		if r.Pod == nil || r.Pod.Status != "Unknown" || r.Pod.Phase != "Running" || r.LastSeen == nil || r.State == StateOnline {
+			t.Errorf("%s (%s): pod %+v, last seen %v; want status Unknown, last reported Running", name, r.State, r.Pod, r.LastSeen)
+		}
 	}
 }
 

@@ -98,6 +98,31 @@
     const kind = { Running: ready ? 'ok' : 'warn', Succeeded: 'ok', Pending: 'warn', Failed: 'bad' }[phase] || '';
     return badge(phase || 'Unknown', kind);
   }
+  // podPhase is a pod's phase as fleet get pods says it: Unknown while
+  // its device is not online (or stale), the phase it last reported
+  // kept in the title and in lastReport's note.
+  function podPhase(state, p) {
+    if (state !== 'online') return h('span', { title: 'Last reported ' + (p.phase || 'Unknown') }, badge('Unknown', 'warn'));
+    return phaseBadge(p.phase, p.ready);
+  }
+  // lastReport says, for a pod of a device that is not online, how old
+  // the report its state comes from is: "device offline; last report 42s
+  // ago: Running, ready".
+  function lastReport(state, lastSeen, p) {
+    if (state === 'online') return null;
+    const why = state === 'stale' ? 'device silent' : 'device offline';
+    return h('div', { class: 'last-report', 'data-last-report': '' }, why + '; last report ', ago(lastSeen),
+      ': ' + (p.phase || 'Unknown') + ', ' + (p.ready ? 'ready' : 'not ready'));
+  }
+  // failedRevision says the device went back from a desired revision that
+  // failed to start: what it runs is the revision shown, this one failed.
+  function failedRevision(fr) {
+    if (!fr) return null;
+    return h('div', { class: 'failed-revision', 'data-failed-revision': fr.hash },
+      badge('Revision ' + (fr.hash || '').slice(0, 8) + ' failed', 'bad'),
+      ' ' + [fr.reason, fr.container && ('container ' + fr.container + (fr.image ? ' (' + fr.image + ')' : ''))].filter(Boolean).join(', ') +
+      ': the device went back to the previous version');
+  }
   function chips(labels, onPick) {
     const keys = Object.keys(labels || {}).sort();
     if (!keys.length) return h('span', { class: 'muted', text: '—' });
@@ -771,11 +796,11 @@
     for (const p of pods) {
       podRows.push(h('tr', { 'data-pod': p.name },
         h('td', {}, h('a', { href: deploymentHref(p.name), text: p.name })),
-        h('td', {}, phaseBadge(p.phase, p.ready)),
-        h('td', {}, p.ready ? badge('Ready', 'ok') : badge('Not ready', 'warn')),
+        h('td', {}, podPhase(state, p)),
+        h('td', {}, state !== 'online' ? badge('Unknown', '') : p.ready ? badge('Ready', 'ok') : badge('Not ready', 'warn')),
         h('td', { class: 'num', text: fmtInt(p.restarts) }),
         h('td', { class: 'mono', text: (p.hash || '').slice(0, 8) || '—' }),
-        h('td', { class: 'msg', text: p.message || '' }),
+        h('td', { class: 'msg' }, lastReport(state, st.lastSeen, p), failedRevision(p.failedRevision), p.message || ''),
         h('td', { 'data-label': '' }, h('button', {
           type: 'button', 'data-admin': 'restart', disabled: readOnly,
           'aria-label': 'Restart pod ' + p.name + ' (restarts deployment ' + p.name + ' on every device)',
@@ -894,13 +919,15 @@
     const devRows = devs.items.map((d) => {
       const p = d.pod || {};
       const updated = p.hash && p.hash === p.desiredHash;
-      return h('tr', {},
+      const failed = p.failedRevision && p.failedRevision.hash === p.desiredHash;
+      return h('tr', { 'data-device': d.name },
         h('td', {}, h('a', { href: deviceHref(d.name), text: d.name })),
         h('td', {}, stateBadge(d.state)),
-        h('td', {}, p.phase ? phaseBadge(p.phase, p.ready) : h('span', { class: 'muted', text: 'not reported' })),
-        h('td', {}, d.state === 'unknown' ? convergedBadge(d.state) : updated ? badge('Updated', 'ok') : badge('Not yet', 'warn')),
+        h('td', {}, p.phase ? podPhase(d.state, p) : h('span', { class: 'muted', text: 'not reported' })),
+        h('td', {}, d.state === 'unknown' ? convergedBadge(d.state) : updated ? badge('Updated', 'ok') : failed ? badge('Failed, went back', 'bad') : badge('Not yet', 'warn')),
         h('td', { class: 'num', text: fmtInt(p.restarts) }),
-        h('td', { class: 'msg', text: p.message || '' }));
+        h('td', { class: 'msg' }, p.phase ? lastReport(d.state, d.lastSeen, p) : null, failedRevision(p.failedRevision),
+          (p.images && p.images.length ? [h('code', { text: p.images.join(', ') }), ' '] : ''), p.message || ''));
     });
     const conds = (s.conditions || []).map((c) => h('li', {}, h('strong', { text: c.type + ' ' + c.status }), ': ' + (c.reason || ''), c.message ? ' — ' + c.message : ''));
     return h('div', {},
