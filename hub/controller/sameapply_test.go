@@ -74,3 +74,32 @@ func TestSameApplyCarriesConfig(t *testing.T) {
 		t.Errorf("a later ConfigMap change: MODE %q, want turbo", got)
 	}
 }
+
+// BenchmarkDeploymentUsesRead is what a Deployment event now adds to the
+// next pass: reading from the store the two Secrets (decrypted) and two
+// ConfigMaps its template uses.
+//
+//	go test -run XXX -bench DeploymentUsesRead ./hub/controller/
+func BenchmarkDeploymentUsesRead(b *testing.B) {
+	st := openStoreB(b)
+	objs := []schema.Object{
+		configMap("cm-a", map[string]string{"A": "1"}), configMap("cm-b", map[string]string{"B": "2"}),
+		secret("s-a", map[string]string{"token": "a"}), secret("s-b", map[string]string{"token": "b"}),
+	}
+	if _, err := st.ApplyAll(b.Context(), objs, false); err != nil {
+		b.Fatal(err)
+	}
+	d := usingDepl("app", []string{"cm-a", "cm-b"}, []string{"s-a", "s-b"}, "")
+	cs := newConfigState()
+	b.ResetTimer()
+	for range b.N {
+		cs.noteUses(d)
+		if err := cs.loadPending(b.Context(), st); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if len(cs.secrets) != 2 || len(cs.configMaps) != 2 {
+		b.Fatalf("read %d secrets, %d configmaps", len(cs.secrets), len(cs.configMaps))
+	}
+}
