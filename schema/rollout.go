@@ -78,6 +78,33 @@ type RolloutStatus struct {
 	// Events are the rollout's most recent transitions (a wave starting,
 	// a pause, completion, a stop or a rollback), oldest first.
 	Events []RolloutEvent `json:"events,omitempty"`
+	// RolledBackFrom is set when this revision is the hub's automatic
+	// rollback of a failed one: which one, and why. The rollback is
+	// written as "fleet rollout undo" writes it, so the current revision
+	// names what the devices run.
+	RolledBackFrom *AutoRollback `json:"rolledBackFrom,omitempty"`
+}
+
+// AutoRollback is a Staged rollout that failed and that the hub rolled
+// back by itself, giving the deployment the last good revision's
+// template again (under a new number, the current revision).
+type AutoRollback struct {
+	// Revision is the number of the revision that failed; the history
+	// keeps it, marked Failed with Reason.
+	Revision int64 `json:"revision"`
+	// Hash is its pod template hash.
+	Hash string `json:"hash,omitempty"`
+	// ToRevision is the number the last good revision had when it was
+	// rolled back to.
+	ToRevision int64 `json:"toRevision,omitempty"`
+	// Step is the step, from 1, at which the failed rollout stopped.
+	Step int `json:"step,omitempty"`
+	// Steps is how many steps its strategy had.
+	Steps int `json:"steps,omitempty"`
+	// Reason says why, in one line.
+	Reason string `json:"reason"`
+	// At is when the failed rollout was rolled back.
+	At time.Time `json:"at,omitzero"`
 }
 
 // RolloutEvent is one transition of a Staged rollout.

@@ -395,9 +395,11 @@ type Staged struct {
 	// to 0.
 	FailureThreshold IntOrPercent `json:"failureThreshold,omitempty"`
 	// AutoRollback, when true, moves every device back to the last revision
-	// that completed its rollout once the rollout stops; when false, the
-	// rollout stays stopped where it is, for an operator to decide. Defaults
-	// to false.
+	// that completed its rollout once the rollout stops, and makes that
+	// revision's template the current one again, as fleet rollout undo
+	// does (the failed revision stays in the history, marked Failed); when
+	// false, the rollout stays stopped where it is, for an operator to
+	// decide. Defaults to false.
 	AutoRollback bool `json:"autoRollback,omitempty"`
 	// SelectorOrder puts devices with these labels first: each entry is
 	// "key=value" (the label has this value) or "key" (the label is set);

@@ -19,6 +19,18 @@ func typeDocTable() map[string]typeDoc {
 				"arch":    {doc: "Arch is the device's architecture, as Go names it (GOARCH): arm64, arm or amd64. The hub copies it into the device's fleet/arch label."},
 			},
 		},
+		"AutoRollback": {
+			doc: "AutoRollback is a Staged rollout that failed and that the hub rolled back by itself, giving the deployment the last good revision's template again (under a new number, the current revision).",
+			fields: map[string]fieldDoc{
+				"revision":   {doc: "Revision is the number of the revision that failed; the history keeps it, marked Failed with Reason."},
+				"hash":       {doc: "Hash is its pod template hash."},
+				"toRevision": {doc: "ToRevision is the number the last good revision had when it was rolled back to."},
+				"step":       {doc: "Step is the step, from 1, at which the failed rollout stopped."},
+				"steps":      {doc: "Steps is how many steps its strategy had."},
+				"reason":     {doc: "Reason says why, in one line."},
+				"at":         {doc: "At is when the failed rollout was rolled back."},
+			},
+		},
 		"Capabilities": {
 			doc: "Capabilities lists Linux capabilities, without or with the CAP_ prefix: SYS_RAWIO, NET_ADMIN, ALL (in drop).",
 			fields: map[string]fieldDoc{
@@ -682,6 +694,7 @@ func typeDocTable() map[string]typeDoc {
 				"startedAt":        {doc: "StartedAt is when the rollout of this revision started."},
 				"finishedAt":       {doc: "FinishedAt is when its phase became final."},
 				"events":           {doc: "Events are the rollout's most recent transitions (a wave starting, a pause, completion, a stop or a rollback), oldest first."},
+				"rolledBackFrom":   {doc: "RolledBackFrom is set when this revision is the hub's automatic rollback of a failed one: which one, and why. The rollback is written as \"fleet rollout undo\" writes it, so the current revision names what the devices run."},
 			},
 		},
 		"SealedSecret": {
@@ -730,7 +743,7 @@ func typeDocTable() map[string]typeDoc {
 				"minReadySeconds":         {doc: "MinReadySeconds is how long a device must report the new pod Ready before it counts as healthy. Defaults to 0.", def: "0"},
 				"progressDeadlineSeconds": {doc: "ProgressDeadlineSeconds is how long an online device may take to report the new pod Ready before it counts as failed, and how long the rollout waits for an offline device before it goes on without it. Defaults to 600.", def: "600"},
 				"failureThreshold":        {doc: "FailureThreshold is how many failed devices stop the rollout: a count (3: the third failure stops it) or a percentage of the targeted devices, rounded up (\"5%\"). 0 stops it at the first failure. Defaults to 0.", def: "0"},
-				"autoRollback":            {doc: "AutoRollback, when true, moves every device back to the last revision that completed its rollout once the rollout stops; when false, the rollout stays stopped where it is, for an operator to decide. Defaults to false.", def: "false"},
+				"autoRollback":            {doc: "AutoRollback, when true, moves every device back to the last revision that completed its rollout once the rollout stops, and makes that revision's template the current one again, as fleet rollout undo does (the failed revision stays in the history, marked Failed); when false, the rollout stays stopped where it is, for an operator to decide. Defaults to false.", def: "false"},
 				"selectorOrder":           {doc: "SelectorOrder puts devices with these labels first: each entry is \"key=value\" (the label has this value) or \"key\" (the label is set); devices matching the first entry go first, then those matching the second, and so on, then the rest; within each group online devices go first, then by device name. Example: [canary=true]."},
 			},
 		},

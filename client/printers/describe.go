@@ -115,7 +115,7 @@ func DescribeDeployment(w io.Writer, dep *schema.Deployment, devices []schema.De
 		d.line(1, "Observed Generation:\t%d", st.ObservedGeneration)
 		d.line(1, "Devices:\t%d targeted, %d updated, %d ready, %d pending, %d failed", st.Targeted, st.Updated, st.Ready, st.Pending, st.Failed)
 		if r := st.Rollout; r != nil {
-			d.rollout(r)
+			d.rollout(dep.Metadata.Name, r)
 		}
 		for _, c := range st.Conditions {
 			d.line(1, "Condition %s:\t%s (%s) %s", c.Type, c.Status, c.Reason, oneLine(c.Message))
@@ -154,7 +154,7 @@ func DescribeDeployment(w io.Writer, dep *schema.Deployment, devices []schema.De
 
 // rollout describes a Staged rollout: its revision, step, counts, and
 // what it waits for or why it stopped.
-func (d *describer) rollout(r *schema.RolloutStatus) {
+func (d *describer) rollout(name string, r *schema.RolloutStatus) {
 	d.line(1, "Rollout:")
 	good := "none: a first rollout"
 	if r.LastGoodRevision > 0 {
@@ -172,6 +172,10 @@ func (d *describer) rollout(r *schema.RolloutStatus) {
 	}
 	if r.Reason != "" {
 		d.line(2, "Reason:\t%s", oneLine(r.Reason))
+	}
+	if rb := r.RolledBackFrom; rb != nil {
+		d.line(2, "Rolled Back From:\trevision %d at step %d of %d, to the template of revision %d (fleet rollout history deployment/%s --revision %d says why)",
+			rb.Revision, rb.Step, rb.Steps, rb.ToRevision, name, rb.Revision)
 	}
 }
 

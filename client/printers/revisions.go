@@ -73,7 +73,8 @@ func DescribeRevision(w io.Writer, r *schema.DeploymentRevision, now time.Time) 
 	d.line(0, "Change Cause:\t%s", orNone(oneLine(r.ChangeCause)))
 	d.line(0, "Outcome:\t%s", orNone(string(r.Outcome)))
 	if r.Reason != "" {
-		d.line(0, "Reason:\t%s", oneLine(r.Reason))
+		// Whole: this is where the history sends users for why it failed.
+		d.line(0, "Reason:\t%s", oneLineText(r.Reason))
 	}
 	created := r.CreatedAt
 	d.line(0, "Created:\t%s", d.time(&created))

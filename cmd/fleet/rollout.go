@@ -69,7 +69,11 @@ the counts, and what the rollout waits for and until when (devices to
 become healthy, a step's pause, an operator's resume). The rollout is
 finished when its last step is done; if too many devices fail it stops, or
 rolls back to the last good revision, and the command prints why and exits
-1, with or without -w.`,
+1, with or without -w. A rollback the hub made by itself is written as
+"fleet rollout undo" writes it: the last good template becomes the current
+revision (under a new number), and the failed revision stays in "fleet
+rollout history", marked Failed; until the next change of the template
+rollout status says which revision failed and why, and exits 1.`,
 		Example: `  # Wait for a rollout, as long as it takes (Ctrl-C to stop)
   fleet rollout status deployment/web
 
@@ -219,6 +223,11 @@ func rolloutStopped(d *schema.Deployment) string {
 		return ""
 	}
 	switch r.Phase {
+	case schema.RolloutComplete:
+		if rb := r.RolledBackFrom; rb != nil {
+			return fmt.Sprintf("deployment %q revision %d was rolled back: %s; revision %d, the template of revision %d, is current",
+				d.Metadata.Name, rb.Revision, rb.Reason, r.Revision, rb.ToRevision)
+		}
 	case schema.RolloutRolledBack:
 		return fmt.Sprintf("deployment %q revision %d was rolled back: %s", d.Metadata.Name, r.Revision, r.Reason)
 	case schema.RolloutStopped:
@@ -234,6 +243,12 @@ func stagedProgress(name string, r *schema.RolloutStatus) (string, bool) {
 		r.Updated, r.Targeted, plural(r.Targeted, "device", "devices"), r.Ready, r.Failed, r.Pending)
 	switch r.Phase {
 	case schema.RolloutComplete:
+		if rb := r.RolledBackFrom; rb != nil {
+			// The hub's own rollback of a failed revision: what runs is
+			// the last good template, under the current revision.
+			return fmt.Sprintf("deployment %q revision %d rolled back at step %d of %d: revision %d (the template of revision %d) runs, %s",
+				name, rb.Revision, rb.Step, rb.Steps, r.Revision, rb.ToRevision, counts), false
+		}
 		return fmt.Sprintf("deployment %q successfully rolled out: revision %d, %s", name, r.Revision, counts), true
 	case schema.RolloutRolledBack:
 		return fmt.Sprintf("deployment %q revision %d rolled back at step %d of %d: %s", name, r.Revision, r.Step, r.Steps, counts), false

@@ -66,15 +66,19 @@ it. OUTCOME says how the revision's rollout ended: Complete when a Staged
 rollout reached every device, Failed when too many devices failed it (the
 hub stopped the rollout, or rolled it back), RolledBack once "fleet
 rollout undo" left it; "fleet rollout undo" without --to-revision skips
-Failed and RolledBack revisions, so it returns to the last good one.
+Failed and RolledBack revisions, so it returns to the last good one. When
+the hub rolls a Staged rollout back by itself (autoRollback), it writes the
+rollback as undo does: the last good template becomes the current revision,
+with the change cause "rollback to revision N by the hub (revision M failed
+its staged rollout)", and revision M stays, Failed.
 
-With --revision N, the revision's change cause, outcome (and why) and pod
-template are shown.`,
+With --revision N, the revision's change cause, outcome and the whole
+reason for it, and its pod template are shown.`,
 		Example: `  # Say why you change a deployment, then list its revisions
   fleet apply -f web.yaml    # with metadata.annotations: {kubernetes.io/change-cause: "nginx 1.27"}
   fleet rollout history deployment/web
 
-  # The pod template of revision 3
+  # The pod template of revision 3, and why it failed
   fleet rollout history deployment/web --revision 3
 
   # The revisions as JSON, for a script

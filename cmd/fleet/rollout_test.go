@@ -218,6 +218,11 @@ func TestRolloutStatusStaged(t *testing.T) {
 		{"rolled back", status(schema.RolloutStatus{Revision: 4, Phase: schema.RolloutRolledBack, Step: 2, Steps: 3, Targeted: 100, Updated: 0, Ready: 0, Failed: 10, Pending: 90,
 			Reason: "rolled back to revision 3: 10 of 100 devices failed revision abc, reaching failureThreshold 10%: d1 (CrashLoopBackOff)"}), 1,
 			`deployment "web" revision 4 rolled back at step 2 of 3: 0 of 100 devices updated, 0 ready, 10 failed, 90 pending`},
+		{"rolled back by the hub", &schema.DeploymentStatus{ObservedGeneration: gen, Revision: 5, Targeted: 100, Updated: 100, Ready: 100,
+			Rollout: &schema.RolloutStatus{Revision: 5, LastGoodRevision: 5, Phase: schema.RolloutComplete, Step: 1, Steps: 3, Targeted: 100, Updated: 100, Ready: 100,
+				RolledBackFrom: &schema.AutoRollback{Revision: 4, ToRevision: 3, Step: 2, Steps: 3,
+					Reason: "rolled back to revision 3: 10 of 100 devices failed revision 4, reaching failureThreshold 10%: d1 (CrashLoopBackOff)"}}}, 1,
+			`deployment "web" revision 4 rolled back at step 2 of 3: revision 5 (the template of revision 3) runs, 100 of 100 devices updated, 100 ready, 0 failed, 0 pending`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := e.hub.SetDeploymentStatus("web", tc.st); err != nil {
@@ -233,6 +238,10 @@ func TestRolloutStatusStaged(t *testing.T) {
 				}
 				if tc.code != 0 && !strings.Contains(r.stderr, "was rolled back: rolled back to revision 3: 10 of 100 devices failed") {
 					t.Errorf("%s: stderr does not say why in one line: %q", w, r.stderr)
+				}
+				if tc.st.Rollout.RolledBackFrom != nil && !strings.Contains(r.stderr, `deployment "web" revision 4 was rolled back: rolled back to revision 3: `+
+					`10 of 100 devices failed revision 4, reaching failureThreshold 10%: d1 (CrashLoopBackOff); revision 5, the template of revision 3, is current`) {
+					t.Errorf("%s: stderr does not name the failed and the current revision: %q", w, r.stderr)
 				}
 			}
 		})

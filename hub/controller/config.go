@@ -27,6 +27,17 @@ import (
 // sealing. A Secret sealed for the previous desired state is reused while
 // its version and the device's key stay the same, so a pass seals only
 // what changed.
+//
+// One apply may write a Deployment and the Secrets and ConfigMaps it uses
+// in one transaction, and the watch may hand the controller the
+// Deployment's event before theirs: a pass between them would give the
+// devices a pod whose Secret is missing (CreateContainerConfigError on
+// the device until the next pass). So a Deployment event makes the next
+// pass read what its template uses from the store first (noteUses,
+// loadPending): a desired state never carries a pod with older
+// configuration than the store had when the pod was written. A ConfigMap
+// read so is newer than the events still queued for it, which are then
+// ignored (readAt).
 
 // configRefs names the ConfigMaps and Secrets pods use, each list sorted
 // and without duplicates.
@@ -90,8 +101,12 @@ type configState struct {
 	secrets    map[string]*schema.Secret
 	enrollKeys map[string]string
 	// To read from the store at the next pass: Secrets (their events
-	// carry no values) and the enrollment keys of new devices.
-	loadSecrets, loadKeys map[string]bool
+	// carry no values), the enrollment keys of new devices, and the
+	// ConfigMaps a changed Deployment uses.
+	loadSecrets, loadKeys, loadConfigMaps map[string]bool
+	// readAt is the store revision a ConfigMap was last read at by
+	// loadPending: its events up to it are older than what is held.
+	readAt map[string]uint64
 	// refs caches the references of pods by hash.
 	refs map[string]configRefs
 }
@@ -104,6 +119,9 @@ func newConfigState() *configState {
 		loadSecrets: map[string]bool{},
 		loadKeys:    map[string]bool{},
 		refs:        map[string]configRefs{},
+
+		loadConfigMaps: map[string]bool{},
+		readAt:         map[string]uint64{},
 	}
 }
 
@@ -149,12 +167,33 @@ func (cs *configState) replace(s configSnapshot) {
 	cs.configMaps, cs.secrets, cs.enrollKeys = s.configMaps, s.secrets, s.enrollKeys
 	clear(cs.loadSecrets)
 	clear(cs.loadKeys)
+	clear(cs.loadConfigMaps)
+	clear(cs.readAt)
 	clear(cs.refs)
+}
+
+// noteUses makes the next pass read, from the store, the ConfigMaps and
+// Secrets a changed Deployment's template uses: their events may come
+// after the Deployment's, even from the same transaction.
+func (cs *configState) noteUses(d *schema.Deployment) {
+	cms, secs := PodRefs(&d.Spec.Template.Spec)
+	for _, n := range cms {
+		cs.loadConfigMaps[n] = true
+	}
+	for _, n := range secs {
+		cs.loadSecrets[n] = true
+	}
 }
 
 // applyConfigMap applies a ConfigMap event.
 func (cs *configState) applyConfigMap(ev store.Event, ch *changeSet, log *slog.Logger) {
 	ch.configChanged(schema.KindConfigMap, ev.Name)
+	if at, ok := cs.readAt[ev.Name]; ok {
+		if ev.Revision <= at {
+			return // what loadPending read is newer
+		}
+		delete(cs.readAt, ev.Name)
+	}
 	if ev.Type == store.EventDeleted {
 		delete(cs.configMaps, ev.Name)
 		return
@@ -195,12 +234,19 @@ func (cs *configState) applyDevice(ev store.Event) {
 // last pass named, as the store has them now. What it could not read
 // stays pending.
 func (cs *configState) loadPending(ctx context.Context, st *store.Store) error {
-	if len(cs.loadSecrets) == 0 && len(cs.loadKeys) == 0 {
+	if len(cs.loadSecrets) == 0 && len(cs.loadKeys) == 0 && len(cs.loadConfigMaps) == 0 {
 		return nil
 	}
 	secrets := map[string]*schema.Secret{}
 	keys := map[string]string{}
+	var cms map[string]*schema.ConfigMap
+	var rev uint64
 	err := st.View(ctx, func(t *store.Txn) error {
+		rev = t.Revision()
+		var err error
+		if cms, err = readConfigMaps(t, cs.loadConfigMaps); err != nil {
+			return err
+		}
 		for name := range cs.loadSecrets {
 			s, err := t.GetSecretData(name)
 			switch {
@@ -241,9 +287,40 @@ func (cs *configState) loadPending(ctx context.Context, st *store.Store) error {
 			delete(cs.enrollKeys, name)
 		}
 	}
+	for name, cm := range cms {
+		if cm == nil {
+			delete(cs.configMaps, name)
+		} else {
+			cs.configMaps[name] = cm
+		}
+		cs.readAt[name] = rev
+	}
 	clear(cs.loadSecrets)
 	clear(cs.loadKeys)
+	clear(cs.loadConfigMaps)
 	return nil
+}
+
+// readConfigMaps reads the named ConfigMaps in the transaction; a missing
+// one is nil.
+func readConfigMaps(t *store.Txn, names map[string]bool) (map[string]*schema.ConfigMap, error) {
+	out := make(map[string]*schema.ConfigMap, len(names))
+	for name := range names {
+		o, err := t.GetObject(schema.KindConfigMap, name)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			out[name] = nil
+		case err != nil:
+			return nil, err
+		default:
+			cm, ok := o.(*schema.ConfigMap)
+			if !ok {
+				return nil, fmt.Errorf("configmap %s: stored as %T", name, o)
+			}
+			out[name] = cm
+		}
+	}
+	return out, nil
 }
 
 // podRefs returns what a pod uses, cached by its hash.

@@ -21,7 +21,8 @@
 //     only what the change set can have changed (placeIncrementally,
 //     which declines, and the pass places everything, when that is no
 //     cheaper), and keeps the staged rollouts, whose records it stores
-//     before anything that follows from them.
+//     before anything that follows from them; a rollout the planner rolled
+//     back it then writes to the Deployment as an undo (autorollback.go).
 //  2. the desired writer (desired.go, commit.go, config.go, seal.go):
 //     pods → DesiredStates with their ConfigMaps and sealed Secrets; it
 //     detects which changed, commits them to the store in chunks (with

@@ -200,6 +200,9 @@ func (c *Controller) apply(ev store.Event) {
 		}
 	case schema.KindDeployment:
 		c.fleet.applyDeployment(ev, c.changes, c.log)
+		if d, ok := c.fleet.deployments[ev.Name]; ok && ev.Type != store.EventDeleted {
+			c.cfg.noteUses(d)
+		}
 	case schema.KindConfigMap:
 		c.cfg.applyConfigMap(ev, c.changes, c.log)
 	case schema.KindSecret:

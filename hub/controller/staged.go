@@ -55,6 +55,14 @@ type rolloutRecord struct {
 	// OutcomeDone says the revision's outcome (Complete or Failed) is
 	// recorded in the deployment's history.
 	OutcomeDone bool `json:"outcomeDone,omitempty"`
+	// Rollback, once the planner rolled the revision back, is the
+	// rollback to write to the Deployment (autorollback.go), and
+	// RollbackDone says it is written (or cannot be).
+	Rollback     *schema.AutoRollback `json:"rollback,omitempty"`
+	RollbackDone bool                 `json:"rollbackDone,omitempty"`
+	// RolledBackFrom is set when this revision is the automatic rollback
+	// of a failed one: the failed record's Rollback.
+	RolledBackFrom *schema.AutoRollback `json:"rolledBackFrom,omitempty"`
 }
 
 func (r *rolloutRecord) lastGoodHash() string {
@@ -90,6 +98,7 @@ type stagedRollouts struct {
 	online    map[string]onlineMark     // by device
 	dirty     map[string]bool           // records to write
 	outcomes  []outcomeWrite            // to write
+	rollbacks []rollbackWrite           // to write, after the outcomes
 }
 
 func newStagedRollouts(log *slog.Logger, revisions func(string) ([]schema.DeploymentRevision, error)) *stagedRollouts {
@@ -139,6 +148,7 @@ func (s *stagedRollouts) place(dep *schema.Deployment, targeted []*DeviceView, n
 		Now:      now,
 	})
 	s.record(dep, rec, plan, now)
+	s.queueRollback(dep, rec)
 
 	pods = make([]schema.Pod, len(targeted))
 	newPod := templatePod(dep, hash)
@@ -223,6 +233,14 @@ func (s *stagedRollouts) start(dep *schema.Deployment, hash string, prev *rollou
 		// Known by hash only, without a template to run: nothing to fall
 		// back to.
 		rec.LastGood, rec.LastGoodRevision = nil, 0
+	}
+	if rec.LastGood != nil && rec.LastGood.Hash == hash {
+		// Back to the last good template (an undo, or the hub's own
+		// rollback): this revision is it, under its new number.
+		rec.LastGoodRevision = rec.Revision
+		if prev != nil && prev.Rollback != nil && prev.State.Phase == schema.RolloutRolledBack {
+			continueRollback(rec, prev)
+		}
 	}
 	s.recs[name] = rec
 	s.dirty[name] = true
@@ -357,6 +375,10 @@ func (s *stagedRollouts) record(dep *schema.Deployment, rec *rolloutRecord, plan
 			event(schema.EventWarning, "Stopped", next.Reason)
 		case schema.RolloutRolledBack:
 			event(schema.EventWarning, "RolledBack", next.Reason)
+			rec.Rollback = &schema.AutoRollback{
+				Revision: rec.Revision, Hash: rec.Hash, ToRevision: rec.LastGoodRevision,
+				Step: st.Step, Steps: st.Steps, Reason: next.Reason, At: now,
+			}
 		}
 	}
 	if next.Phase.Final() {
@@ -371,7 +393,7 @@ func (s *stagedRollouts) record(dep *schema.Deployment, rec *rolloutRecord, plan
 			changed = true
 		}
 	}
-	if cond := conditionReason(next.Phase); cond != rec.Condition {
+	if cond := conditionReason(next.Phase, rec.RolledBackFrom != nil); cond != rec.Condition {
 		rec.Condition, rec.ConditionAt = cond, now
 		changed = true
 	}
@@ -388,13 +410,17 @@ func sameState(a, b rollout.State) bool {
 		a.Paused == b.Paused && a.Reason == b.Reason && a.FinishedAt.Equal(b.FinishedAt)
 }
 
-// conditionReason is the Progressing condition's reason in phase p.
-func conditionReason(p schema.RolloutPhase) string {
+// conditionReason is the Progressing condition's reason in phase p;
+// rolledBack says the revision is the automatic rollback of a failed one.
+func conditionReason(p schema.RolloutPhase, rolledBack bool) string {
 	switch p {
+	case schema.RolloutComplete:
+		if rolledBack {
+			return "RolloutRolledBack"
+		}
+		return "RolloutComplete"
 	case schema.RolloutPaused:
 		return "RolloutPaused"
-	case schema.RolloutComplete:
-		return "RolloutComplete"
 	case schema.RolloutStopped:
 		return "RolloutStopped"
 	case schema.RolloutRolledBack:
@@ -417,7 +443,7 @@ func (s *stagedRollouts) decorate(name string, status schema.DeploymentStatus) s
 		Targeted: st.Targeted, Updated: st.Updated, Ready: st.Ready, Failed: st.Failed, Pending: st.Pending,
 		Waiting: st.Waiting, WaitUntil: st.WaitUntil, Reason: st.Reason,
 		StartedAt: rec.StartedAt, FinishedAt: rec.State.FinishedAt,
-		Events: slices.Clone(rec.Events),
+		Events: slices.Clone(rec.Events), RolledBackFrom: rec.RolledBackFrom,
 	}
 	status.Rollout = rs
 	cond := schema.DeploymentCondition{
@@ -429,6 +455,10 @@ func (s *stagedRollouts) decorate(name string, status schema.DeploymentStatus) s
 		cond.Status = "False"
 	case schema.RolloutComplete:
 		cond.Message = fmt.Sprintf("revision %d runs on all %d devices", rec.Revision, st.Targeted)
+		if rec.RolledBackFrom != nil {
+			cond.Status = "False"
+			cond.Message = rolledBackMessage(rec, st.Targeted)
+		}
 	case schema.RolloutPaused:
 		cond.Status = "Unknown"
 	}
@@ -475,9 +505,27 @@ func (s *stagedRollouts) forget(deployment func(string) (*schema.Deployment, boo
 }
 
 // flush writes the changed records (deleting those forgotten) in one
-// transaction, then the outcomes to the revision histories. What fails
+// transaction, then the outcomes to the revision histories, then the
+// automatic rollbacks to the Deployments (autorollback.go). What fails
 // stays to write, and the error says so.
 func (s *stagedRollouts) flush(ctx context.Context, st *store.Store) error {
+	if err := s.flushRecords(ctx, st); err != nil {
+		return err
+	}
+	for len(s.outcomes) > 0 {
+		w := s.outcomes[0]
+		err := st.SetRevisionOutcome(ctx, w.deployment, w.revision, w.outcome, w.reason)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("record outcome of revision %d of %s: %w", w.revision, w.deployment, err)
+		}
+		s.outcomes = s.outcomes[1:]
+	}
+	return s.writeRollbacks(ctx, st)
+}
+
+// flushRecords writes the changed records, deleting those forgotten, in
+// one transaction.
+func (s *stagedRollouts) flushRecords(ctx context.Context, st *store.Store) error {
 	if len(s.dirty) > 0 {
 		_, err := st.Write(ctx, func(t *store.Txn) error {
 			for _, name := range slices.Sorted(maps.Keys(s.dirty)) {
@@ -502,14 +550,6 @@ func (s *stagedRollouts) flush(ctx context.Context, st *store.Store) error {
 			return fmt.Errorf("store staged rollouts: %w", err)
 		}
 		clear(s.dirty)
-	}
-	for len(s.outcomes) > 0 {
-		w := s.outcomes[0]
-		err := st.SetRevisionOutcome(ctx, w.deployment, w.revision, w.outcome, w.reason)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("record outcome of revision %d of %s: %w", w.revision, w.deployment, err)
-		}
-		s.outcomes = s.outcomes[1:]
 	}
 	return nil
 }

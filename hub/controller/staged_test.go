@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -131,6 +132,15 @@ func (f *stagedFleet) hashes() []string {
 	return out
 }
 
+// gens returns each device's desired generation.
+func (f *stagedFleet) gens() map[string]int64 {
+	out := map[string]int64{}
+	for name, ds := range f.c.model.DesiredStates() {
+		out[name] = ds.Generation
+	}
+	return out
+}
+
 func count(hs []string, h string) int {
 	n := 0
 	for _, x := range hs {
@@ -252,34 +262,68 @@ func TestControllerStagedRollout(t *testing.T) {
 	if rs := f.rollout(); rs.Phase != schema.RolloutProgressing {
 		t.Fatalf("one failure below the threshold of 2: phase %s", rs.Phase)
 	}
+	gens := f.gens()
 	f.report(wave[2], h2, "ImagePullBackOff")
-	f.await("rolled back", func(hs []string, rs *schema.RolloutStatus) bool {
-		return rs.Phase == schema.RolloutRolledBack && count(hs, h1) == 10
+	// The hub rolls back by itself, as an undo would: revision 1's
+	// template becomes the current revision, 3, which every device runs
+	// already, complete at once; the rollout says which revision failed
+	// and why.
+	f.await("rolled back, and the rollback written", func(hs []string, rs *schema.RolloutStatus) bool {
+		return rs.Revision == 3 && rs.Phase == schema.RolloutComplete && rs.RolledBackFrom != nil && count(hs, h1) == 10
 	})
 	rs := f.rollout()
-	if !strings.Contains(rs.Reason, "rolled back to revision 1: 2 of 10 devices failed revision 2, reaching failureThreshold 2") {
-		t.Errorf("rollback reason: %q", rs.Reason)
+	rb := rs.RolledBackFrom
+	if rb.Revision != 2 || rb.Hash != h2 || rb.ToRevision != 1 || rb.Step != 2 || rb.Steps != 3 ||
+		!strings.Contains(rb.Reason, "rolled back to revision 1: 2 of 10 devices failed revision 2, reaching failureThreshold 2") {
+		t.Errorf("rolled back from: %+v", rb)
+	}
+	if rs.Hash != h1 || rs.LastGoodRevision != 3 {
+		t.Errorf("the rollback revision: hash %s (want v1's %s), last good %d (want 3, itself)", rs.Hash, h1, rs.LastGoodRevision)
 	}
 	st, _ := f.c.model.Model().DeploymentStatus("web")
-	if len(st.Conditions) != 1 || st.Conditions[0].Status != "False" || st.Conditions[0].Reason != "RolloutRolledBack" || st.Conditions[0].Message != rs.Reason {
+	if len(st.Conditions) != 1 || st.Conditions[0].Status != "False" || st.Conditions[0].Reason != "RolloutRolledBack" ||
+		!strings.Contains(st.Conditions[0].Message, "revision 2 failed and was rolled back; revision 3 (the template of revision 1) runs on all 10 devices: "+rb.Reason) {
 		t.Errorf("conditions after the rollback: %+v", st.Conditions)
 	}
-	if n := len(rs.Events); n == 0 || rs.Events[n-1].Reason != "RolledBack" || rs.Events[n-1].Type != schema.EventWarning {
-		t.Errorf("events after the rollback: %+v", rs.Events)
+	if !slices.ContainsFunc(rs.Events, func(e schema.RolloutEvent) bool {
+		return e.Reason == "RolledBack" && e.Type == schema.EventWarning && e.Message == rb.Reason
+	}) {
+		t.Errorf("events after the rollback do not keep the rollback: %+v", rs.Events)
 	}
-	eventually(t, "revision 2 marked Failed with the reason", func() bool {
-		r, err := f.st.DeploymentRevision(t.Context(), "web", 2)
-		return err == nil && r.Outcome == schema.OutcomeFailed && strings.Contains(r.Reason, "2 of 10 devices failed")
-	})
-	// Undo without a revision skips the failed one: back to revision 1's
-	// template, which every device runs already.
-	res, err := f.st.Rollback(t.Context(), "web", 0, "", false)
-	if err != nil || res.To != 1 {
-		t.Fatalf("undo: %+v, %v", res, err)
+	obj, err := f.st.Get(t.Context(), schema.KindDeployment, "web")
+	if err != nil {
+		t.Fatal(err)
 	}
-	f.await("the undo is complete at once", func(hs []string, rs *schema.RolloutStatus) bool {
-		return rs.Revision == 3 && rs.Phase == schema.RolloutComplete && count(hs, h1) == 10
-	})
+	dep := obj.(*schema.Deployment)
+	if dep.Status.Revision != 3 || schema.TemplateHash(dep.Spec.Template) != h1 {
+		t.Errorf("the deployment's current revision %d, template %s; want 3 with v1's %s", dep.Status.Revision, schema.TemplateHash(dep.Spec.Template), h1)
+	}
+	revs, err := f.st.DeploymentRevisions(t.Context(), "web")
+	if err != nil || len(revs) != 2 || revs[0].Revision != 3 || revs[1].Revision != 2 {
+		t.Fatalf("history after the rollback: %+v, %v", revs, err)
+	}
+	if r := revs[1]; r.Outcome != schema.OutcomeFailed || !strings.Contains(r.Reason, "2 of 10 devices failed") {
+		t.Errorf("revision 2 in the history: %s %q, want Failed with the reason", r.Outcome, r.Reason)
+	}
+	if r := revs[0]; r.Hash != h1 || r.ChangeCause != "rollback to revision 1 by the hub (revision 2 failed its staged rollout)" {
+		t.Errorf("revision 3 in the history: hash %s cause %q", r.Hash, r.ChangeCause)
+	}
+	// The devices of the failed waves get the last good pod once, when
+	// the planner rolls back; writing the rollback moves none again.
+	after := f.gens()
+	for i := range f.n {
+		name, want := f.name(i), int64(0)
+		if slices.Contains(wave, i) {
+			want = 1
+		}
+		if got := after[name] - gens[name]; got != want {
+			t.Errorf("%s: %d new desired states from the rollback, want %d", name, got, want)
+		}
+	}
+	// Undo has nothing left to go back to: the failed revision is skipped.
+	if _, err := f.st.Rollback(t.Context(), "web", 0, "", false); !errors.Is(err, schema.ErrInvalid) {
+		t.Errorf("undo after the automatic rollback: %v, want no previous revision", err)
+	}
 
 	// v4 half rolled out when the hub is killed: it resumes where it was,
 	// moving no device.
