@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +20,7 @@ import (
 // the device says Done.
 func TestLogsStreamWithAcks(t *testing.T) {
 	f := newFixture(t, nil)
-	base := runtime.NumGoroutine()
+	base := goroutineBase()
 	dev := f.device("pi-1")
 
 	const chunks = 100
@@ -167,7 +166,7 @@ func TestLogsWindowExceededCutsOff(t *testing.T) {
 // the follower goes away, and nothing stays open.
 func TestLogsFollowCancelledWhenClientLeaves(t *testing.T) {
 	f := newFixture(t, func(o *Options) { o.Keepalive = 50 * time.Millisecond })
-	base := runtime.NumGoroutine()
+	base := goroutineBase()
 	dev := f.device("pi-1")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -250,7 +249,7 @@ func TestForgedAndDuplicateResponses(t *testing.T) {
 // TestLogsErrors: what the client hears before any byte.
 func TestLogsErrors(t *testing.T) {
 	f := newFixture(t, func(o *Options) { o.FirstResponseTimeout = 300 * time.Millisecond })
-	base := runtime.NumGoroutine()
+	base := goroutineBase()
 	dev := f.device("pi-1")
 	check := func(path, token string, code int, contains string) {
 		t.Helper()
@@ -346,7 +345,7 @@ func TestCrashReportFallback(t *testing.T) {
 // TestExec: the upgrade, frames both ways, the exit code, the audit.
 func TestExec(t *testing.T) {
 	f := newFixture(t, nil)
-	base := runtime.NumGoroutine()
+	base := goroutineBase()
 	dev := f.device("pi-1")
 	devErr := make(chan error, 1)
 	go func() {
@@ -418,7 +417,7 @@ func schemaReadAfterExit(c *execClient) (byte, []byte, error) {
 // TestExecErrors: errors before the upgrade, and a client that leaves.
 func TestExecErrors(t *testing.T) {
 	f := newFixture(t, nil)
-	base := runtime.NumGoroutine()
+	base := goroutineBase()
 	dev := f.device("pi-1")
 	check := func(device, query, token string, upgrade bool, code int, contains string) {
 		t.Helper()
@@ -463,7 +462,7 @@ func TestExecErrors(t *testing.T) {
 // entry saying the command did not start.
 func TestExecNoAnswer(t *testing.T) {
 	f := newFixture(t, func(o *Options) { o.FirstResponseTimeout = 300 * time.Millisecond })
-	base := runtime.NumGoroutine()
+	base := goroutineBase()
 	dev := f.device("pi-1")
 	resp, c := f.dialExec("pi-1", "web", "command=ls", adminToken, true)
 	body, _ := io.ReadAll(resp.Body)
@@ -523,7 +522,7 @@ func TestStopEndsStreams(t *testing.T) {
 // the device is offline; the list; any credential may read it.
 func TestTop(t *testing.T) {
 	f := newFixture(t, nil)
-	base := runtime.NumGoroutine()
+	base := goroutineBase()
 	dev := f.device("pi-1")
 	temp := 61.5
 	dev.script(func() {
