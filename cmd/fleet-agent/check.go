@@ -155,7 +155,7 @@ func checkTLS(cfg config) (*tls.Config, error) {
 		return nil, err
 	}
 	if trust == enroll.TrustCAHash {
-		return enroll.PinCATLSConfig(nil, cfg.CAHash, nil)
+		return enroll.PinCATLSConfig(&tls.Config{MinVersion: tls.VersionTLS12, ServerName: cfg.brokerHost()}, cfg.CAHash, nil)
 	}
 	if tlsCfg == nil {
 		// A plain broker: Dial ignores it.

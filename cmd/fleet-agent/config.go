@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -54,6 +55,13 @@ type config struct {
 	// HubSigningKey pins the hub's desired-state signing key: base64,
 	// or @FILE (edgeagent/trust).
 	HubSigningKey string `json:"hub-signing-key,omitempty"`
+	// Join is a join string (schema.ParseJoin), or @FILE holding one: it
+	// fills broker, ca-hash, hub-signing-key, device and token (or
+	// bootstrap-token); a flag set to something else is an error.
+	Join string `json:"join,omitempty"`
+	// InsecureTrustFirstKey pins the key of the first signed desired
+	// state when none is pinned (trust on first use; off by default).
+	InsecureTrustFirstKey bool `json:"insecure-trust-first-key,omitempty"`
 
 	// BootstrapToken(File) and NameFrom: self-enrollment (edgeagent/enroll).
 	BootstrapToken     string `json:"bootstrap-token,omitempty"`
@@ -68,7 +76,8 @@ type config struct {
 }
 
 func (c *config) bind(fs *pflag.FlagSet) {
-	fs.StringVar(&c.Broker, "broker", "tcp://localhost:1883", "MQTT broker URL (tcp://host:1883, ssl://host:8883)")
+	fs.StringVar(&c.Join, "join", "", "join string (fleetjoin1:..., as fleet device add or fleet token create prints it), or @FILE holding it: sets --broker, --ca-hash, --hub-signing-key, --device and the token; those flags, if given too, must agree")
+	fs.StringVar(&c.Broker, "broker", "tcp://localhost:1883", "MQTT broker URL: the default is a hub's plain loopback listener on this machine; a remote hub is ssl://HOST:8883 (the join string carries it)")
 	fs.StringVar(&c.Device, "device", "", "this device's name (MQTT username)")
 	fs.StringVar(&c.Token, "token", "", "device token (MQTT password); prefer --token-file")
 	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the device token")
@@ -88,7 +97,8 @@ func (c *config) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ReleasePages, "release-startup-pages", "5s", "this long after connecting to containerd (start-up is then about over), hand the kernel back the pages of the agent's own binary that start-up read, so that its RSS is what it goes on using (Linux 5.4+; 0: never)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.TopicPrefix, "topic-prefix", schema.DefaultTopicPrefix, "MQTT topic prefix (must match the hub's)")
-	fs.StringVar(&c.HubSigningKey, "hub-signing-key", "", "pin the hub's desired-state signing key (base64, as `fleet-hub` shows in /v1/info, or @FILE): otherwise the key comes with enrollment, or is pinned from the first signed desired state")
+	fs.StringVar(&c.HubSigningKey, "hub-signing-key", "", "pin the hub's desired-state signing key (base64, as GET /v1/info signingKey shows it, or @FILE; the join string carries it): otherwise the key pinned earlier, or the one enrollment over verified TLS returns. With no key pinned the agent runs nothing from the broker")
+	fs.BoolVar(&c.InsecureTrustFirstKey, "insecure-trust-first-key", false, "with no hub signing key pinned, run unsigned desired states and pin the key of the first signed one: whoever publishes on the device's topic first (a rogue on an external broker) owns the device. Only for hubs you reach over a trusted network")
 	fs.StringVar(&c.configFile, "config", "", "YAML config file (same keys as the flags, plus registry)")
 }
 
@@ -127,6 +137,9 @@ func (c *config) resolve(fs *pflag.FlagSet) error {
 		}
 	})
 	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := c.applyJoin(fs); err != nil {
 		return err
 	}
 	if c.Token != "" && c.TokenFile != "" {
@@ -204,8 +217,13 @@ func scalarKeys(fc config) (map[string]string, error) {
 	}
 	out := map[string]string{}
 	for k, v := range m {
-		if s, ok := v.(string); ok && s != "" {
-			out[k] = s
+		switch v := v.(type) {
+		case string:
+			if v != "" {
+				out[k] = v
+			}
+		case bool:
+			out[k] = strconv.FormatBool(v)
 		}
 	}
 	return out, nil
@@ -226,7 +244,16 @@ func (c *config) brokerTLS(log *slog.Logger) (*tls.Config, string, error) {
 		}
 		return nil, "", nil
 	}
-	return enroll.BrokerTLS(enroll.TrustOptions{CAFile: c.CA, CAHash: c.CAHash, StateDir: c.StateDir, Logger: log})
+	return enroll.BrokerTLS(enroll.TrustOptions{CAFile: c.CA, CAHash: c.CAHash, StateDir: c.StateDir, Logger: log, ServerName: u.Hostname()})
+}
+
+// brokerHost is the host of --broker ("" if it does not parse).
+func (c *config) brokerHost() string {
+	u, err := schema.ParseBrokerURL(c.Broker)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
 }
 
 // bootstrap reports whether a bootstrap token is configured.
