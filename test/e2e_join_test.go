@@ -217,7 +217,7 @@ func publishRogueState(t *testing.T, f *Fleet, rogue *mqttClient, key ed25519.Pr
 	ds := schema.DesiredState{
 		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDesiredState},
 		Device:   device, Generation: 1000, Store: "rogue-store",
-		Pods: []schema.Pod{{Name: "evil", Spec: schema.PodSpec{Containers: []schema.Container{{Name: "app", Image: f.Image, Args: []string{"sleep", "666"}}}}}},
+		Pods: []schema.Pod{{Name: "evil", Spec: schema.PodSpec{Containers: []schema.Container{{Name: "app", Image: f.Image, Args: []string{"sleep", "forever"}, Env: []schema.EnvVar{{Name: "ROGUE", Value: "1"}}}}}}},
 	}
 	if err := schema.ValidateDesiredState(&ds); err != nil {
 		t.Fatalf("the rogue state would not even validate: %v", err)
