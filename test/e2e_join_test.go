@@ -277,3 +277,47 @@ func runAgentOnce(t *testing.T, f *Fleet, args ...string) (string, error, string
 	out, err := cmd.CombinedOutput()
 	return string(out), err, state
 }
+
+// TestE2EJoinBootstrapTLS: the join string `fleet token create` prints
+// carries the bootstrap token, the hub's TLS broker (an IP address), its
+// CA hash and its signing key: an agent started with it and nothing else
+// (but --device) verifies the hub's certificate by the hash, enrolls,
+// pins the key before any desired state and converges on the token's
+// labels' deployment.
+func TestE2EJoinBootstrapTLS(t *testing.T) {
+	f := StartFleet(t, FleetOptions{Agents: 1, DevicePrefix: "bootjoin"})
+	out := f.CLI(t, "token", "create", "--label", "join-case=boot", "--uses", "1")
+	var agentLine string
+	for _, l := range strings.Split(out, "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "fleet-agent --join ") {
+			agentLine = l
+		}
+	}
+	fields := strings.Fields(agentLine)
+	if len(fields) != 5 || fields[3] != "--name-from" {
+		t.Fatalf("fleet token create printed no `fleet-agent --join STRING --name-from SOURCE` line:\n%s", out)
+	}
+	j, err := schema.ParseJoin(fields[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.BootstrapToken == "" || j.CAHash != f.Hub.CAHash || j.SigningKey != f.Hub.SigningKey || !strings.HasPrefix(j.Brokers[0], "ssl://127.0.0.1:") {
+		t.Fatalf("the join string carries %+v", j)
+	}
+	const dev = "boot-pi"
+	tarPath, _ := testimage.Build(t, testimage.Options{})
+	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(t.Context(), AgentNamespace(dev)), 2*time.Minute)
+	defer cancel()
+	if _, err := testimage.Import(ctx, f.Containerd.Client(), tarPath, ""); err != nil {
+		t.Fatal(err)
+	}
+	f.applyDeps(t, e2eDep{Name: "boot-app", Selector: map[string]string{"join-case": "boot"}})
+	a := StartAgent(t, AgentOptions{Device: dev, Join: fields[2], ContainerdSocket: f.Containerd.Socket(), Args: []string{"--device", dev}})
+	a.AwaitLog(t, 0, "verified the hub's CA against --ca-hash and saved it", time.Minute)
+	a.AwaitLog(t, 0, "pinned the hub's signing key", time.Minute)
+	f.AwaitContainerRunning(t, dev, "boot-app", f.PodHash(t, "boot-app"))
+	f.AwaitConverged(t, time.Minute, dev)
+	if strings.Contains(a.Logs(), j.BootstrapToken) {
+		t.Error("the agent logged the bootstrap token")
+	}
+}
