@@ -13,7 +13,7 @@ import (
 )
 
 // CAFile is where, in the state directory, an agent keeps the hub's CA it
-// verified against the bootstrap token's CA hash; later connections trust
+// verified against the pinned CA hash (--ca-hash, the join string's); later connections trust
 // that CA alone (mqttio.TLSConfig with it as the CA file).
 const CAFile = "hub-ca.crt"
 
