@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -106,55 +107,64 @@ func TestE2EJoinRefusesRogueFirstState(t *testing.T) {
 		f.AwaitContainerRunning(t, dev, "evil")
 	})
 
-	t.Run("malformed join string", func(t *testing.T) {
-		p := addDeviceAsPrinted(t, f, "badjoin-pi")
-		for name, tt := range map[string]struct{ join, want string }{
-			"cut short":    {p.join[:len(p.join)/2], "--join: join string: "},
-			"not a string": {"pi-1:" + p.token, "--join: join string: does not start with fleetjoin1:"},
-		} {
-			t.Run(name, func(t *testing.T) {
-				out, err, state := runAgentOnce(t, f, "--join", tt.join)
-				if err == nil || !strings.Contains(out, tt.want) {
-					t.Fatalf("fleet-agent --join (%s): %v, want an error with %q:\n%s", name, err, tt.want, out)
-				}
-				if strings.Contains(out, p.token) {
-					t.Errorf("the error shows the token:\n%s", out)
-				}
-				if entries, _ := os.ReadDir(state); len(entries) != 0 {
-					t.Errorf("the state dir holds %d entries after the refusal", len(entries))
-				}
-			})
-		}
-		if cs := f.Containers(t, "badjoin-pi"); len(cs) != 0 {
-			t.Fatalf("containers %+v", cs)
-		}
-	})
+	t.Run("malformed join string", func(t *testing.T) { e2eJoinMalformed(t, f) })
+	t.Run("wrong signing key", func(t *testing.T) { e2eJoinWrongKey(t, f) })
+}
 
-	t.Run("wrong signing key", func(t *testing.T) {
-		const dev = "wrongkey-pi"
-		p := addDeviceAsPrinted(t, f, dev)
-		f.applyDeps(t, e2eDep{Name: "wrongkey-app", Selector: map[string]string{"join-case": dev}})
-		f.deleteOnCleanup(t, "wrongkey-app")
-		j, err := schema.ParseJoin(p.join)
-		if err != nil {
-			t.Fatal(err)
-		}
-		other, _, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		j.SigningKey = schema.EncodeSigningKey(other)
-		wrong, err := schema.EncodeJoin(j)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := StartAgent(t, AgentOptions{Device: dev, Join: wrong, ContainerdSocket: f.Containerd.Socket()})
-		a.AwaitLog(t, 0, "refused a desired state with a bad signature", time.Minute)
-		awaitDeviceMessage(t, f, dev, "refused a desired state with a bad signature")
-		if cs := f.Containers(t, dev); len(cs) != 0 {
-			t.Fatalf("an agent pinning another key runs %+v", cs)
-		}
-	})
+// e2eJoinMalformed: a malformed join string stops the agent with an
+// error naming what is wrong, before it stores or runs anything.
+func e2eJoinMalformed(t *testing.T, f *Fleet) {
+	p := addDeviceAsPrinted(t, f, "badjoin-pi")
+	for name, tt := range map[string]struct{ join, want string }{
+		"cut short":    {p.join[:len(p.join)/2], "--join: join string: "},
+		"not a string": {"pi-1:" + p.token, "--join: join string: does not start with fleetjoin1:"},
+		"no signing key": {schema.JoinPrefix + base64.RawURLEncoding.EncodeToString([]byte(`{"brokers":["`+f.BrokerURL+`"],"device":"badjoin-pi","token":"`+p.token+`"}`)),
+			"--join: join string: signingKey: missing"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err, state := runAgentOnce(t, f, "--join", tt.join)
+			if err == nil || !strings.Contains(out, tt.want) {
+				t.Fatalf("fleet-agent --join (%s): %v, want an error with %q:\n%s", name, err, tt.want, out)
+			}
+			if strings.Contains(out, p.token) {
+				t.Errorf("the error shows the token:\n%s", out)
+			}
+			if entries, _ := os.ReadDir(state); len(entries) != 0 {
+				t.Errorf("the state dir holds %d entries after the refusal", len(entries))
+			}
+		})
+	}
+	if cs := f.Containers(t, "badjoin-pi"); len(cs) != 0 {
+		t.Fatalf("containers %+v", cs)
+	}
+}
+
+// e2eJoinWrongKey: a join string with another signing key than the
+// hub's: every state of the real hub is refused; nothing runs.
+func e2eJoinWrongKey(t *testing.T, f *Fleet) {
+	const dev = "wrongkey-pi"
+	p := addDeviceAsPrinted(t, f, dev)
+	f.applyDeps(t, e2eDep{Name: "wrongkey-app", Selector: map[string]string{"join-case": dev}})
+	f.deleteOnCleanup(t, "wrongkey-app")
+	j, err := schema.ParseJoin(p.join)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.SigningKey = schema.EncodeSigningKey(other)
+	wrong, err := schema.EncodeJoin(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := StartAgent(t, AgentOptions{Device: dev, Join: wrong, ContainerdSocket: f.Containerd.Socket()})
+	a.AwaitLog(t, 0, "refused a desired state with a bad signature", time.Minute)
+	awaitDeviceMessage(t, f, dev, "refused a desired state with a bad signature")
+	if cs := f.Containers(t, dev); len(cs) != 0 {
+		t.Fatalf("an agent pinning another key runs %+v", cs)
+	}
 }
 
 // printedDevice is what `fleet device add` printed for a device.
