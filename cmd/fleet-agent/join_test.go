@@ -94,3 +94,19 @@ func TestJoinErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestInsecureTrustFirstKeyFromFileAndEnv: the bool flag is a config
+// file key and an environment variable like every other flag.
+func TestInsecureTrustFirstKeyFromFileAndEnv(t *testing.T) {
+	conf := writeFile(t, "agent.yaml", "device: pi-1\ninsecure-trust-first-key: true\n")
+	if c, err := parse(t, "--config", conf, "--state-dir", t.TempDir()); err != nil || !c.InsecureTrustFirstKey {
+		t.Fatalf("config file: %v, %v", c.InsecureTrustFirstKey, err)
+	}
+	if c, err := parse(t, "--device", "pi-1", "--state-dir", t.TempDir()); err != nil || c.InsecureTrustFirstKey {
+		t.Fatalf("default: %v, %v", c.InsecureTrustFirstKey, err)
+	}
+	t.Setenv("FLEET_AGENT_INSECURE_TRUST_FIRST_KEY", "true")
+	if c, err := parse(t, "--device", "pi-1", "--state-dir", t.TempDir()); err != nil || !c.InsecureTrustFirstKey {
+		t.Fatalf("environment: %v, %v", c.InsecureTrustFirstKey, err)
+	}
+}
