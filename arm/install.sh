@@ -29,6 +29,7 @@ ETC_DIR=/etc/fleet
 CONF_PATH=/etc/fleet/agent.yaml
 TOKEN_PATH=/etc/fleet/token
 BOOTSTRAP_PATH=/etc/fleet/bootstrap-token
+JOIN_PATH=/etc/fleet/join
 CA_PATH=/etc/fleet/ca.pem
 MANIFEST=/etc/fleet/.installed-files
 UNIT_NAME=fleet-agent.service
@@ -38,6 +39,7 @@ WANTS_PATH=/etc/systemd/system/multi-user.target.wants/fleet-agent.service
 usage() {
 	cat <<'EOF'
 Usage:
+  install.sh --join STRING|@FILE [--name-from SOURCE]
   install.sh --broker URL --device NAME (--token TOKEN | --token-file FILE)
   install.sh --broker URL --bootstrap-token-file FILE [--name-from SOURCE]
              [--device NAME]
@@ -48,8 +50,15 @@ Usage:
   install.sh --uninstall [--purge] [--root DIR] [--dry-run]
 
 Install options:
-  --broker URL          MQTT broker: ssl://host:8883 (the hub's default),
-                        tcp://host:1883, ...
+  --join STRING|@FILE   the join string fleet device add or fleet token
+                        create prints (fleetjoin1:...), or a file holding
+                        it: the broker, the hub's CA hash and signing key,
+                        the device's name and token (or a bootstrap token).
+                        Kept as /etc/fleet/join (0600); leave out the
+                        options it carries (--broker, --device, --token*,
+                        --bootstrap-token-file, --ca-hash)
+  --broker URL          MQTT broker: ssl://host:8883 (the hub's TLS
+                        listener), tcp://host:1883, ...
   --device NAME         this device's name (a DNS label: a-z, 0-9, '-')
   --token TOKEN         device token (visible in `ps`; prefer --token-file)
   --token-file FILE     file holding the device token
@@ -63,8 +72,11 @@ Install options:
   --ca FILE             CA certificate (PEM) of a TLS broker: the only CA the
                         agent trusts (the hub's is ca.crt in its data dir)
   --ca-hash HASH        pin the hub's CA by hash (sha256:..., printed by
-                        fleet token create): the agent verifies the broker
-                        by it on first contact and keeps that CA
+                        fleet token create and fleet device add beside the
+                        token, which does not carry it): the agent verifies
+                        the broker by it on first contact and keeps that CA.
+                        Without --join the agent has no hub signing key and
+                        runs nothing the hub publishes: prefer --join
   --binary PATH         fleet-agent binary to install (default: the one for
                         this CPU in dist/ next to this script, or ../dist/)
   --url-base URL        download fleet-agent-linux-ARCH and SHA256SUMS from
@@ -99,7 +111,7 @@ usage_error() {
 }
 
 BROKER='' DEVICE='' TOKEN='' TOKEN_FILE='' CA='' CA_HASH='' BINARY='' URL_BASE='' ARCH=''
-BOOTSTRAP_FILE='' NAME_FROM=''
+BOOTSTRAP_FILE='' NAME_FROM='' JOIN=''
 STATE_DIR=/var/lib/fleet-agent
 SOCKET=/run/containerd/containerd.sock
 NAMESPACE=fleet
@@ -120,6 +132,7 @@ while [ $# -gt 0 ]; do
 		;;
 	esac
 	case $1 in
+	--join) need_value "$1" $# && JOIN=$2 && shift ;;
 	--broker) need_value "$1" $# && BROKER=$2 && shift ;;
 	--device) need_value "$1" $# && DEVICE=$2 && shift ;;
 	--token) need_value "$1" $# && TOKEN=$2 && TOKEN_SET=1 && shift ;;
@@ -434,9 +447,15 @@ write_config() {
 	{
 		say "# Written by fleet's install.sh; run it again to change this file."
 		say "# Keys are fleet-agent's flags (fleet-agent --help)."
-		say "broker: $(yq "$BROKER")"
+		if [ -n "$JOIN" ]; then
+			say "join: $(yq "@$JOIN_PATH")"
+			if [ -n "$NAME_FROM" ]; then say "name-from: $(yq "$NAME_FROM")"; fi
+		fi
+		if [ -n "$BROKER" ]; then say "broker: $(yq "$BROKER")"; fi
 		if [ -n "$DEVICE" ]; then say "device: $(yq "$DEVICE")"; fi
-		if [ -n "$BOOTSTRAP_FILE" ]; then
+		if [ -n "$JOIN" ]; then
+			:
+		elif [ -n "$BOOTSTRAP_FILE" ]; then
 			say "bootstrap-token-file: $(yq "$BOOTSTRAP_PATH")"
 			if [ -n "$NAME_FROM" ]; then say "name-from: $(yq "$NAME_FROM")"; fi
 		else
@@ -502,8 +521,39 @@ write_manifest() {
 
 # --- install ----------------------------------------------------------------
 
-do_install() {
-	[ -n "$BROKER" ] || usage_error "--broker is required"
+# check_join: the join string is one word of the known format; the agent
+# decodes it and names any member that is wrong. Options it carries are
+# refused beside it.
+check_join() {
+	case $JOIN in
+	@*)
+		_f=${JOIN#@}
+		[ -r "$_f" ] || die "--join $JOIN: not readable"
+		JOIN=$(tr -d '[:space:]' <"$_f")
+		;;
+	esac
+	for _o in "--broker:$BROKER" "--device:$DEVICE" "--token:$TOKEN$TOKEN_FILE" "--bootstrap-token-file:$BOOTSTRAP_FILE" "--ca-hash:$CA_HASH"; do
+		[ -z "${_o#*:}" ] || usage_error "${_o%%:*}: the join string carries it; leave it out"
+	done
+	check_value --join "$JOIN"
+	case $JOIN in
+	fleetjoin1:?*) ;;
+	fleetjoin*:*) usage_error "--join: a join string of a format this install.sh does not know (it reads fleetjoin1:): use the install.sh of the same release as the fleet CLI" ;;
+	*) usage_error "--join: not a join string: want fleetjoin1:... as fleet device add or fleet token create prints it (the whole line)" ;;
+	esac
+	case ${JOIN#fleetjoin1:} in
+	*[!A-Za-z0-9_-]*) usage_error "--join: not base64url after fleetjoin1: (cut short, wrapped or mistyped?)" ;;
+	esac
+	case $NAME_FROM in
+	'' | hostname | serial | machine-id) ;;
+	*) usage_error "--name-from $NAME_FROM: want hostname, serial or machine-id" ;;
+	esac
+	if [ -n "$CA" ]; then [ -r "$CA" ] || die "--ca $CA: not readable"; fi
+}
+
+# check_credentials: the options of an install without --join.
+check_credentials() {
+	[ -n "$BROKER" ] || usage_error "--broker is required (or --join)"
 	[ -n "$DEVICE" ] || [ -n "$BOOTSTRAP_FILE" ] || usage_error "--device is required (or --bootstrap-token-file)"
 	check_value --broker "$BROKER"
 	case $BROKER in
@@ -552,6 +602,10 @@ do_install() {
 		*) usage_error "--ca-hash needs a TLS broker (ssl://, tls:// or mqtts://)" ;;
 		esac
 	fi
+}
+
+do_install() {
+	if [ -n "$JOIN" ]; then check_join; else check_credentials; fi
 	check_abs --state-dir "$STATE_DIR"
 	check_abs --containerd-socket "$SOCKET"
 	if ! printf '%s' "$NAMESPACE" | grep -Eq '^[A-Za-z0-9]+([._-][A-Za-z0-9]+)*$'; then
@@ -579,11 +633,16 @@ do_install() {
 
 	ensure_dir "$ETC_DIR" 0700
 	put_file "$_bin" "$BIN_PATH" 0755
-	printf '%s\n' "$TOKEN" >"$TMPD/token"
-	if [ -n "$BOOTSTRAP_FILE" ]; then
-		put_file "$TMPD/token" "$BOOTSTRAP_PATH" 0600
+	if [ -n "$JOIN" ]; then
+		printf '%s\n' "$JOIN" >"$TMPD/join"
+		put_file "$TMPD/join" "$JOIN_PATH" 0600
 	else
-		put_file "$TMPD/token" "$TOKEN_PATH" 0600
+		printf '%s\n' "$TOKEN" >"$TMPD/token"
+		if [ -n "$BOOTSTRAP_FILE" ]; then
+			put_file "$TMPD/token" "$BOOTSTRAP_PATH" 0600
+		else
+			put_file "$TMPD/token" "$TOKEN_PATH" 0600
+		fi
 	fi
 	if [ -n "$CA" ]; then put_file "$CA" "$CA_PATH" 0644; fi
 	write_config
@@ -597,7 +656,11 @@ do_install() {
 	# config; enable --now starts it the first time and is a no-op after.
 	if [ "$CHANGED" = 1 ]; then run systemctl try-restart "$UNIT_NAME"; fi
 	run systemctl enable --now "$UNIT_NAME"
-	say "fleet-agent installed for device $DEVICE (broker $BROKER)"
+	if [ -n "$JOIN" ]; then
+		say "fleet-agent installed with the join string $JOIN_PATH (its broker, device, token, CA hash and hub signing key)"
+	else
+		say "fleet-agent installed for device $DEVICE (broker $BROKER)"
+	fi
 }
 
 # --- uninstall --------------------------------------------------------------
@@ -622,7 +685,7 @@ do_uninstall() {
 		cp "$_manifest" "$TMPD/uninstall"
 	else
 		warn "no $MANIFEST: removing the files install.sh writes, where present"
-		for _p in "$BIN_PATH" "$UNIT_PATH" "$CONF_PATH" "$TOKEN_PATH" "$BOOTSTRAP_PATH" "$CA_PATH"; do
+		for _p in "$BIN_PATH" "$UNIT_PATH" "$CONF_PATH" "$TOKEN_PATH" "$BOOTSTRAP_PATH" "$JOIN_PATH" "$CA_PATH"; do
 			printf 'f %s\n' "$_p"
 		done >"$TMPD/uninstall"
 		printf 'l %s\n' "$WANTS_PATH" >>"$TMPD/uninstall"
@@ -667,7 +730,7 @@ do_uninstall() {
 }
 
 if [ "$UNINSTALL" = 1 ]; then
-	if [ -n "$BROKER$DEVICE$TOKEN$TOKEN_FILE$BOOTSTRAP_FILE$NAME_FROM$CA$CA_HASH$BINARY$URL_BASE$ARCH" ]; then
+	if [ -n "$JOIN$BROKER$DEVICE$TOKEN$TOKEN_FILE$BOOTSTRAP_FILE$NAME_FROM$CA$CA_HASH$BINARY$URL_BASE$ARCH" ]; then
 		usage_error "--uninstall takes only --purge, --root and --dry-run"
 	fi
 	do_uninstall

@@ -120,12 +120,17 @@ type Options struct {
 	// need a Secret wait, and status says why.
 	DeviceKey *devicekey.Key
 	// HubSigningKey, if set, is pinned as the hub's signing key at start
-	// (flag --hub-signing-key), replacing any key pinned in StateDir.
-	// Otherwise the key pinned in StateDir (trust.PinFile: from the
-	// enrollment answer, or from the first signed desired state, trust
-	// on first use) is used. With a key pinned, unsigned, badly signed,
-	// other devices' and replayed desired states are refused.
+	// (flags --join, --hub-signing-key), replacing any key pinned in
+	// StateDir. Otherwise the key pinned in StateDir (trust.PinFile: from
+	// an earlier start or the enrollment answer) is used. With a key
+	// pinned, unsigned, badly signed, other devices' and replayed desired
+	// states are refused; with none, every desired state from the broker
+	// is (desired.NoPin), unless InsecureTrustFirstKey.
 	HubSigningKey ed25519.PublicKey
+	// InsecureTrustFirstKey: with no key pinned, accept unsigned states
+	// and pin the key of the first signed one (trust on first use; flag
+	// --insecure-trust-first-key). Default false.
+	InsecureTrustFirstKey bool
 }
 
 // ReplayGrace is how long after accepting a desired state an older one
@@ -254,7 +259,7 @@ func (a *Agent) loadPin() error {
 	}
 	pin, err := trust.Load(a.o.StateDir)
 	if err != nil {
-		return fmt.Errorf("edgeagent: %w (pass --hub-signing-key, or remove the file to pin the hub's key again on first use)", err)
+		return fmt.Errorf("edgeagent: %w (pass --join or --hub-signing-key to pin the hub's key again)", err)
 	}
 	a.pin = pin
 	if k := pin.Key(); k != nil {
@@ -370,6 +375,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.admission = desired.NewAdmission(desired.AdmissionOptions{
 		Device: a.o.Device, Current: ds, Pin: a.pin, Clock: a.o.Clock, Logger: a.log,
+		InsecureTrustFirstKey: a.o.InsecureTrustFirstKey,
 	})
 
 	rec, err := reconcile.New(reconcile.Options{

@@ -41,9 +41,14 @@
 //     status message, and so are the other two (DesiredStateOtherDevice,
 //     and DesiredStateReplayed unless the older state was merely
 //     overtaken on the way: desired.ReplayGrace). A different store is a new hub
-//     database: accepted.
-//   - The hub's signing key is pinned (package trust: from enrollment,
-//     --hub-signing-key, or the first signed state). With a key pinned,
+//     database: accepted when unsigned (first-use agents only) or signed by
+//     another key (a rotation), else only above the generation applied.
+//   - The hub's signing key is pinned (package trust: from --join,
+//     --hub-signing-key, or enrollment over verified TLS). With none
+//     pinned every state is refused (DesiredStateUntrusted) unless
+//     Options.InsecureTrustFirstKey: then the first signed state's key
+//     is pinned. A state of another store signed by the same key must
+//     carry a higher generation. With a key pinned,
 //     an unsigned state, a bad signature or another key's signature
 //     changes nothing, and is logged, raised as DesiredStateUnsigned or
 //     DesiredStateBadSignature and named in the status message; a new key

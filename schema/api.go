@@ -135,7 +135,8 @@ type HubInfo struct {
 	MQTTPlainURL string `json:"mqttPlainURL,omitempty"`
 	// HTTPSURL is the hub's HTTPS API, for clients on other machines.
 	HTTPSURL string `json:"httpsURL,omitempty"`
-	// CAHash pins the hub's own CA (CAHash): bootstrap tokens carry it.
+	// CAHash pins the hub's own CA (CAHash): printed beside bootstrap
+	// tokens and carried by join strings (the token itself does not).
 	// Absent when the hub presents a certificate it was given.
 	CAHash string `json:"caHash,omitempty"`
 }

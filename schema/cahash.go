@@ -13,7 +13,8 @@ import (
 // --discovery-token-ca-cert-hash names it.
 const CAHashPrefix = "sha256:"
 
-// CAHash is the pin of a hub's CA carried by bootstrap tokens:
+// CAHash is the pin of a hub's CA, printed beside bootstrap tokens and
+// carried by join strings (--ca-hash):
 // "sha256:" and the hex SHA-256 of the CA certificate's
 // SubjectPublicKeyInfo (kubeadm's discovery hash). It survives the CA
 // being re-issued with the same key.

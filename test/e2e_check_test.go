@@ -32,7 +32,8 @@ func e2eAgentCheck(t *testing.T, f *Fleet) {
 		regexp.MustCompile(`(?m)^ok +containerd +.*: containerd v?[0-9.]+.*; namespace ` + a.Namespace + ` has \d+ Fleet containers, \d+ running`),
 		regexp.MustCompile(`(?m)^ok +broker +.*: logged in as ` + dev),
 		regexp.MustCompile(`(?m)^ok +desired state +fleet/v1/devices/` + dev + `/desired: generation ` + strconv.FormatInt(gen, 10) + `, \d+ pods; the agent has applied it$`),
-		regexp.MustCompile(`(?m)^all 6 checks passed$`),
+		regexp.MustCompile(`(?m)^ok +signing key +hub key [0-9a-f]{16} pinned in `),
+		regexp.MustCompile(`(?m)^all 7 checks passed$`),
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("fleet-agent check: no line matching %s in\n%s", want, out)

@@ -72,9 +72,12 @@ func bootstrapTokens(t *testing.T, h *Hub) map[string]schema.BootstrapToken {
 }
 
 func enrollOpts(h *Hub, token, device, stateDir string) enroll.Options {
+	// The hub's key, as a join string gives it: over plain MQTT the
+	// enrollment answer's key is pinned only when it is this one.
+	key, _ := schema.ParseSigningKey(h.SigningKey)
 	return enroll.Options{
 		Broker: h.MQTTURL, BootstrapToken: token, Device: device, StateDir: stateDir,
-		Timeout: 20 * time.Second,
+		Timeout: 20 * time.Second, SigningKey: key,
 	}
 }
 

@@ -36,6 +36,13 @@ type AgentOptions struct {
 	// agent is offline within 23 s (the agent's default, 120 s, would
 	// take 3 minutes).
 	KeepAlive time.Duration
+	// HubSigningKey, if set, is pinned (--hub-signing-key): without a
+	// pinned key the agent runs nothing from the broker.
+	HubSigningKey string
+	// Join, instead of Broker, Token and HubSigningKey, is the join
+	// string the agent starts with (--join): Device must be the one it
+	// names.
+	Join string
 	// Args are extra flags, after the harness's own (so they win).
 	Args []string
 }
@@ -71,8 +78,11 @@ func StartAgent(t testing.TB, opts AgentOptions) *Agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts.Device == "" || opts.Broker == "" || (opts.Token == "") == (opts.BootstrapToken == "") || opts.ContainerdSocket == "" {
+	if opts.Join == "" && (opts.Device == "" || opts.Broker == "" || (opts.Token == "") == (opts.BootstrapToken == "") || opts.ContainerdSocket == "") {
 		t.Fatalf("StartAgent: Device, Broker, Token or BootstrapToken, and ContainerdSocket are required: %+v", opts)
+	}
+	if opts.Join != "" && (opts.Device == "" || opts.Broker != "" || opts.Token != "" || opts.BootstrapToken != "" || opts.ContainerdSocket == "") {
+		t.Fatalf("StartAgent: Join goes with Device and ContainerdSocket alone: %+v", opts)
 	}
 	if opts.Namespace == "" {
 		opts.Namespace = AgentNamespace(opts.Device)
@@ -119,17 +129,21 @@ func (a *Agent) start(t testing.TB) {
 	if a.opts.BootstrapToken != "" {
 		tokenFlag = "--bootstrap-token-file"
 	}
-	args := append([]string{
-		"--broker", a.opts.Broker,
-		"--device", a.Device,
-		tokenFlag, a.TokenFile,
+	args := []string{"--broker", a.opts.Broker, "--device", a.Device, tokenFlag, a.TokenFile}
+	if a.opts.Join != "" {
+		args = []string{"--join", a.opts.Join}
+	}
+	if a.opts.HubSigningKey != "" {
+		args = append(args, "--hub-signing-key", a.opts.HubSigningKey)
+	}
+	args = append(append(args,
 		"--state-dir", a.StateDir,
 		"--containerd-socket", a.opts.ContainerdSocket,
 		"--namespace", a.Namespace,
 		"--resync-interval", a.opts.ResyncInterval.String(),
 		"--keepalive", a.opts.KeepAlive.String(),
 		"--log-level", "debug",
-	}, a.opts.Args...)
+	), a.opts.Args...)
 	cmd := exec.Command(a.bin, args...)
 	cmd.Stdout, cmd.Stderr = a.logs, a.logs
 	cmd.Env = cleanEnv(a.StateDir + ".home")

@@ -201,7 +201,7 @@ func StartFleet(t testing.TB, opts FleetOptions) *Fleet {
 			url = p.URL()
 		}
 		a := StartAgent(t, AgentOptions{
-			Device: d, Broker: url, Token: f.Token(d),
+			Device: d, Broker: url, Token: f.Token(d), HubSigningKey: f.Hub.SigningKey,
 			ContainerdSocket: f.Containerd.Socket(),
 			ResyncInterval:   opts.AgentResync, Args: opts.AgentArgs,
 		})

@@ -131,6 +131,9 @@ type Hub struct {
 	HTTPSURL   string
 	CAHash     string
 	CAFile     string
+	// SigningKey is the hub's desired-state signing key (GET /v1/info
+	// signingKey), which the harness's agents pin (--hub-signing-key).
+	SigningKey string
 
 	t    testing.TB
 	bin  string
@@ -258,6 +261,7 @@ func (h *Hub) readInfo() {
 		h.t.Fatalf("GET /v1/info: %v", err)
 	}
 	h.MQTTURL, h.MQTTTLSURL, h.HTTPSURL, h.CAHash = info.MQTTURL, info.MQTTURL, info.HTTPSURL, info.CAHash
+	h.SigningKey = info.SigningKey
 	if info.MQTTPlainURL != "" {
 		h.MQTTURL = info.MQTTPlainURL
 	}

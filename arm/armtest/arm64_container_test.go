@@ -69,7 +69,7 @@ func TestArm64AgentConvergesArm64Container(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := newLogWatcher()
-	agent := exec.Command(bin, "--device", device, "--token-file", tokenFile, "--broker", h.MQTTURL,
+	agent := exec.Command(bin, "--device", device, "--token-file", tokenFile, "--broker", h.MQTTURL, "--hub-signing-key", h.SigningKey,
 		"--state-dir", t.TempDir(), "--containerd-socket", d.Socket(), "--namespace", ns, "--resync-interval", "5s")
 	agent.Stdout, agent.Stderr = logs, logs
 	if err := agent.Start(); err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/fleetmq/fleet/edgeagent/runtime"
 	"github.com/fleetmq/fleet/edgeagent/runtime/containerd"
 	"github.com/fleetmq/fleet/edgeagent/state"
+	"github.com/fleetmq/fleet/edgeagent/trust"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -102,6 +103,7 @@ func runCheck(ctx context.Context, cfg config, out io.Writer, timeout time.Durat
 	u, tlsCfg, ok := checkConfig(c, cfg)
 	device, token, enrolled := checkIdentity(c, cfg)
 	applied := checkStateDir(c, cfg.StateDir)
+	checkSigningKey(c, cfg)
 	checkContainerd(ctx, c, cfg, timeout)
 	switch {
 	case !ok:
@@ -120,6 +122,30 @@ func runCheck(ctx context.Context, cfg config, out io.Writer, timeout time.Durat
 	}
 	fmt.Fprintf(out, "all %d checks passed\n", c.checks)
 	return nil
+}
+
+// checkSigningKey says which hub signing key the agent will check
+// desired states by: without one it runs nothing from the broker.
+func checkSigningKey(c *checker, cfg config) {
+	k, err := cfg.hubSigningKey()
+	switch {
+	case err != nil:
+		c.fail("signing key", "%v", err)
+	case k != nil:
+		c.ok("signing key", "hub key %s (from --join or --hub-signing-key)", schema.SigningKeyID(k))
+	default:
+		p, err := trust.Load(cfg.StateDir)
+		switch {
+		case err != nil:
+			c.fail("signing key", "%v", err)
+		case p.Key() != nil:
+			c.ok("signing key", "hub key %s pinned in %s", schema.SigningKeyID(p.Key()), filepath.Join(cfg.StateDir, trust.PinFile))
+		case cfg.InsecureTrustFirstKey:
+			c.warn("signing key", "none pinned: the agent pins the key of the first signed desired state (--insecure-trust-first-key); whoever publishes on its topic first owns it")
+		default:
+			c.fail("signing key", "none pinned: the agent runs nothing from the broker; start it with --join (the line fleet device add or fleet token create prints) or --hub-signing-key")
+		}
+	}
 }
 
 // checkConfig validates what the agent would refuse at start.
@@ -155,7 +181,7 @@ func checkTLS(cfg config) (*tls.Config, error) {
 		return nil, err
 	}
 	if trust == enroll.TrustCAHash {
-		return enroll.PinCATLSConfig(nil, cfg.CAHash, nil)
+		return enroll.PinCATLSConfig(&tls.Config{MinVersion: tls.VersionTLS12, ServerName: cfg.brokerHost()}, cfg.CAHash, nil)
 	}
 	if tlsCfg == nil {
 		// A plain broker: Dial ignores it.

@@ -41,13 +41,14 @@ func TestCheckReportsEveryProblem(t *testing.T) {
 	}
 	out, err := checkLines(t, "--device", "pi-1", "--token-file", token, "--state-dir", state,
 		"--containerd-socket", filepath.Join(state, "no.sock"), "--broker", "tcp://"+closedPort(t))
-	if err == nil || err.Error() != "3 of 6 checks failed" {
-		t.Fatalf("err = %v, want 3 of 6 checks failed\n%s", err, out)
+	if err == nil || err.Error() != "4 of 7 checks failed" {
+		t.Fatalf("err = %v, want 4 of 7 checks failed\n%s", err, out)
 	}
 	for _, want := range []string{
 		`(?m)^ok +config +broker tcp://127\.0\.0\.1:\d+, topic prefix fleet/v1, containerd namespace fleet$`,
 		`(?m)^warn +identity +device pi-1, token from .*token, which others can read \(mode 0644\): chmod 600 it$`,
 		`(?m)^ok +state dir +.* writable; no desired state persisted yet$`,
+		`(?m)^FAIL +signing key +none pinned: the agent runs nothing from the broker; start it with --join`,
 		`(?m)^FAIL +containerd +stat .*no\.sock: no such file or directory \(is containerd installed and running\?`,
 		`(?m)^FAIL +broker +tcp://127\.0\.0\.1:\d+ as pi-1: .*connection refused`,
 		`(?m)^FAIL +desired state +not checked: no connection to the broker$`,

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,6 +56,13 @@ type config struct {
 	// HubSigningKey pins the hub's desired-state signing key: base64,
 	// or @FILE (edgeagent/trust).
 	HubSigningKey string `json:"hub-signing-key,omitempty"`
+	// Join is a join string (schema.ParseJoin), or @FILE holding one: it
+	// fills broker, ca-hash, hub-signing-key, device and token (or
+	// bootstrap-token); a flag set to something else is an error.
+	Join string `json:"join,omitempty"`
+	// InsecureTrustFirstKey pins the key of the first signed desired
+	// state when none is pinned (trust on first use; off by default).
+	InsecureTrustFirstKey bool `json:"insecure-trust-first-key,omitempty"`
 
 	// BootstrapToken(File) and NameFrom: self-enrollment (edgeagent/enroll).
 	BootstrapToken     string `json:"bootstrap-token,omitempty"`
@@ -78,7 +86,8 @@ type config struct {
 }
 
 func (c *config) bind(fs *pflag.FlagSet) {
-	fs.StringVar(&c.Broker, "broker", "tcp://localhost:1883", "MQTT broker URL (tcp://host:1883, ssl://host:8883)")
+	fs.StringVar(&c.Join, "join", "", "join string (fleetjoin1:..., as fleet device add or fleet token create prints it), or @FILE holding it: sets --broker, --ca-hash, --hub-signing-key, --device and the token; those flags, if given too, must agree")
+	fs.StringVar(&c.Broker, "broker", "tcp://localhost:1883", "MQTT broker URL: the default is a hub's plain loopback listener on this machine; a remote hub is ssl://HOST:8883 (the join string carries it)")
 	fs.StringVar(&c.Device, "device", "", "this device's name (MQTT username)")
 	fs.StringVar(&c.Token, "token", "", "device token (MQTT password); prefer --token-file")
 	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the device token")
@@ -101,7 +110,8 @@ func (c *config) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.LogWriter, "log-writer", "", "program containerd's shim runs to write each container's log (\"fleet-agent log-writer\"; empty: this binary, by its absolute path; \"off\": the shim writes the file itself and the agent copy-truncates it every 30s, which does not bound a burst). Set it when the shim does not see this binary at its path, as for an agent run in a container")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.TopicPrefix, "topic-prefix", schema.DefaultTopicPrefix, "MQTT topic prefix (must match the hub's)")
-	fs.StringVar(&c.HubSigningKey, "hub-signing-key", "", "pin the hub's desired-state signing key (base64, as `fleet-hub` shows in /v1/info, or @FILE): otherwise the key comes with enrollment, or is pinned from the first signed desired state")
+	fs.StringVar(&c.HubSigningKey, "hub-signing-key", "", "pin the hub's desired-state signing key (base64, as GET /v1/info signingKey shows it, or @FILE; the join string carries it): otherwise the key pinned earlier, or the one enrollment over verified TLS returns. With no key pinned the agent runs nothing from the broker")
+	fs.BoolVar(&c.InsecureTrustFirstKey, "insecure-trust-first-key", false, "with no hub signing key pinned, run unsigned desired states and pin the key of the first signed one: whoever publishes on the device's topic first (a rogue on an external broker) owns the device. Only for hubs you reach over a trusted network")
 	fs.StringVar(&c.configFile, "config", "", "YAML config file (same keys as the flags, plus registry)")
 }
 
@@ -140,6 +150,9 @@ func (c *config) resolve(fs *pflag.FlagSet) error {
 		}
 	})
 	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := c.applyJoin(fs); err != nil {
 		return err
 	}
 	if c.Token != "" && c.TokenFile != "" {
@@ -223,8 +236,13 @@ func scalarKeys(fc config) (map[string]string, error) {
 	}
 	out := map[string]string{}
 	for k, v := range m {
-		if s, ok := v.(string); ok && s != "" {
-			out[k] = s
+		switch v := v.(type) {
+		case string:
+			if v != "" {
+				out[k] = v
+			}
+		case bool:
+			out[k] = strconv.FormatBool(v)
 		}
 	}
 	return out, nil
@@ -245,7 +263,16 @@ func (c *config) brokerTLS(log *slog.Logger) (*tls.Config, string, error) {
 		}
 		return nil, "", nil
 	}
-	return enroll.BrokerTLS(enroll.TrustOptions{CAFile: c.CA, CAHash: c.CAHash, StateDir: c.StateDir, Logger: log})
+	return enroll.BrokerTLS(enroll.TrustOptions{CAFile: c.CA, CAHash: c.CAHash, StateDir: c.StateDir, Logger: log, ServerName: u.Hostname()})
+}
+
+// brokerHost is the host of --broker ("" if it does not parse).
+func (c *config) brokerHost() string {
+	u, err := schema.ParseBrokerURL(c.Broker)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
 }
 
 // bootstrap reports whether a bootstrap token is configured.

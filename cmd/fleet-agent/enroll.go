@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -19,7 +20,7 @@ import (
 // bootstrap token is then never used again); else, with a bootstrap token,
 // it enrolls now. Without any of them the agent runs with --device and no
 // token, as before.
-func identity(ctx context.Context, cfg config, log *slog.Logger, tlsCfg *tls.Config) (device, token string, err error) {
+func identity(ctx context.Context, cfg config, log *slog.Logger, tlsCfg *tls.Config, hubKey ed25519.PublicKey) (device, token string, err error) {
 	if cfg.Token != "" || cfg.TokenFile != "" {
 		token, err := cfg.token()
 		return cfg.Device, token, err
@@ -68,6 +69,7 @@ func identity(ctx context.Context, cfg config, log *slog.Logger, tlsCfg *tls.Con
 	id, err := enroll.Run(ctx, enroll.Options{
 		Broker: cfg.Broker, TLSConfig: tlsCfg, Topics: schema.Topics{Prefix: cfg.TopicPrefix},
 		BootstrapToken: bt, Device: device, StateDir: cfg.StateDir, Logger: log, PublicKey: pub,
+		SigningKey: hubKey, InsecureTrustFirstKey: cfg.InsecureTrustFirstKey,
 	})
 	if err != nil {
 		return "", "", err

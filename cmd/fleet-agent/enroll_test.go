@@ -59,7 +59,7 @@ func TestEnrolledNeedsNoDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, tok, err := identity(t.Context(), c, discardLog(), nil)
+	dev, tok, err := identity(t.Context(), c, discardLog(), nil, nil)
 	if err != nil || dev != "pi-7" || tok != "device-token" {
 		t.Fatalf("identity = %q, %q, %v", dev, tok, err)
 	}
@@ -70,14 +70,14 @@ func TestEnrolledNeedsNoDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dev, tok, err := identity(t.Context(), c, discardLog(), nil); err != nil || dev != "pi-7" || tok != "device-token" {
+	if dev, tok, err := identity(t.Context(), c, discardLog(), nil, nil); err != nil || dev != "pi-7" || tok != "device-token" {
 		t.Fatalf("identity with a bootstrap token = %q, %q, %v", dev, tok, err)
 	}
 	c, err = parse(t, "--state-dir", dir, "--device", "pi-8")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := identity(t.Context(), c, discardLog(), nil); err == nil || !strings.Contains(err.Error(), `"pi-7"`) {
+	if _, _, err := identity(t.Context(), c, discardLog(), nil, nil); err == nil || !strings.Contains(err.Error(), `"pi-7"`) {
 		t.Fatalf("identity for another --device: %v", err)
 	}
 }

@@ -54,17 +54,32 @@ Fleet hub publishes on MQTT. It persists the last desired state, so it keeps
 (and restarts) its containers while offline and after a reboot. Stopping the
 agent never stops containers.
 
-A device without a token can enroll itself: with --bootstrap-token-file
-(from "fleet token create") and no token saved yet, the agent names itself
-(--device, or --name-from hostname|serial|machine-id), asks the hub over
-MQTT for its own token, saves it (0600) as <state-dir>/token and from then
-on uses only that token, never the bootstrap token again.
+Start it with the join string "fleet device add" or "fleet token create"
+prints: --join fleetjoin1:... (or --join @FILE) gives the agent the broker,
+the device's name and token (or a bootstrap token), the hub's CA hash and
+the hub's signing key, all at once. The agent then runs only desired
+states the hub signed, from the very first one.
 
-On a TLS broker (ssl://HOST:8883, the hub's default) --ca-hash (printed
-by "fleet token create" and "fleet device add") pins the hub's CA: the
-first connection accepts only a broker whose chain carries that CA, which
-is saved as <state-dir>/hub-ca.crt and is the only CA trusted from then
-on. --ca FILE trusts that CA alone; with neither, the system's roots.
+Without a pinned signing key (no --join, no --hub-signing-key, none saved
+in the state dir) the agent runs nothing from the broker, and says so in
+its log and status: whoever reached the device's topic first (a rogue on
+an external broker) would own it otherwise. --insecure-trust-first-key
+restores trust on first use. The persisted state keeps running either way.
+
+A device without a token can enroll itself: with a bootstrap token (in the
+join string, or --bootstrap-token-file) and no token saved yet, the agent
+names itself (--device, or --name-from hostname|serial|machine-id), asks
+the hub over MQTT for its own token, saves it (0600) as <state-dir>/token
+and from then on uses only that token, never the bootstrap token again.
+
+The default --broker, tcp://localhost:1883, is a hub's plain listener on
+this machine; a hub elsewhere is ssl://HOST:8883. On a TLS broker
+--ca-hash (in the join string, or given alone) pins the hub's CA: the
+first connection accepts only a broker whose chain carries that CA and
+whose certificate names the host dialled (for an IP address, as an IP
+SAN); the CA is saved as <state-dir>/hub-ca.crt and is the only CA trusted
+from then on. --ca FILE trusts that CA alone; with neither, the system's
+roots.
 
 Every flag can also be set in the --config YAML file (same key) or through
 the environment as FLEET_AGENT_<FLAG> (FLEET_AGENT_STATE_DIR, ...); flags
@@ -130,7 +145,7 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	device, token, err := identity(ctx, cfg, log, tlsCfg)
+	device, token, err := identity(ctx, cfg, log, tlsCfg, hubKey)
 	if err != nil {
 		if ctx.Err() != nil {
 			// Stopped while enrolling: a clean shutdown.
@@ -183,6 +198,8 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 		HeartbeatInterval: heartbeat,
 		ImageGCMinFree:    gcFloor,
 		HubSigningKey:     hubKey,
+
+		InsecureTrustFirstKey: cfg.InsecureTrustFirstKey,
 	})
 	if err != nil {
 		return err

@@ -119,6 +119,13 @@ with the fleet-agent command line to start on the device. The agent connects
 to the broker URL the hub reports (GET /v1/info), or to port 1883 on the
 hub's host when the hub does not say.
 
+It also prints a join string (fleetjoin1:...): the broker, the hub's CA
+hash and signing key, the device's name and token in one word, for
+"fleet-agent --join" or "install.sh --join". With it the agent runs only
+desired states the hub signed, from the first one on; an agent given no
+signing key runs nothing from the broker. The join string holds the token:
+it is shown once, like the token.
+
 The hub keeps only a hash of the token: store it now. If it is lost, issue a
 new one with "fleet device rotate-token NAME".
 
@@ -229,6 +236,10 @@ type brokerInfo struct {
 	// caHash pins the hub's own CA (GET /v1/info caHash): devices get it
 	// as --ca-hash when url is TLS.
 	caHash string
+	// signingKey is the hub's desired-state signing key (GET /v1/info
+	// signingKey): devices get it as --hub-signing-key, and in the join
+	// string. "" when the hub does not say.
+	signingKey string
 	// note says why url is a guess; printed (on stderr) only with the
 	// token, so a failing command does not add it to its error.
 	note string
@@ -244,6 +255,9 @@ func (c *cliContext) brokerInfo(ctx context.Context, cl *client.Client) brokerIn
 	if info != nil && client.IsTLSBrokerURL(u) {
 		b.caHash = info.CAHash
 	}
+	if info != nil {
+		b.signingKey = info.SigningKey
+	}
 	if guessed {
 		why := "it reports none"
 		if err != nil {
@@ -254,13 +268,44 @@ func (c *cliContext) brokerInfo(ctx context.Context, cl *client.Client) brokerIn
 	return b
 }
 
-// trustFlags is what the agent's command line needs to verify a TLS
-// broker: --ca-hash of the hub's own CA, if it has one.
+// trustFlags is what the agent's command line needs to trust the hub:
+// --ca-hash of the hub's own CA (a TLS broker), and --hub-signing-key,
+// without which the agent runs no desired state.
 func (b brokerInfo) trustFlags() string {
-	if b.caHash == "" {
-		return ""
+	s := ""
+	if b.caHash != "" {
+		s += " --ca-hash " + b.caHash
 	}
-	return " --ca-hash " + b.caHash
+	if b.signingKey != "" {
+		s += " --hub-signing-key " + b.signingKey
+	}
+	return s
+}
+
+// joinString is the join string of a device (or, with bootstrap set,
+// of a bootstrap token); ok is false when there is none: an older hub
+// that does not report its signing key (GET /v1/info signingKey), or a
+// broker URL the hub reported that is not one an agent takes.
+func (b brokerInfo) joinString(device, token, bootstrap string) (join string, ok bool) {
+	if b.signingKey == "" {
+		return "", false
+	}
+	join, err := schema.EncodeJoin(schema.JoinInfo{
+		Brokers: []string{b.url}, CAHash: b.caHash, SigningKey: b.signingKey,
+		Device: device, Token: token, BootstrapToken: bootstrap,
+	})
+	return join, err == nil
+}
+
+// writeJoin prints the join string and the command lines that use it;
+// extra is appended to the agent's command line.
+func writeJoin(s *strings.Builder, join, extra string) {
+	fmt.Fprintln(s, "Join string (holds the token, shown once; with it the agent pins the hub's CA and signing key before it reads any desired state):")
+	fmt.Fprintf(s, "  %s\n", join)
+	fmt.Fprintln(s, "Start the agent with it (or write it to a file, mode 0600, and pass --join @FILE):")
+	fmt.Fprintf(s, "  fleet-agent --join %s%s\n", join, extra)
+	fmt.Fprintln(s, "Or install the agent on a Raspberry Pi (arm/install.sh):")
+	fmt.Fprintf(s, "  sudo ./install.sh --join %s%s\n", join, extra)
 }
 
 // writeTrustNote says how else a device can trust a TLS broker.
@@ -289,6 +334,9 @@ func writeDeviceToken(w io.Writer, b brokerInfo, creds *schema.DeviceCredentials
 	fmt.Fprintln(&s, lead)
 	fmt.Fprintf(&s, "  %s%s   (write the token there, mode 0600)\n", printers.AgentCommand(b.url, creds.Name), b.trustFlags())
 	writeTrustNote(&s, b)
+	if join, ok := b.joinString(creds.Name, creds.Token, ""); ok {
+		writeJoin(&s, join, "")
+	}
 	writeExternalNote(&s, b)
 	_, err := io.WriteString(w, s.String())
 	return err

@@ -68,7 +68,11 @@ func newTokenCreateCmd(cli *cliContext) *cobra.Command {
 		Use:   "create [--label key=value ...] [--ttl 24h] [--uses N] [--description TEXT] [-o json|yaml]",
 		Short: "Create a bootstrap token and show it once",
 		Long: `Create a bootstrap token and show it once, with the fleet-agent command line
-that enrolls a device with it.
+that enrolls a device with it, and a join string (fleetjoin1:...) that
+carries the token with the broker, the hub's CA hash and its signing key,
+for "fleet-agent --join" or "install.sh --join". The token itself carries
+no CA hash: give --ca-hash and --hub-signing-key with it, or use the join
+string.
 
 --label sets the labels every device that enrolls with the token gets
 (repeatable, or comma-separated; keys under fleet/ belong to the hub). --ttl
@@ -168,6 +172,9 @@ func writeBootstrapToken(w io.Writer, b brokerInfo, bt *schema.BootstrapToken, n
 	writeTrustNote(&s, b)
 	fmt.Fprintln(&s, "Or install the agent on a Raspberry Pi (arm/install.sh):")
 	fmt.Fprintf(&s, "  sudo ./install.sh --broker %s%s --bootstrap-token-file FILE --name-from serial\n", b.url, b.trustFlags())
+	if join, ok := b.joinString("", "", bt.Token); ok {
+		writeJoin(&s, join, " --name-from serial")
+	}
 	if b.external {
 		fmt.Fprintln(&s, "The hub uses an external MQTT broker: enrollment needs the embedded broker, or a broker that lets bootstrap clients publish on fleet/v1/enroll/{client ID}/request and read .../response.")
 	}

@@ -33,6 +33,12 @@ type AdmissionOptions struct {
 	Clock clock.Clock
 	// Logger receives a line for each payload (default: discard).
 	Logger *slog.Logger
+	// InsecureTrustFirstKey: while no key is pinned, accept unsigned
+	// states and pin the key of the first signed one (trust on first
+	// use; the agent's --insecure-trust-first-key). Default false: with
+	// no key pinned every state from the broker is refused (NoPin), for
+	// whoever reaches the device's topic first would own the device.
+	InsecureTrustFirstKey bool
 }
 
 // Admission is the agent's one policy for accepting a desired state: it
@@ -52,6 +58,8 @@ type Admission struct {
 	pin   *trust.Pin
 	clock clock.Clock
 	log   *slog.Logger
+	// firstUse: InsecureTrustFirstKey.
+	firstUse bool
 
 	mu      sync.Mutex
 	refused refusal
@@ -104,9 +112,16 @@ func NewAdmission(o AdmissionOptions) *Admission {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	ad := &Admission{inbox: New(o.Device, o.Current), pin: o.Pin, clock: o.Clock, log: o.Logger}
+	ad := &Admission{inbox: New(o.Device, o.Current), pin: o.Pin, clock: o.Clock, log: o.Logger, firstUse: o.InsecureTrustFirstKey}
 	if o.Current != nil {
 		ad.lastAccept.store, ad.lastAccept.gen = o.Current.Store, o.Current.Generation
+	}
+	switch {
+	case o.Pin.Key() != nil:
+	case ad.firstUse:
+		o.Logger.Warn("no hub signing key pinned: the key of the first signed desired state is pinned (--insecure-trust-first-key); whoever publishes on this device's topic first owns it")
+	default:
+		o.Logger.Warn(trust.ErrNoPin.Error() + "; every desired state from the broker is refused, the persisted state keeps running")
 	}
 	return ad
 }
@@ -130,6 +145,9 @@ func (ad *Admission) Admit(payload []byte) Verdict {
 	var sig trust.Verdict
 	if len(bytes.TrimSpace(payload)) > 0 && len(payload) <= schema.MaxManifestBytes {
 		v, err := ad.pin.Check(payload)
+		if err == nil && v.Pinned == nil && !ad.firstUse {
+			err = trust.ErrNoPin // nothing to check it by: nothing runs
+		}
 		if err != nil {
 			return ad.refuseSignature(err)
 		}
@@ -150,8 +168,11 @@ func (ad *Admission) Admit(payload []byte) Verdict {
 			ad.log.Info("ignoring stale desired state", "generation", ds.Generation, "store", ds.Store)
 			break
 		}
-		_, gen, _ := ad.inbox.Latest()
+		store, gen, _ := ad.inbox.Latest()
 		msg := fmt.Sprintf("refused a replayed desired state: generation %d is older than generation %d already applied", ds.Generation, gen)
+		if store != ds.Store {
+			msg = fmt.Sprintf("refused a replayed desired state: generation %d of store %s is not above generation %d of store %s already applied under the same signing key (a hub whose store was recreated rotates its signing key: fleet-hub rotate-signing-key)", ds.Generation, ds.Store, gen, store)
+		}
 		ad.log.Warn(msg+"; last good state keeps running", "store", ds.Store)
 		v.Outcome, v.Event = Replayed, warning("DesiredStateReplayed", msg)
 		v.StatusChanged = ad.refuse(msg, nil)
@@ -186,7 +207,11 @@ func warning(reason, msg string) *schema.Event {
 func (ad *Admission) refuseSignature(err error) Verdict {
 	v := Verdict{Outcome: BadSignature, Err: err}
 	reason, msg := "DesiredStateBadSignature", "refused a desired state with a bad signature: "+err.Error()
-	if errors.Is(err, trust.ErrUnsigned) {
+	switch {
+	case errors.Is(err, trust.ErrNoPin):
+		v.Outcome = NoPin
+		reason, msg = "DesiredStateUntrusted", "refused a desired state: "+err.Error()
+	case errors.Is(err, trust.ErrUnsigned):
 		v.Outcome = Unsigned
 		reason, msg = "DesiredStateUnsigned", "refused an unsigned desired state: "+err.Error()
 	}

@@ -3,6 +3,7 @@ package desired
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -39,8 +40,16 @@ func signedPayload(t *testing.T, k ed25519.PrivateKey, e *schema.KeyEndorsement,
 }
 
 // newAdmission starts an admission for dev1 from generation 5 of store
-// s1, with pinned (nil: none) pinned in a fresh state directory.
+// s1, with pinned (nil: none) pinned in a fresh state directory. With
+// none pinned it trusts the first key (the old behaviour these cases
+// describe); newStrictAdmission does not.
 func newAdmission(t *testing.T, pinned ed25519.PublicKey) (*Admission, *clock.Fake, string) {
+	return newAdmissionFrom(t, pinned, pinned == nil, &schema.DesiredState{Device: "dev1", Store: "s1", Generation: 5})
+}
+
+// newAdmissionFrom is newAdmission from current, trusting the first key
+// only with firstUse.
+func newAdmissionFrom(t *testing.T, pinned ed25519.PublicKey, firstUse bool, current *schema.DesiredState) (*Admission, *clock.Fake, string) {
 	t.Helper()
 	dir := t.TempDir()
 	if pinned != nil {
@@ -54,8 +63,7 @@ func newAdmission(t *testing.T, pinned ed25519.PublicKey) (*Admission, *clock.Fa
 	}
 	clk := clock.NewFake(time.Unix(1e9, 0))
 	ad := NewAdmission(AdmissionOptions{
-		Device: "dev1", Current: &schema.DesiredState{Device: "dev1", Store: "s1", Generation: 5},
-		Pin: pin, Clock: clk,
+		Device: "dev1", Current: current, Pin: pin, Clock: clk, InsecureTrustFirstKey: firstUse,
 	})
 	return ad, clk, dir
 }
@@ -242,5 +250,120 @@ func TestAdmitConcurrent(t *testing.T) {
 	}
 	if r := ad.Refusal(); r != "" && !strings.HasPrefix(r, "refused a replayed desired state") {
 		t.Fatalf("refusal %q", r)
+	}
+}
+
+// signedStore is a state of store signed by k (endorsed by e, if set).
+func signedStore(t *testing.T, k ed25519.PrivateKey, e *schema.KeyEndorsement, store string, gen int64) []byte {
+	t.Helper()
+	b, err := schema.SignDesiredState(payload(t, "dev1", store, gen), k, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// decoded is the state of a payload, as the agent loads it from disk.
+func decoded(t *testing.T, b []byte) *schema.DesiredState {
+	t.Helper()
+	var ds schema.DesiredState
+	if err := json.Unmarshal(b, &ds); err != nil {
+		t.Fatal(err)
+	}
+	return &ds
+}
+
+// TestAdmitNoPin: with no key pinned and no --insecure-trust-first-key,
+// nothing from the broker is accepted, signed or not, nothing is
+// pinned, and status says why.
+func TestAdmitNoPin(t *testing.T) {
+	k := signingKey(t)
+	for _, tt := range []struct {
+		name    string
+		payload []byte
+	}{
+		{"unsigned", payload(t, "dev1", "s1", 6)},
+		{"signed by some key", signedPayload(t, k, nil, "dev1", 6)},
+		{"signed, of another store", signedStore(t, k, nil, "rogue", 1000)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ad, _, dir := newAdmissionFrom(t, nil, false, nil)
+			v := ad.Admit(tt.payload)
+			if v.Outcome != NoPin || !errors.Is(v.Err, trust.ErrNoPin) || v.State != nil {
+				t.Fatalf("Admit = %v (%v), state %v; want no-pin", v.Outcome, v.Err, v.State)
+			}
+			const why = "refused a desired state: no hub signing key pinned: start the agent with --join"
+			if v.Event == nil || v.Event.Reason != "DesiredStateUntrusted" || !strings.HasPrefix(v.Event.Message, why) {
+				t.Errorf("event %+v, want DesiredStateUntrusted %q", v.Event, why)
+			}
+			if !strings.HasPrefix(ad.Refusal(), why) || !v.StatusChanged {
+				t.Errorf("refusal %q (changed %v), want %q", ad.Refusal(), v.StatusChanged, why)
+			}
+			if _, _, pending := ad.Inbox().Take(); pending {
+				t.Error("a state is pending")
+			}
+			if k := pinnedKey(t, dir); k != nil {
+				t.Errorf("pinned %v", k)
+			}
+		})
+	}
+}
+
+// TestAdmitFloorAcrossStores: the generation floor survives a new
+// store under the same signing key, so a state captured from a store the
+// device has left (or replayed after the hub's store was recreated) is
+// refused; a rotated key (the signed store change) starts afresh.
+func TestAdmitFloorAcrossStores(t *testing.T) {
+	k1, k2 := signingKey(t), signingKey(t)
+	endorsed := schema.EndorseSigningKey(k1, pubKey(k2))
+	onS1 := decoded(t, signedStore(t, k1, nil, "s1", 5))
+	unsignedS1 := &schema.DesiredState{Device: "dev1", Store: "s1", Generation: 5}
+	tests := []struct {
+		name     string
+		pinned   ed25519.PublicKey
+		firstUse bool
+		current  *schema.DesiredState
+		before   [][]byte
+		payload  []byte
+		want     Outcome
+		refusal  string
+	}{
+		{name: "new store, same key, lower generation: replay", pinned: pubKey(k1), current: onS1,
+			payload: signedStore(t, k1, nil, "s2", 1), want: Replayed,
+			refusal: "refused a replayed desired state: generation 1 of store s2 is not above generation 5 of store s1 already applied under the same signing key"},
+		{name: "new store, same key, same generation: replay", pinned: pubKey(k1), current: onS1,
+			payload: signedStore(t, k1, nil, "s2", 5), want: Replayed, refusal: "refused a replayed desired state: generation 5 of store s2"},
+		{name: "new store, same key, higher generation", pinned: pubKey(k1), current: onS1,
+			payload: signedStore(t, k1, nil, "s2", 6), want: Accepted},
+		{name: "back to the store left, captured: replay", pinned: pubKey(k1), current: onS1,
+			before: [][]byte{signedStore(t, k1, nil, "s2", 9)}, payload: signedStore(t, k1, nil, "s1", 7), want: Replayed,
+			refusal: "refused a replayed desired state: generation 7 of store s1 is not above generation 9 of store s2"},
+		{name: "new store after a rotation: the signed store change", pinned: pubKey(k1), current: onS1,
+			payload: signedStore(t, k2, &endorsed, "s2", 1), want: Accepted},
+		{name: "same store, higher generation", pinned: pubKey(k1), current: onS1,
+			payload: signedStore(t, k1, nil, "s1", 6), want: Accepted},
+		{name: "unsigned states, first-use agent: a new store restarts generations", firstUse: true, current: unsignedS1,
+			payload: payload(t, "dev1", "s2", 1), want: Accepted},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ad, _, _ := newAdmissionFrom(t, tt.pinned, tt.firstUse, tt.current)
+			for _, p := range tt.before {
+				if v := ad.Admit(p); v.Outcome != Accepted {
+					t.Fatalf("before: %v (%v)", v.Outcome, v.Err)
+				}
+			}
+			ad.Inbox().Take()
+			v := ad.Admit(tt.payload)
+			if v.Outcome != tt.want {
+				t.Fatalf("Admit = %v (%v), want %v", v.Outcome, v.Err, tt.want)
+			}
+			if got := ad.Refusal(); !strings.HasPrefix(got, tt.refusal) || (tt.refusal == "") != (got == "") {
+				t.Errorf("refusal %q, want %q...", got, tt.refusal)
+			}
+			if _, _, pending := ad.Inbox().Take(); pending != (tt.want == Accepted) {
+				t.Errorf("pending = %v", pending)
+			}
+		})
 	}
 }

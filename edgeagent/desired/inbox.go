@@ -53,6 +53,10 @@ const (
 	// BadSignature: the signature is malformed, does not verify, or is
 	// by a key neither pinned nor endorsed; refused. Only Admit says it.
 	BadSignature
+	// NoPin: no hub signing key is pinned, so nothing can be checked;
+	// refused (unless the agent trusts the first key on purpose). Only
+	// Admit says it.
+	NoPin
 )
 
 func (o Outcome) String() string {
@@ -75,6 +79,8 @@ func (o Outcome) String() string {
 		return "unsigned"
 	case BadSignature:
 		return "bad-signature"
+	case NoPin:
+		return "no-pin"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -85,9 +91,13 @@ type Inbox struct {
 	device string
 	wake   chan struct{}
 
-	mu      sync.Mutex
-	store   string
-	gen     int64
+	mu    sync.Mutex
+	store string
+	gen   int64
+	// key is the signing key ID of the latest state ("" unsigned): a
+	// state of another store signed by the same key must carry a higher
+	// generation (the floor survives a new store; Offer).
+	key     string
 	have    bool
 	pending *schema.DesiredState
 	// pendingPayload is pending as received: the bytes to persist.
@@ -105,6 +115,7 @@ func New(device string, current *schema.DesiredState) *Inbox {
 	in := &Inbox{device: device, wake: wake.New()}
 	if current != nil {
 		in.store, in.gen, in.have = current.Store, current.Generation, true
+		in.key = signingKeyID(current)
 	}
 	return in
 }
@@ -150,8 +161,16 @@ func (in *Inbox) Offer(payload []byte) (Outcome, *schema.DesiredState, error) {
 		schema.DefaultPodSpec(&ds.Pods[i].Spec)
 	}
 
+	key := signingKeyID(&ds)
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if in.have && ds.Store != in.store && key != "" && key == in.key && ds.Generation <= in.gen {
+		// Another store under the same signing key: a state captured
+		// from a store this device has left (or an older one) is a
+		// replay. A hub whose store is recreated rotates its signing
+		// key, the signed store change that resets the floor.
+		return Stale, &ds, nil
+	}
 	if in.have && ds.Store == in.store {
 		switch {
 		case ds.Generation < in.gen:
@@ -163,11 +182,20 @@ func (in *Inbox) Offer(payload []byte) (Outcome, *schema.DesiredState, error) {
 			return Duplicate, &ds, nil
 		}
 	}
-	in.store, in.gen, in.have = ds.Store, ds.Generation, true
+	in.store, in.gen, in.key, in.have = ds.Store, ds.Generation, key, true
 	in.last, in.lastDS = bytes.Clone(payload), &ds
 	in.pending, in.pendingPayload = &ds, in.last
 	wake.Signal(in.wake)
 	return Accepted, &ds, nil
+}
+
+// signingKeyID is the key ID a state's signature names ("" unsigned).
+// Offer sees only payloads whose signature the admission verified.
+func signingKeyID(ds *schema.DesiredState) string {
+	if ds.Signature == nil {
+		return ""
+	}
+	return ds.Signature.KeyID
 }
 
 // Take returns the pending state, if any, and the payload it was decoded

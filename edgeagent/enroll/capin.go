@@ -13,7 +13,7 @@ import (
 )
 
 // CAFile is where, in the state directory, an agent keeps the hub's CA it
-// verified against the bootstrap token's CA hash; later connections trust
+// verified against the pinned CA hash (--ca-hash, the join string's); later connections trust
 // that CA alone (mqttio.TLSConfig with it as the CA file).
 const CAFile = "hub-ca.crt"
 
@@ -29,6 +29,12 @@ var ErrCAMismatch = errors.New("the broker's certificate chain has no CA matchin
 // verification is replaced (it knows no root yet), never skipped: every
 // handshake runs VerifyConnection. onCA, if set, gets the CA that
 // matched.
+//
+// The name verified is the one the handshake sent (SNI), or else
+// base.ServerName: a broker dialled by IP address sends no SNI, so its
+// address must be in base.ServerName (BrokerTLS sets it from the broker
+// URL) and the certificate must carry it as an IP SAN. With neither, the
+// handshake is refused rather than the name left unchecked.
 func PinCATLSConfig(base *tls.Config, caHash string, onCA func(*x509.Certificate)) (*tls.Config, error) {
 	hash, err := schema.ParseCAHash(caHash)
 	if err != nil {
@@ -41,7 +47,12 @@ func PinCATLSConfig(base *tls.Config, caHash string, onCA func(*x509.Certificate
 	cfg.RootCAs = nil
 	// Verification moves to VerifyConnection, which always runs.
 	cfg.InsecureSkipVerify = true
+	dialled := cfg.ServerName
 	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if cs.ServerName == "" {
+			// No SNI: an IP address (Go sends none for one).
+			cs.ServerName = dialled
+		}
 		ca, err := verifyPinned(cs, hash)
 		if err != nil {
 			return err
@@ -72,6 +83,9 @@ func verifyPinned(cs tls.ConnectionState, hash string) (*x509.Certificate, error
 	}
 	if ca == nil {
 		return nil, fmt.Errorf("pinned CA %s: %w", hash, ErrCAMismatch)
+	}
+	if cs.ServerName == "" {
+		return nil, fmt.Errorf("pinned CA %s: no server name to verify the broker's certificate for (set the TLS configuration's ServerName to the host dialled)", hash)
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)

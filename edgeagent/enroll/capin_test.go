@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +22,12 @@ import (
 // newCAServer returns a CA and a TLS listener on loopback presenting a
 // certificate it signed, with the CA in the chain, as the hub does.
 func newCAServer(t *testing.T) (*x509.Certificate, string) {
+	t.Helper()
+	return newCAServerFor(t, []net.IP{net.ParseIP("127.0.0.1")}, nil)
+}
+
+// newCAServerFor is newCAServer with a certificate for ips and names.
+func newCAServerFor(t *testing.T, ips []net.IP, names []string) (*x509.Certificate, string) {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -39,7 +46,7 @@ func newCAServer(t *testing.T) (*x509.Certificate, string) {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IPAddresses: ips, DNSNames: names}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +73,7 @@ func TestPinCATLSConfig(t *testing.T) {
 	caA, addrA := newCAServer(t)
 	caB, addrB := newCAServer(t)
 	var got *x509.Certificate
-	cfg, err := PinCATLSConfig(nil, schema.CAHash(caA), func(c *x509.Certificate) { got = c })
+	cfg, err := PinCATLSConfig(&tls.Config{ServerName: "127.0.0.1"}, schema.CAHash(caA), func(c *x509.Certificate) { got = c })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +99,17 @@ func TestPinCATLSConfig(t *testing.T) {
 		c.Close()
 		t.Fatal("a certificate for another name was accepted")
 	}
+	// Dialled by IP with no name configured: refused, not left unchecked.
+	noName, err := PinCATLSConfig(nil, schema.CAHash(caA), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := tls.Dial("tcp", addrA, noName); err == nil || !strings.Contains(err.Error(), "no server name") {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("an IP broker with no server name to check: %v", err)
+	}
 	if _, err := PinCATLSConfig(nil, "sha256:zz", nil); err == nil {
 		t.Error("a malformed hash was accepted")
 	}
@@ -101,5 +119,41 @@ func TestPinCATLSConfig(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, CAFile)); err != nil || len(b) == 0 {
 		t.Fatalf("saved CA: %v", err)
+	}
+}
+
+// TestPinCATLSConfigIPSAN: a broker dialled by IP address (no SNI) must
+// present a certificate carrying that address as an IP SAN, even when
+// it is signed by the pinned CA: a certificate the CA issued for another
+// name or address is refused.
+func TestPinCATLSConfigIPSAN(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		ips   []net.IP
+		names []string
+		ok    bool
+	}{
+		{"the IP dialled", []net.IP{net.ParseIP("127.0.0.1")}, nil, true},
+		{"a DNS name only", nil, []string{"hub.example"}, false},
+		{"another IP", []net.IP{net.ParseIP("10.9.9.9")}, []string{"localhost"}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ca, addr := newCAServerFor(t, tt.ips, tt.names)
+			dir := t.TempDir()
+			cfg, src, err := BrokerTLS(TrustOptions{CAHash: schema.CAHash(ca), StateDir: dir, ServerName: "127.0.0.1"})
+			if err != nil || src != TrustCAHash {
+				t.Fatalf("BrokerTLS = %q, %v", src, err)
+			}
+			err = dialWith(cfg, addr)
+			if tt.ok != (err == nil) {
+				t.Fatalf("dial %s: %v, want ok=%v", addr, err, tt.ok)
+			}
+			if !tt.ok && !strings.Contains(err.Error(), "127.0.0.1") {
+				t.Errorf("the refusal does not name the address: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, CAFile)); tt.ok == errors.Is(err, os.ErrNotExist) {
+				t.Errorf("CA saved = %v, want %v", err == nil, tt.ok)
+			}
+		})
 	}
 }

@@ -44,6 +44,11 @@ type TrustOptions struct {
 	StateDir string
 	// Logger, if set, notes when a CA is saved.
 	Logger *slog.Logger
+	// ServerName is the broker's host as dialled (its URL's host): the
+	// certificate must name it, as a DNS name or, for an address, an IP
+	// SAN. Default: the name the handshake sends, which is none for an
+	// IP address, so set it.
+	ServerName string
 }
 
 // BrokerTLS returns the TLS configuration of an agent's connections to
@@ -108,7 +113,7 @@ func BrokerTLS(o TrustOptions) (*tls.Config, string, error) {
 		if log == nil {
 			log = slog.New(slog.DiscardHandler)
 		}
-		cfg, err := PinCATLSConfig(nil, hash, func(ca *x509.Certificate) {
+		cfg, err := PinCATLSConfig(&tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.ServerName}, hash, func(ca *x509.Certificate) {
 			once.Do(func() {
 				if err := SaveCA(o.StateDir, ca); err != nil {
 					log.Warn("could not save the hub CA verified by --ca-hash; it will be verified by the hash again", "err", err)

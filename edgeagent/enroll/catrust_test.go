@@ -39,7 +39,7 @@ func TestBrokerTLSPinThenSaved(t *testing.T) {
 	caA, addrA := newCAServer(t)
 	_, addrB := newCAServer(t)
 	dir := t.TempDir()
-	o := TrustOptions{CAHash: schema.CAHash(caA), StateDir: dir}
+	o := TrustOptions{CAHash: schema.CAHash(caA), StateDir: dir, ServerName: "127.0.0.1"}
 
 	cfg, src, err := BrokerTLS(o)
 	if err != nil || src != TrustCAHash {

@@ -12,6 +12,7 @@ package enroll
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/base64"
@@ -104,7 +105,15 @@ type Options struct {
 	// request so that the hub can seal Secrets to the device before its
 	// first status; "" sends none.
 	PublicKey string
-	Logger    *slog.Logger
+	// SigningKey is the hub's signing key the agent pinned already (its
+	// --join string or --hub-signing-key); nil: none. The key of the
+	// answer must be it: another one is refused, and nothing is saved.
+	SigningKey ed25519.PublicKey
+	// InsecureTrustFirstKey pins the answer's signing key even when it
+	// came over a plain connection (any broker on the way could have
+	// written it). Default false: over plain MQTT the key is not pinned.
+	InsecureTrustFirstKey bool
+	Logger                *slog.Logger
 	// Timeout bounds one attempt: connect, subscribe, send, answer.
 	// Default 30 s.
 	Timeout time.Duration
@@ -247,18 +256,8 @@ func Enroll(ctx context.Context, o Options) (Identity, error) {
 		return Identity{}, fmt.Errorf("enroll %s: the hub answered for device %q", o.Device, resp.Device)
 	}
 	id := Identity{Device: o.Device, Token: resp.Token}
-	// The hub's signing key comes with the answer, over the connection
-	// the bootstrap token authenticated: pin it, so that the agent never
-	// has to trust a first desired state.
-	if resp.SigningKey != "" {
-		key, err := schema.ParseSigningKey(resp.SigningKey)
-		if err != nil {
-			return Identity{}, fmt.Errorf("enroll %s: the hub's signing key: %w", o.Device, err)
-		}
-		if err := trust.Save(o.StateDir, key); err != nil {
-			return Identity{}, fmt.Errorf("enroll %s: %w", o.Device, err)
-		}
-		log.Info("pinned the hub's signing key", "key", schema.SigningKeyID(key))
+	if err := pinAnswerKey(o, resp, log); err != nil {
+		return Identity{}, err
 	}
 	if resp.Certificate != "" {
 		// Without it the device still has its token: a hub that requires
@@ -275,6 +274,35 @@ func Enroll(ctx context.Context, o Options) (Identity, error) {
 	}
 	log.Info("enrolled; device token saved", "token_file", filepath.Join(o.StateDir, TokenFile))
 	return id, nil
+}
+
+// pinAnswerKey pins the hub's signing key of an enrollment answer when
+// the answer can be trusted to be the hub's: it came over TLS verified
+// against the hub's CA (a pinned hash, a CA file or the saved CA), or it
+// is the key already pinned (from the join string). A key other than the
+// pinned one is an error: another hub, or someone in the middle.
+func pinAnswerKey(o Options, resp schema.EnrollResponse, log *slog.Logger) error {
+	if resp.SigningKey == "" {
+		return nil
+	}
+	key, err := schema.ParseSigningKey(resp.SigningKey)
+	if err != nil {
+		return fmt.Errorf("enroll %s: the hub's signing key: %w", o.Device, err)
+	}
+	u, _ := schema.ParseBrokerURL(o.Broker) // checked by o.check
+	switch {
+	case o.SigningKey != nil && !o.SigningKey.Equal(key):
+		return fmt.Errorf("enroll %s: the enrollment answer names signing key %s, but the agent pinned %s (--join or --hub-signing-key): another hub, or someone in the middle; nothing is saved",
+			o.Device, schema.SigningKeyID(key), schema.SigningKeyID(o.SigningKey))
+	case o.SigningKey == nil && !schema.IsTLSBroker(u) && !o.InsecureTrustFirstKey:
+		log.Warn("the hub's signing key came over a plain connection, which any broker on the way could have written: not pinned; start the agent with --join or --hub-signing-key", "key", schema.SigningKeyID(key))
+		return nil
+	}
+	if err := trust.Save(o.StateDir, key); err != nil {
+		return fmt.Errorf("enroll %s: %w", o.Device, err)
+	}
+	log.Info("pinned the hub's signing key", "key", schema.SigningKeyID(key))
+	return nil
 }
 
 // Run calls Enroll until it succeeds, a refusal that is not Temporary

@@ -2,9 +2,11 @@
 // judges the signatures of desired states against it (hub/API.md, "Signed
 // desired state"; the format is in schema/signature.go).
 //
-// The key is pinned from the enrollment answer, from the agent's
-// --hub-signing-key flag, or else on the first signed desired state the
-// agent accepts (trust on first use). It lives in the state directory
+// The key is pinned from the agent's --join string or --hub-signing-key
+// flag, or from the enrollment answer over a verified TLS connection.
+// With none pinned the admission refuses every state (ErrNoPin), unless
+// the agent runs with --insecure-trust-first-key: then the first signed
+// desired state it accepts pins its key (trust on first use). It lives in the state directory
 // (PinFile, one line of base64, written atomically). With a key pinned,
 // an unsigned state, a bad signature and a signature by another key are
 // refused, unless the pinned key endorses that other key (a rotation on
@@ -38,6 +40,10 @@ var (
 	// ErrBadSignature: the signature is malformed, does not verify, or
 	// is by a key neither pinned nor endorsed by the pinned key.
 	ErrBadSignature = schema.ErrBadSignature
+	// ErrNoPin: no key is pinned, so no state can be trusted. Check does
+	// not return it (it reports FirstUse); the admission refuses with it
+	// unless the agent trusts the first key on purpose.
+	ErrNoPin = errors.New("no hub signing key pinned: start the agent with --join (the line `fleet device add` or `fleet token create` prints) or --hub-signing-key")
 )
 
 // ReadKeyArg reads a key given as base64, or as @FILE holding it (the

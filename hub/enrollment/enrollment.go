@@ -48,7 +48,9 @@ type Options struct {
 	// (the hub's own MQTT account); default: none.
 	Reserved func(name string) bool
 	// Signer, if set, gives the hub's signing key to every enrolled
-	// device, which pins it; default: none.
+	// device; default: none. The agent pins it when the answer came over
+	// TLS verified by the hub's CA, and otherwise requires it to be the
+	// key its join string pinned (edgeagent/enroll).
 	Signer SigningKey
 	// Certs, if set, signs the client certificate of every enrolled
 	// device that sends a CSR; default: none (a CSR is ignored).
@@ -82,7 +84,7 @@ type Handler struct {
 	log      *slog.Logger
 	reserved func(name string) bool
 	// signer, if set, gives the hub's signing key to every enrolled
-	// device, which pins it.
+	// device (Options.Signer).
 	signer SigningKey
 	// certs, if set, signs the client certificate of every enrolled
 	// device that sends a CSR.

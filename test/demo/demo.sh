@@ -257,10 +257,15 @@ up() {
 	say "Registering three devices (fleet device add NAME --label ...)"
 	for d in "${DEVICES[@]}"; do
 		mkdir -p "$DEMO_DIR/agents/$d"
-		fleet device add "$d" --label "role=${ROLE[$d]}" --label demo=fleet -o json |
-			sed -n 's/.*"token": *"\([^"]*\)".*/\1/p' >"$DEMO_DIR/agents/$d/token"
-		chmod 600 "$DEMO_DIR/agents/$d/token"
+		# What fleet device add prints: the token, and the agent's command
+		# line, which pins the hub's signing key (without it the agent
+		# runs nothing from the broker).
+		(umask 077 && fleet device add "$d" --label "role=${ROLE[$d]}" --label demo=fleet >"$DEMO_DIR/agents/$d/added")
+		(umask 077 && sed -n 's/^Token (shown once, store it safely): //p' "$DEMO_DIR/agents/$d/added" >"$DEMO_DIR/agents/$d/token")
+		sed -n 's/.* --hub-signing-key \([A-Za-z0-9+\/=]*\).*/\1/p' "$DEMO_DIR/agents/$d/added" | head -n 1 >"$DEMO_DIR/agents/$d/hub-signing.key"
+		rm -f "$DEMO_DIR/agents/$d/added"
 		[ -s "$DEMO_DIR/agents/$d/token" ] || die "no token for $d"
+		[ -s "$DEMO_DIR/agents/$d/hub-signing.key" ] || die "no hub signing key for $d"
 		note "$d (role=${ROLE[$d]})"
 	done
 
@@ -314,7 +319,8 @@ start_agent() {
 	local d=$1
 	mkdir -p "$DEMO_DIR/agents/$d/state"
 	start_bg "agent-$d" "$BIN/fleet-agent" --device "$d" --broker "tcp://$MQTT_ADDR" \
-		--token-file "$DEMO_DIR/agents/$d/token" --state-dir "$DEMO_DIR/agents/$d/state" \
+		--token-file "$DEMO_DIR/agents/$d/token" --hub-signing-key "@$DEMO_DIR/agents/$d/hub-signing.key" \
+		--state-dir "$DEMO_DIR/agents/$d/state" \
 		--containerd-socket "$(socket_path)" --namespace "$(ns_of "$d")" --resync-interval 5s
 	note "fleet-agent --device $d (namespace $(ns_of "$d"), pid $(pid_of "agent-$d"))"
 }
