@@ -45,3 +45,19 @@ func TestFloorEchoes(t *testing.T) {
 		t.Errorf("wall %v, lat %v", e.wall(), e.lat)
 	}
 }
+
+// TestRolloutOf: the rollout phase finds v2's end in the current
+// revision's rolledBackFrom once the hub wrote its rollback.
+func TestRolloutOf(t *testing.T) {
+	cur := &schema.RolloutStatus{Revision: 3, Hash: "v1", Phase: schema.RolloutComplete,
+		RolledBackFrom: &schema.AutoRollback{Revision: 2, Hash: "v2", Step: 3, Steps: 4, Reason: "failed"}}
+	if got := rolloutOf(cur, "v1"); got != cur {
+		t.Errorf("the current revision's own: %+v", got)
+	}
+	if got := rolloutOf(cur, "v2"); got == nil || got.Phase != schema.RolloutRolledBack || got.Step != 3 || got.Revision != 2 {
+		t.Errorf("the rolled-back revision: %+v", got)
+	}
+	if rolloutOf(cur, "v9") != nil || rolloutOf(nil, "v2") != nil {
+		t.Error("a revision the status does not name")
+	}
+}

@@ -339,8 +339,8 @@ func (s *suite) awaitRollout(ctx context.Context, hash string, seen func(*schema
 			}
 			return false, fmt.Errorf("get deployment %s: %w", rolloutDeployment, err)
 		}
-		rs := d.Status.Rollout
-		if rs == nil || rs.Hash != hash {
+		rs := rolloutOf(d.Status.Rollout, hash)
+		if rs == nil {
 			return false, nil
 		}
 		last, at = rs, time.Now()
@@ -354,6 +354,27 @@ func (s *suite) awaitRollout(ctx context.Context, hash string, seen func(*schema
 			err, last.Phase, last.Step, last.Steps, last.Updated, last.Ready, last.Failed, last.Pending, last.Waiting)
 	}
 	return last, at, err
+}
+
+// rolloutOf is the rollout status of the revision of hash in cur, the
+// deployment's status.rollout: cur itself, or, once the hub rolled that
+// revision back and wrote the last good template as the current revision,
+// the failed revision's end as cur.rolledBackFrom records it (RolledBack
+// at its step); nil when cur says nothing of hash.
+func rolloutOf(cur *schema.RolloutStatus, hash string) *schema.RolloutStatus {
+	switch {
+	case cur == nil:
+		return nil
+	case cur.Hash == hash:
+		return cur
+	case cur.RolledBackFrom != nil && cur.RolledBackFrom.Hash == hash:
+		rb := cur.RolledBackFrom
+		return &schema.RolloutStatus{
+			Revision: rb.Revision, Hash: rb.Hash, Phase: schema.RolloutRolledBack,
+			Step: rb.Step, Steps: rb.Steps, Reason: rb.Reason, FinishedAt: rb.At,
+		}
+	}
+	return nil
 }
 
 // finished is when a final rollout finished: its finishedAt, or else when
