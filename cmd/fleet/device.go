@@ -447,15 +447,23 @@ issue one.
 	return cmd
 }
 
-func runDeviceRotateToken(ctx context.Context, cli *cliContext, cmd *cobra.Command, name, output string) error {
+// deviceCommand checks what a command on one device's credentials was
+// given (its -o, the device name) and returns the output format and a
+// client of the hub.
+func deviceCommand(cli *cliContext, cmd *cobra.Command, name, output string) (printers.Format, *client.Client, error) {
 	format, err := parseSecretOutput(cmd, output)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	if err := schema.ValidateName(name); err != nil {
-		return fmt.Errorf("device name %w", err)
+		return "", nil, fmt.Errorf("device name %w", err)
 	}
 	cl, err := cli.Client()
+	return format, cl, err
+}
+
+func runDeviceRotateToken(ctx context.Context, cli *cliContext, cmd *cobra.Command, name, output string) error {
+	format, cl, err := deviceCommand(cli, cmd, name, output)
 	if err != nil {
 		return err
 	}

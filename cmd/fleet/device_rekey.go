@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmq/fleet/client/printers"
-	"github.com/fleetmq/fleet/schema"
 )
 
 // ---- rekey -------------------------------------------------------------------
@@ -53,14 +52,7 @@ in YAML). Admin only; recorded in the audit trail.`,
 }
 
 func runDeviceRekey(ctx context.Context, cli *cliContext, cmd *cobra.Command, name, output string) error {
-	format, err := parseSecretOutput(cmd, output)
-	if err != nil {
-		return err
-	}
-	if err := schema.ValidateName(name); err != nil {
-		return fmt.Errorf("device name %w", err)
-	}
-	cl, err := cli.Client()
+	format, cl, err := deviceCommand(cli, cmd, name, output)
 	if err != nil {
 		return err
 	}
