@@ -47,15 +47,15 @@ func (r *Runtime) ExecStream(ctx context.Context, id string, o runtime.ExecStrea
 	creator, stdinDone := execStreamIO(o, &watch)
 	proc, err := task.Exec(ctx, execID, pspec, creator)
 	if err != nil {
-		return -1, fmt.Errorf("exec %v in container %s: %w", o.Cmd, id, err)
+		return -1, fmt.Errorf("exec %v in container %s: %w", o.Cmd, id, ctxErr(ctx, err))
 	}
 	defer r.deleteExec(proc, id)
 	exited, err := proc.Wait(ctx)
 	if err != nil {
-		return -1, fmt.Errorf("exec %v in container %s: wait: %w", o.Cmd, id, err)
+		return -1, fmt.Errorf("exec %v in container %s: wait: %w", o.Cmd, id, ctxErr(ctx, err))
 	}
 	if err := proc.Start(ctx); err != nil {
-		return -1, fmt.Errorf("exec %v in container %s: %w", o.Cmd, id, err)
+		return -1, fmt.Errorf("exec %v in container %s: %w", o.Cmd, id, ctxErr(ctx, err))
 	}
 	if o.Started != nil {
 		o.Started()
@@ -83,6 +83,16 @@ func (r *Runtime) ExecStream(ctx context.Context, id string, o runtime.ExecStrea
 	case <-ctx.Done():
 		return -1, fmt.Errorf("exec %v in container %s: %w", o.Cmd, id, ctx.Err())
 	}
+}
+
+// ctxErr is err, or ctx's own error once ctx is done: a call that failed
+// because its context ended says so, for errors.Is (containerd's gRPC
+// turns a deadline that passes during the call into an Unknown error).
+func ctxErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 // execTarget returns the running task of container id and the
