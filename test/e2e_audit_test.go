@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -104,6 +105,10 @@ func refusalFlood(t *testing.T, h *Hub, monitor string, n int) map[int]int {
 				}
 				code := -1
 				if resp, err := clients[i%len(clients)].Do(req); err == nil {
+					// Drained, so the connection is reused: 20,000 new
+					// connections would take as many ephemeral ports,
+					// which other tests' listeners then find in use.
+					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 					code = resp.StatusCode
 				}
