@@ -3,13 +3,9 @@ package main
 import (
 	"crypto/ed25519"
 	"crypto/rand"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"github.com/fleetmq/fleet/hub/api"
-	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -79,31 +75,8 @@ func TestDeviceAddPrintsJoinString(t *testing.T) {
 // string with the bootstrap token instead of a device's.
 func TestTokenCreatePrintsJoinString(t *testing.T) {
 	e := newEnv(t)
-	st, err := store.Open(store.Options{Dir: t.TempDir(), GCInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := st.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	if err := st.PutCredential(t.Context(), store.AdminCredential, store.RoleAdmin, strings.Repeat(adminToken, 4)); err != nil {
-		t.Fatal(err)
-	}
 	key, hash := hubSigningKey(t), "sha256:"+strings.Repeat("5a", 32)
-	srv, err := api.New(api.Options{Store: st, CAHash: hash})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/", srv)
-	mux.HandleFunc("GET /v1/info", func(w http.ResponseWriter, _ *http.Request) {
-		api.WriteJSON(w, http.StatusOK, schema.HubInfo{MQTTURL: "ssl://0.0.0.0:8883", CAHash: hash, SigningKey: key})
-	})
-	ts := httptest.NewServer(mux)
-	t.Cleanup(ts.Close)
-	e.vars["FLEET_HUB"], e.vars["FLEET_TOKEN"] = ts.URL, strings.Repeat(adminToken, 4)
+	useRealAPI(t, e, hash, schema.HubInfo{MQTTURL: "ssl://0.0.0.0:8883", CAHash: hash, SigningKey: key})
 
 	out := e.ok("", "token", "create", "--uses", "1")
 	join, agent, install := joinLines(t, out)

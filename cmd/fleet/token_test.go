@@ -164,31 +164,8 @@ func TestTokenListAndDelete(t *testing.T) {
 // command lines pin it on the TLS broker.
 func TestTokenCreateCAHash(t *testing.T) {
 	e := newEnv(t)
-	st, err := store.Open(store.Options{Dir: t.TempDir(), GCInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := st.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	if err := st.PutCredential(t.Context(), store.AdminCredential, store.RoleAdmin, strings.Repeat(adminToken, 4)); err != nil {
-		t.Fatal(err)
-	}
 	hash := "sha256:" + strings.Repeat("5a", 32)
-	srv, err := api.New(api.Options{Store: st, CAHash: hash})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/", srv)
-	mux.HandleFunc("GET /v1/info", func(w http.ResponseWriter, _ *http.Request) {
-		api.WriteJSON(w, http.StatusOK, schema.HubInfo{MQTTURL: "ssl://0.0.0.0:8883", MQTTPlainURL: "tcp://127.0.0.1:1883", CAHash: hash})
-	})
-	ts := httptest.NewServer(mux)
-	t.Cleanup(ts.Close)
-	e.vars["FLEET_HUB"], e.vars["FLEET_TOKEN"] = ts.URL, strings.Repeat(adminToken, 4)
+	useRealAPI(t, e, hash, schema.HubInfo{MQTTURL: "ssl://0.0.0.0:8883", MQTTPlainURL: "tcp://127.0.0.1:1883", CAHash: hash})
 
 	out := e.ok("", "token", "create")
 	for _, want := range []string{
@@ -210,4 +187,36 @@ func TestTokenCreateCAHash(t *testing.T) {
 	if strings.Contains(list, hash) {
 		t.Errorf("token list carries the CA hash:\n%s", list)
 	}
+}
+
+// useRealAPI points e's CLI at the hub's real API over a store of its own
+// (the admin token: adminToken four times, as a real one is long), whose
+// /v1/info answers info, for the commands that print what a hub with CA
+// hash hash tells them.
+func useRealAPI(t *testing.T, e *env, hash string, info schema.HubInfo) {
+	t.Helper()
+	st, err := store.Open(store.Options{Dir: t.TempDir(), GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := st.PutCredential(t.Context(), store.AdminCredential, store.RoleAdmin, strings.Repeat(adminToken, 4)); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.New(api.Options{Store: st, CAHash: hash})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", srv)
+	mux.HandleFunc("GET /v1/info", func(w http.ResponseWriter, _ *http.Request) {
+		api.WriteJSON(w, http.StatusOK, info)
+	})
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	e.vars["FLEET_HUB"], e.vars["FLEET_TOKEN"] = ts.URL, strings.Repeat(adminToken, 4)
 }
