@@ -32,7 +32,8 @@ func HubSeriesNames() ([]string, error) {
 		},
 		TopReports: func() []*schema.TopReport {
 			return []*schema.TopReport{{Device: "pi-1", Node: schema.NodeMetrics{
-				MemoryTotalBytes: 1 << 30, MemoryAvailableBytes: 1 << 29, StateDisk: &schema.DiskMetrics{FreeBytes: 1 << 30}, TemperatureCelsius: &temp}}}
+				MemoryTotalBytes: 1 << 30, MemoryAvailableBytes: 1 << 29, StateDisk: &schema.DiskMetrics{FreeBytes: 1 << 30}, TemperatureCelsius: &temp},
+				Containers: []schema.ContainerMetrics{{Pod: "web", Container: "main", MemoryWorkingSetBytes: 1 << 20}}}}
 		},
 	})
 	m.ObserveRequest("GET /v1/devices", 200, time.Millisecond)
