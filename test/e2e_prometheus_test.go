@@ -43,23 +43,13 @@ var hardwareSeries = []string{"fleet_device_temperature_celsius", "fleet_device_
 // of issue 41 excepted until they land), every dashboard query runs, and
 // no alert fires. Then one agent is stopped (SIGTERM, as systemctl stop):
 // FleetDeviceOffline fires for that device and no other, and resolves
-// once the agent is back.
+// once the agent is back. Last, rollouts of an image that cannot be
+// pulled fire FleetRolloutFailed (stopped) and FleetRolloutRolledBack
+// (rolled back by the hub).
 func TestE2EPrometheusDeviceOfflineAlert(t *testing.T) {
 	promBin := sysdeps.Require(t, "prometheus")
 	f := StartFleet(t, FleetOptions{Agents: 2, DevicePrefix: "prom"})
-	f.Apply(t, fmt.Sprintf(`apiVersion: fleet/v1
-kind: Deployment
-metadata: {name: prom-web}
-spec:
-  selector: {matchLabels: {}}
-  strategy:
-    type: Staged
-    staged:
-      steps: [{devices: 1}, {percent: 100}]
-  template:
-    spec:
-      containers: [{name: main, image: %q}]
-`, f.Image))
+	f.Apply(t, promDeployment(f.Image, "v1", false))
 	f.AwaitRollout(t, "prom-web", 2, e2eConverge)
 	f.CLI(t, "top", "pods") // the devices' figures, for the resource series
 
@@ -97,6 +87,53 @@ spec:
 
 	f.Agent(t, "prom-1").Start(t)
 	p.awaitNoAlert(t, "FleetDeviceOffline", time.Minute)
+
+	t.Run("failed rollouts fire FleetRolloutFailed and FleetRolloutRolledBack", func(t *testing.T) { failedRolloutAlerts(t, f, p) })
+}
+
+// promDeployment is the test's Staged deployment: image, an env value
+// that makes each version a new template, and autoRollback.
+func promDeployment(image, version string, autoRollback bool) string {
+	return fmt.Sprintf(`apiVersion: fleet/v1
+kind: Deployment
+metadata: {name: prom-web}
+spec:
+  selector: {matchLabels: {}}
+  strategy:
+    type: Staged
+    staged:
+      steps: [{devices: 1}, {percent: 100}]
+      progressDeadlineSeconds: 60
+      autoRollback: %t
+  template:
+    spec:
+      containers: [{name: main, image: %q, env: [{name: VERSION, value: %q}]}]
+`, autoRollback, image, version)
+}
+
+// promBadImage cannot be pulled: nothing listens on port 1.
+const promBadImage = "127.0.0.1:1/fleet/app:typo"
+
+// failedRolloutAlerts: a revision whose image cannot be pulled stops its
+// rollout (no autoRollback): FleetRolloutFailed fires with phase Stopped.
+// A good revision ends it; another bad one, with autoRollback, is rolled
+// back by the hub: FleetRolloutRolledBack fires.
+func failedRolloutAlerts(t *testing.T, f *Fleet, p *prometheusProc) {
+	f.Apply(t, promDeployment(promBadImage, "v2", false))
+	a := p.awaitAlert(t, "FleetRolloutFailed", "firing", e2eConverge)
+	if a.Labels["deployment"] != "prom-web" || a.Labels["phase"] != string(schema.RolloutStopped) || a.Labels["severity"] != "critical" {
+		t.Errorf("FleetRolloutFailed labels %v, want deployment prom-web, phase Stopped, severity critical", a.Labels)
+	}
+	f.Apply(t, promDeployment(f.Image, "v3", false))
+	f.AwaitRollout(t, "prom-web", 2, e2eConverge)
+	p.awaitNoAlert(t, "FleetRolloutFailed", time.Minute)
+
+	f.Apply(t, promDeployment(promBadImage, "v4", true))
+	a = p.awaitAlert(t, "FleetRolloutRolledBack", "firing", e2eConverge)
+	if a.Labels["deployment"] != "prom-web" || !strings.Contains(a.Annotations["summary"], "rolled back") {
+		t.Errorf("FleetRolloutRolledBack: labels %v, annotations %v", a.Labels, a.Annotations)
+	}
+	f.AwaitRollout(t, "prom-web", 2, e2eConverge) // every device back on v3's template
 }
 
 // checkSelectors: every series selector of the rules and of the

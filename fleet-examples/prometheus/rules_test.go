@@ -38,6 +38,7 @@ var wantAlerts = map[string]string{
 	"FleetDeviceOffline":                 "device offline for N min",
 	"FleetDeviceNotConverged":            "devices not converged for N min",
 	"FleetRolloutFailed":                 "rollout failed",
+	"FleetRolloutRolledBack":             "rollout failed (rolled back by the hub)",
 	"FleetRolloutStuck":                  "rollout stuck",
 	"FleetHubBackupFailing":              "hub backup failing",
 	"FleetHubBackupTooOld":               "hub backup failing (no success)",

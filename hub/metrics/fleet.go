@@ -54,6 +54,7 @@ type fleetCollector struct {
 	online, converged, lastSeen  *prometheus.Desc
 	depDevices, phase, step      *prometheus.Desc
 	steps, revision, certExpires *prometheus.Desc
+	rolledBack                   *prometheus.Desc
 }
 
 func newFleetCollector(g Gauges) *fleetCollector {
@@ -67,15 +68,17 @@ func newFleetCollector(g Gauges) *fleetCollector {
 			"A deployment's devices by state: targeted (matched by its selector), updated (on the current template), ready, pending, failed (online, updated, pod failed).", []string{"deployment", "state"}, nil),
 		phase: prometheus.NewDesc("fleet_deployment_rollout_phase",
 			"1 for the current phase of a Staged deployment's rollout (Progressing, Paused, Complete, Stopped, RolledBack), 0 for the others.", []string{"deployment", "phase"}, nil),
-		step:        prometheus.NewDesc("fleet_deployment_rollout_step", "The current step (from 1) of a Staged deployment's rollout.", dep, nil),
-		steps:       prometheus.NewDesc("fleet_deployment_rollout_steps", "How many steps a Staged deployment's strategy has.", dep, nil),
+		step:  prometheus.NewDesc("fleet_deployment_rollout_step", "The current step (from 1) of a Staged deployment's rollout.", dep, nil),
+		steps: prometheus.NewDesc("fleet_deployment_rollout_steps", "How many steps a Staged deployment's strategy has.", dep, nil),
+		rolledBack: prometheus.NewDesc("fleet_deployment_rollout_rolled_back",
+			"1 if a Staged deployment's current revision is the hub's automatic rollback of a revision that failed (status.rollout.rolledBackFrom), until a new revision is rolled out; else 0.", dep, nil),
 		revision:    prometheus.NewDesc("fleet_deployment_revision", "The number of a deployment's current revision (0 until the hub has recorded one).", dep, nil),
 		certExpires: prometheus.NewDesc("fleet_hub_certificate_expiry_timestamp_seconds", "When one of the hub's certificates expires (Unix seconds): server (its TLS listeners'), ca (its own CA), client-ca (the CA of devices' client certificates).", []string{"certificate"}, nil),
 	}
 }
 
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.online, c.converged, c.lastSeen, c.depDevices, c.phase, c.step, c.steps, c.revision, c.certExpires} {
+	for _, d := range []*prometheus.Desc{c.online, c.converged, c.lastSeen, c.depDevices, c.phase, c.step, c.steps, c.revision, c.certExpires, c.rolledBack} {
 		ch <- d
 	}
 }
@@ -122,6 +125,7 @@ func (c *fleetCollector) collectDeployment(gauge func(*prometheus.Desc, float64,
 		}
 		gauge(c.step, float64(r.Step), d.Name)
 		gauge(c.steps, float64(r.Steps), d.Name)
+		gauge(c.rolledBack, bool01(r.RolledBackFrom != nil), d.Name)
 	}
 }
 

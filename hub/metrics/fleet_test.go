@@ -51,6 +51,7 @@ func TestFleetCollector(t *testing.T) {
 		`fleet_deployment_rollout_phase{deployment="web",phase="Progressing"} 0`, `fleet_deployment_rollout_phase{deployment="web",phase="Paused"} 0`,
 		`fleet_deployment_rollout_phase{deployment="web",phase="Complete"} 0`, `fleet_deployment_rollout_phase{deployment="web",phase="Stopped"} 1`,
 		`fleet_deployment_rollout_phase{deployment="web",phase="RolledBack"} 0`)
+	check("fleet_deployment_rollout_rolled_back", `fleet_deployment_rollout_rolled_back{deployment="web"} 0`)
 	check("fleet_deployment_rollout_step", `fleet_deployment_rollout_step{deployment="web"} 2`, `fleet_deployment_rollout_steps{deployment="web"} 3`)
 	check("fleet_deployment_revision", `fleet_deployment_revision{deployment="plain"} 0`, `fleet_deployment_revision{deployment="web"} 4`)
 	// A certificate whose expiry is unknown is not exported as 1970.
@@ -65,5 +66,20 @@ func TestFleetCollectorWithoutSources(t *testing.T) {
 		if got := series(t, m, p); len(got) != 0 {
 			t.Errorf("%s: %q, want none", p, got)
 		}
+	}
+}
+
+// TestRolledBackRollout: the hub's automatic rollback ends in phase
+// Complete, on a new revision that names the failed one in
+// rolledBackFrom: fleet_deployment_rollout_rolled_back says so, since no
+// phase does.
+func TestRolledBackRollout(t *testing.T) {
+	m := New(Gauges{Deployments: func() []fleetmodel.NamedDeploymentStatus {
+		return []fleetmodel.NamedDeploymentStatus{{Name: "undone", Status: schema.DeploymentStatus{Revision: 4, Rollout: &schema.RolloutStatus{
+			Phase: schema.RolloutComplete, Step: 2, Steps: 2, RolledBackFrom: &schema.AutoRollback{Revision: 3, Reason: "image pull"}}}}}
+	}})
+	want := []string{`fleet_deployment_rollout_rolled_back{deployment="undone"} 1`}
+	if got := series(t, m, "fleet_deployment_rollout_rolled_back"); !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
 	}
 }
