@@ -10,7 +10,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
@@ -85,8 +87,12 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 			registered[r.Pattern][m] = true
 			ops := described[r.Pattern][m]
 			if len(ops) == 0 {
-				t.Errorf("route %s %s is registered but not described: add paths.%q.%s to %s (with x-fleet-route: %q if the path is not the pattern), then run go generate ./hub/api/",
-					m, r.Pattern, r.Pattern, strings.ToLower(m), openAPISource, r.Pattern)
+				hint := ""
+				if strings.Contains(r.Pattern, "{") {
+					hint = fmt.Sprintf(" (or paths for its values, each with x-fleet-route: %q)", r.Pattern)
+				}
+				t.Errorf("route %s %s is registered but not described: add paths.%q.%s%s to %s, then run go generate ./hub/api/",
+					m, r.Pattern, r.Pattern, strings.ToLower(m), hint, openAPISource)
 			}
 			for _, d := range ops {
 				public := d.op.Security != nil && len(*d.op.Security) == 0
@@ -264,8 +270,6 @@ func TestOpenAPIAnswersValidate(t *testing.T) {
 		{"POST", "/v1/deployments", "application/json", `{"apiVersion":"fleet/v1","kind":"Deployment","metadata":{"name":"bad"},"spec":{}}`, 400},
 		{"GET", "/v1/events?limit=-1", "", "", 400},
 		{"GET", "/v1/dashboard/devices?state=sleepy", "", "", 400},
-		{"DELETE", "/v1/deployments/web?resourceVersion=1", "", "", 409},
-		{"DELETE", "/v1/deployments/web", "", "", 200},
 	}
 	// The description refuses these requests, as the hub does.
 	refused := map[string]bool{"/v1/events?limit=-1": true, "/v1/dashboard/devices?state=sleepy": true}
@@ -273,6 +277,82 @@ func TestOpenAPIAnswersValidate(t *testing.T) {
 		t.Run(s.method+" "+s.path, func(t *testing.T) {
 			validateExchange(t, router, h, s.method, s.path, s.ctype, s.body, s.want, refused[s.path])
 		})
+	}
+
+	// pi-1 reports over MQTT as an agent does: the answers that carry
+	// what devices report (status, events, crash reports) validate too.
+	reportAsDevice(t, h, "pi-1")
+	for _, path := range []string{
+		"/v1/devices", "/v1/devices/pi-1", "/v1/devices/pi-1/events", "/v1/events",
+		"/v1/devices/pi-1/crashreports", "/v1/dashboard/devices?pod=web", "/v1/dashboard/summary",
+		"/v1/deployments/web", "/v1/deployments/web/status",
+	} {
+		t.Run("reported GET "+path, func(t *testing.T) {
+			validateExchange(t, router, h, "GET", path, "", "", 200, false)
+		})
+	}
+	t.Run("DELETE with a stale resourceVersion", func(t *testing.T) {
+		validateExchange(t, router, h, "DELETE", "/v1/deployments/web?resourceVersion=1", "", "", 409, false)
+	})
+	t.Run("DELETE", func(t *testing.T) {
+		validateExchange(t, router, h, "DELETE", "/v1/deployments/web", "", "", 200, false)
+	})
+}
+
+// reportAsDevice connects to the hub's broker as the device with a new
+// token and publishes what an agent does: online, a status with a
+// running pod, a crash report and its event. It returns once the API
+// shows them.
+func reportAsDevice(t *testing.T, h *testHub, device string) {
+	t.Helper()
+	code, body := h.do(t, h.token, "POST", "/v1/devices/"+device+"/token", "")
+	if code != http.StatusOK {
+		t.Fatalf("issue a token: %d %s", code, body)
+	}
+	c := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + h.Info().MQTTAddr).SetClientID(device).
+		SetUsername(device).SetPassword(jsonField(t, body, "token")).SetAutoReconnect(false))
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect as %s: %v", device, tok.Error())
+	}
+	defer c.Disconnect(0)
+	now := time.Now().UTC()
+	exit := int32(137)
+	status := schema.DeviceStatus{Device: device, ObservedGeneration: 1, Time: now,
+		Agent: schema.AgentInfo{Version: "v1", OS: "linux", Arch: "arm64"},
+		Pods: []schema.PodStatus{{Name: "web", Hash: "0123456789abcdef", Phase: schema.PhaseRunning, Ready: true,
+			Containers: []schema.ContainerStatus{{Name: "app", Image: "nginx:1.27", State: "running", Restarts: 1, StartedAt: &now}}}}}
+	crash := schema.CrashReport{Device: device, Pod: "web", Container: "app", Time: now, Reason: "Exited", ExitCode: &exit, LogTail: "bye\n"}
+	event := schema.Event{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "Event"}, ID: "ev-1", Device: device,
+		Time: now, Type: schema.EventWarning, Reason: "Exited", Pod: "web", Container: "app", ExitCode: &exit, CrashReport: true}
+	prefix := "fleet/v1/devices/" + device + "/"
+	for _, m := range []struct {
+		topic   string
+		retain  bool
+		payload any
+	}{{"online", true, "online"}, {"status", true, status}, {"crashreports", false, crash}, {"events", false, event}} {
+		var b []byte
+		if s, ok := m.payload.(string); ok {
+			b = []byte(s)
+		} else if b, _ = json.Marshal(m.payload); b == nil {
+			t.Fatalf("encode %s", m.topic)
+		}
+		if tok := c.Publish(prefix+m.topic, 1, m.retain, b); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %s: %v", m.topic, tok.Error())
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, dev := h.do(t, h.token, "GET", "/v1/devices/"+device, "")
+		_, evs := h.do(t, h.token, "GET", "/v1/devices/"+device+"/events", "")
+		_, crashes := h.do(t, h.token, "GET", "/v1/devices/"+device+"/crashreports", "")
+		if strings.Contains(string(dev), `"online":true`) && strings.Contains(string(dev), `"pods":[`) &&
+			strings.Contains(string(evs), `"ev-1"`) && strings.Contains(string(crashes), `"logTail"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hub did not show what %s reported:\n%s\n%s\n%s", device, dev, evs, crashes)
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 }
 
