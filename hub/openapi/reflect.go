@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -69,13 +71,20 @@ func ComponentName(t reflect.Type) string {
 	if t.PkgPath() == schemaPkg {
 		return name
 	}
-	pkg := t.PkgPath()[strings.LastIndexByte(t.PkgPath(), '/')+1:]
-	r := []rune(pkg)
-	r[0] = unicode.ToUpper(r[0])
-	if strings.HasPrefix(name, string(r)) {
+	pkg := upperFirst(t.PkgPath()[strings.LastIndexByte(t.PkgPath(), '/')+1:])
+	name = upperFirst(name)
+	if strings.HasPrefix(name, pkg) {
 		return name
 	}
-	return string(r) + name
+	return pkg + name
+}
+
+func upperFirst(s string) string {
+	r := []rune(s)
+	if len(r) > 0 {
+		r[0] = unicode.ToUpper(r[0])
+	}
+	return string(r)
 }
 
 // name reserves name for the struct type t.
@@ -158,13 +167,57 @@ func (b *builder) fields(t reflect.Type, props obj) error {
 			return fmt.Errorf("%v.%s: %w", t, f.Name, err)
 		}
 		if t.PkgPath() == schemaPkg {
-			if fd, ok := schema.FieldDoc(t.Name(), name); ok && fd.Doc != "" {
-				s = describe(s, fd.Doc)
-			}
+			s = documented(s, f.Type, t.Name(), name)
 		}
 		props[name] = s
 	}
 	return nil
+}
+
+// documented adds what the field doc of typeName's field jsonName says
+// to s, the schema of a field of Go type ft: its description, readOnly
+// when the hub sets it ("Set by the hub.", "Read-only"), and its default
+// when the doc names one that is a value of the field's type.
+func documented(s obj, ft reflect.Type, typeName, jsonName string) obj {
+	fd, ok := schema.FieldDoc(typeName, jsonName)
+	if !ok || fd.Doc == "" {
+		return s
+	}
+	s = describe(s, fd.Doc)
+	if strings.Contains(fd.Doc, "Set by the hub") || strings.Contains(fd.Doc, "Read-only") {
+		s["readOnly"] = true
+	}
+	if v, ok := typedDefault(ft, fd.Default); ok {
+		s["default"] = v
+	}
+	return s
+}
+
+// typedDefault turns a documented default into a value of the field's
+// JSON type: a number, a boolean, or one of a string type's enumerated
+// values; anything else ("no limit on disk") stays in the description.
+func typedDefault(ft reflect.Type, def string) (any, bool) {
+	if def == "" {
+		return nil, false
+	}
+	if ft.Kind() == reflect.Pointer {
+		ft = ft.Elem()
+	}
+	switch ft.Kind() {
+	case reflect.Bool:
+		if v, err := strconv.ParseBool(def); err == nil {
+			return v, true
+		}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if v, err := strconv.ParseInt(def, 0, 64); err == nil { // 0400 is octal, as in Kubernetes' file modes
+			return v, true
+		}
+	case reflect.String:
+		if ft.PkgPath() == schemaPkg && slices.Contains(schema.EnumValues(ft.Name()), def) {
+			return def, true
+		}
+	}
+	return nil, false
 }
 
 // describe adds a description to s; a reference is wrapped in allOf, as
