@@ -210,6 +210,7 @@ func TestOpenAPIAnswersValidate(t *testing.T) {
 	h := startHub(t, Options{})
 	doc := loadOpenAPI(t)
 	doc.Servers = openapi3.Servers{{URL: h.Info().URL}}
+	strictObjects(doc)
 	router, err := legacyrouter.NewRouter(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -353,6 +354,19 @@ func reportAsDevice(t *testing.T, h *testHub, device string) {
 			t.Fatalf("the hub did not show what %s reported:\n%s\n%s\n%s", device, dev, evs, crashes)
 		}
 		time.Sleep(20 * time.Millisecond) // poll interval
+	}
+}
+
+// strictObjects makes every component schema with properties refuse
+// others, so an answer that carries a field the description lacks fails
+// (the description itself leaves objects open, for clients to tolerate
+// fields a newer hub adds).
+func strictObjects(doc *openapi3.T) {
+	no := false
+	for _, ref := range doc.Components.Schemas {
+		if s := ref.Value; s != nil && len(s.Properties) > 0 && s.AdditionalProperties.Has == nil && s.AdditionalProperties.Schema == nil {
+			s.AdditionalProperties.Has = &no
+		}
 	}
 }
 
