@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -292,6 +293,7 @@ func TestOpenAPIAnswersValidate(t *testing.T) {
 			validateExchange(t, router, h, "GET", path, "", "", 200, false)
 		})
 	}
+	t.Run("watch lines", func(t *testing.T) { validateWatch(t, doc, h, "devices", "Device") })
 	t.Run("DELETE with a stale resourceVersion", func(t *testing.T) {
 		validateExchange(t, router, h, "DELETE", "/v1/deployments/web?resourceVersion=1", "", "", 409, false)
 	})
@@ -354,6 +356,41 @@ func reportAsDevice(t *testing.T, h *testHub, device string) {
 			t.Fatalf("the hub did not show what %s reported:\n%s\n%s\n%s", device, dev, evs, crashes)
 		}
 		time.Sleep(20 * time.Millisecond) // poll interval
+	}
+}
+
+// validateWatch opens a watch of resource and checks its first line, an
+// ADDED event, against WatchEvent, and the object it carries against
+// the kind's schema.
+func validateWatch(t *testing.T, doc *openapi3.T, h *testHub, resource, kind string) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", h.Info().URL+"/v1/"+resource+"?watch=true", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+h.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("read a watch line: %v", err)
+	}
+	var ev map[string]any
+	if err := json.Unmarshal(line, &ev); err != nil {
+		t.Fatalf("decode %s: %v", line, err)
+	}
+	if err := doc.Components.Schemas["WatchEvent"].Value.VisitJSON(ev); err != nil {
+		t.Errorf("a watch line does not match WatchEvent: %v\n%s", err, line)
+	}
+	if ev["type"] != "ADDED" {
+		t.Fatalf("first watch event %v, want ADDED", ev["type"])
+	}
+	if err := doc.Components.Schemas[kind].Value.VisitJSON(ev["object"]); err != nil {
+		t.Errorf("a watch event's object does not match %s: %v\n%s", kind, err, line)
 	}
 }
 
