@@ -2,6 +2,7 @@ package openapi
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -47,12 +48,30 @@ func Generate(src []byte) ([]byte, error) {
 		}
 		schemas[name] = gen[name]
 	}
-	out, err := yaml.Marshal(doc)
-	if err != nil {
-		return nil, fmt.Errorf("write the OpenAPI description: %w", err)
-	}
 	var buf bytes.Buffer
 	buf.WriteString(Header)
-	buf.Write(out)
+	// The top-level keys in the order people read them; each one's
+	// contents sorted, as yaml.Marshal writes maps.
+	keys := slices.SortedFunc(maps.Keys(doc), func(a, b string) int {
+		return cmp.Or(cmp.Compare(topRank(a), topRank(b)), cmp.Compare(a, b))
+	})
+	for _, k := range keys {
+		out, err := yaml.Marshal(map[string]any{k: doc[k]})
+		if err != nil {
+			return nil, fmt.Errorf("write the OpenAPI description: %s: %w", k, err)
+		}
+		buf.Write(out)
+	}
 	return buf.Bytes(), nil
+}
+
+// topOrder is the order of the description's top-level keys; others
+// come after them.
+var topOrder = []string{"openapi", "info", "servers", "security", "tags", "paths", "components"}
+
+func topRank(k string) int {
+	if i := slices.Index(topOrder, k); i >= 0 {
+		return i
+	}
+	return len(topOrder)
 }
