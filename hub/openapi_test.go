@@ -232,6 +232,8 @@ func TestOpenAPIAnswersValidate(t *testing.T) {
 		{"POST", "/v1/devices", "application/json", device, 201},
 		{"POST", "/v1/apply", "application/json", deployment, 200},
 		{"POST", "/v1/configmaps", "application/json", configMap, 201},
+		{"POST", "/v1/configmaps", "application/yaml", "apiVersion: fleet/v1\nkind: ConfigMap\nmetadata: {name: conf2}\ndata: {k: v}\n", 201},
+		{"POST", "/v1/apply", "application/yaml", "apiVersion: fleet/v1\nkind: Device\nmetadata: {name: pi-2}\n---\napiVersion: fleet/v1\nkind: Device\nmetadata: {name: pi-3}\n", 200},
 		{"POST", "/v1/secrets?dryRun=server", "application/json", secret, 201},
 		{"POST", "/v1/secrets", "application/json", secret, 201},
 		{"GET", "/v1/devices", "", "", 200},
@@ -293,6 +295,18 @@ func TestOpenAPIAnswersValidate(t *testing.T) {
 			validateExchange(t, router, h, "GET", path, "", "", 200, false)
 		})
 	}
+	t.Run("401 without a token", func(t *testing.T) {
+		validateExchangeAs(t, router, h, "", "GET", "/v1/devices", "", "", 401, false)
+	})
+	t.Run("403 for a monitor", func(t *testing.T) {
+		code, body := h.do(t, h.token, "POST", "/v1/credentials", `{"name":"openapi-mon","role":"monitor"}`)
+		if code != http.StatusCreated {
+			t.Fatalf("create a monitor: %d %s", code, body)
+		}
+		mon := jsonField(t, body, "token")
+		validateExchangeAs(t, router, h, mon, "GET", "/v1/secrets", "", "", 403, false)
+		validateExchangeAs(t, router, h, mon, "GET", "/v1/deployments/web", "", "", 200, false) // without its pod template
+	})
 	t.Run("watch lines", func(t *testing.T) { validateWatch(t, doc, h, "devices", "Device") })
 	t.Run("DELETE with a stale resourceVersion", func(t *testing.T) {
 		validateExchange(t, router, h, "DELETE", "/v1/deployments/web?resourceVersion=1", "", "", 409, false)
@@ -411,6 +425,13 @@ func strictObjects(doc *openapi3.T) {
 // against the description.
 func validateExchange(t *testing.T, router routers.Router, h *testHub, method, path, ctype, body string, want int, badQuery bool) {
 	t.Helper()
+	validateExchangeAs(t, router, h, h.token, method, path, ctype, body, want, badQuery)
+}
+
+// validateExchangeAs is validateExchange with the bearer token token
+// ("" for none).
+func validateExchangeAs(t *testing.T, router routers.Router, h *testHub, token, method, path, ctype, body string, want int, badQuery bool) {
+	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, h.Info().URL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -418,7 +439,9 @@ func validateExchange(t *testing.T, router routers.Router, h *testHub, method, p
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
-	req.Header.Set("Authorization", "Bearer "+h.token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	route, params, err := router.FindRoute(req)
 	if err != nil {
 		t.Fatalf("no described route for %s %s: %v", method, path, err)
