@@ -20,7 +20,7 @@ import (
 // registered route or method is not described (or a described one is
 // not registered), or when a JSON field of a Go type is missing.
 //
-//go:generate go run ../openapi/gen -src openapi-paths.yaml -out openapi.yaml
+//go:generate go run ../openapi/gen -src openapi-paths.yaml -out openapi.yaml -root ../..
 
 //go:embed openapi.yaml
 var openAPIYAML []byte

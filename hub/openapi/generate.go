@@ -21,14 +21,16 @@ const Header = `# The OpenAPI 3.0 description of the Fleet hub's HTTP API, serve
 
 // Generate returns the description: the hand-written source src
 // (hub/api/openapi-paths.yaml) with the generated component schemas of
-// Roots added under components.schemas. A schema the source writes by
-// hand and a generated one must not share a name.
-func Generate(src []byte) ([]byte, error) {
+// Roots added under components.schemas, described with the doc comments
+// of the Go source under root (the module's directory; "" for schema's
+// fielddoc table only). A schema the source writes by hand and a
+// generated one must not share a name.
+func Generate(src []byte, root string) ([]byte, error) {
 	var doc map[string]any
 	if err := yaml.UnmarshalStrict(src, &doc); err != nil {
 		return nil, fmt.Errorf("read the OpenAPI source: %w", err)
 	}
-	gen, err := Schemas(Roots())
+	gen, err := Schemas(Roots(), root)
 	if err != nil {
 		return nil, fmt.Errorf("generate component schemas: %w", err)
 	}

@@ -34,7 +34,7 @@ func TestServedDescriptionIsGenerated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := Generate(src)
+	want, err := Generate(src, "../..")
 	if err != nil {
 		t.Fatalf("generate: %v", err)
 	}
@@ -170,11 +170,11 @@ func TestEveryRootIsUsed(t *testing.T) {
 // generated one.
 func TestGenerateRefusesAClash(t *testing.T) {
 	src := []byte("openapi: 3.0.3\ninfo: {title: t, version: v1}\npaths: {}\ncomponents:\n  schemas:\n    Status: {type: string}\n")
-	_, err := Generate(src)
+	_, err := Generate(src, "")
 	if err == nil || !strings.Contains(err.Error(), "components.schemas.Status") {
 		t.Fatalf("Generate = %v, want an error naming components.schemas.Status", err)
 	}
-	if _, err := Generate([]byte("openapi: [")); err == nil {
+	if _, err := Generate([]byte("openapi: ["), ""); err == nil {
 		t.Fatal("Generate of malformed YAML: no error")
 	}
 }

@@ -32,6 +32,7 @@ var (
 
 // builder turns Go types into component schemas.
 type builder struct {
+	docs    *sourceDocs
 	schemas obj
 	// names maps a struct type to its component name, so that each is
 	// described once and two types never share a name.
@@ -39,14 +40,20 @@ type builder struct {
 	taken map[string]reflect.Type
 }
 
-func newBuilder() *builder {
-	return &builder{schemas: obj{}, names: map[reflect.Type]string{}, taken: map[string]reflect.Type{}}
+func newBuilder(docs *sourceDocs) *builder {
+	return &builder{docs: docs, schemas: obj{}, names: map[reflect.Type]string{}, taken: map[string]reflect.Type{}}
 }
 
 // Schemas returns the component schemas of the roots and of every struct
-// type they hold, by name.
-func Schemas(roots []Root) (map[string]any, error) {
-	b := newBuilder()
+// type they hold, by name. root is the module's directory, whose Go
+// source gives the doc comments that schema's fielddoc table lacks; ""
+// for none.
+func Schemas(roots []Root, root string) (map[string]any, error) {
+	docs, err := newSourceDocs(root)
+	if err != nil {
+		return nil, err
+	}
+	b := newBuilder(docs)
 	for _, r := range roots {
 		if err := b.name(r.Type, r.Name); err != nil {
 			return nil, err
@@ -118,10 +125,15 @@ func (b *builder) ref(t reflect.Type) (obj, error) {
 	if err != nil {
 		return nil, err
 	}
+	doc := ""
 	if t.PkgPath() == schemaPkg {
-		if doc := schema.TypeDoc(t.Name()); doc != "" {
-			s["description"] = doc
-		}
+		doc = schema.TypeDoc(t.Name())
+	}
+	if doc == "" {
+		doc = b.docs.typeDoc(t)
+	}
+	if doc != "" {
+		s["description"] = doc
 	}
 	b.schemas[name] = s
 	return out, nil
@@ -168,6 +180,11 @@ func (b *builder) fields(t reflect.Type, props obj) error {
 		}
 		if t.PkgPath() == schemaPkg {
 			s = documented(s, f.Type, t.Name(), name)
+		}
+		if _, done := s["description"]; !done {
+			if doc := b.docs.fieldDoc(t, name); doc != "" {
+				s = describe(s, doc)
+			}
 		}
 		props[name] = s
 	}

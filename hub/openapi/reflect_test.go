@@ -41,7 +41,7 @@ type sampleT struct {
 
 func TestSchemasOfAGoType(t *testing.T) {
 	_ = sampleT{}.hidden
-	got, err := Schemas([]Root{root[sampleT]("Sample")})
+	got, err := Schemas([]Root{root[sampleT]("Sample")}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,12 +101,12 @@ func TestSchemasRefuseWhatJSONCannotSay(t *testing.T) {
 		F func() `json:"f"`
 	}
 	for _, r := range []Root{root[intKeys]("IntKeys"), root[fn]("Fn")} {
-		if _, err := Schemas([]Root{r}); err == nil {
+		if _, err := Schemas([]Root{r}, ""); err == nil {
 			t.Errorf("%s: no error", r.Name)
 		}
 	}
 	// Two types may not take one name.
-	_, err := Schemas([]Root{root[innerT]("Same"), root[embeddedT]("Same")})
+	_, err := Schemas([]Root{root[innerT]("Same"), root[embeddedT]("Same")}, "")
 	if err == nil || !strings.Contains(err.Error(), "Same") {
 		t.Errorf("a name taken twice: %v", err)
 	}
@@ -139,5 +139,43 @@ func TestTypedDefault(t *testing.T) {
 		if ok != tt.ok || got != tt.want {
 			t.Errorf("typedDefault(%v, %q) = %v, %t; want %v, %t", tt.ft, tt.def, got, ok, tt.want, tt.ok)
 		}
+	}
+}
+
+func TestSourceDocsFillWhatFieldDocLacks(t *testing.T) {
+	got, err := Schemas(Roots(), "../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]struct {
+		Description string                    `json:"description"`
+		Properties  map[string]map[string]any `json:"properties"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	// schema.Status is outside fielddoc's table; the dashboard's and the
+	// API's own answers are in other packages.
+	for _, c := range []struct{ schema, field, want string }{
+		{"Status", "", "Status is the body of every API error response."},
+		{"Status", "code", "Code is the HTTP status code."},
+		{"DashboardSession", "staleAfter", "StaleAfter is the hub's --stale-after, in seconds."},
+		{"DeviceRekey", "rekeyPending", "RekeyPending is true"},
+		{"Deployment", "spec", "Spec says which devices run the pod"}, // from fielddoc
+	} {
+		d := doc[c.schema].Description
+		if c.field != "" {
+			d, _ = doc[c.schema].Properties[c.field]["description"].(string)
+		}
+		if !strings.HasPrefix(d, c.want) {
+			t.Errorf("%s.%s: description %q, want it to start %q", c.schema, c.field, d, c.want)
+		}
+	}
+	if _, err := Schemas(Roots(), t.TempDir()); err == nil {
+		t.Error("a root without go.mod: no error")
 	}
 }

@@ -22,6 +22,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
 	src := fs.String("src", "openapi-paths.yaml", "the hand-written source: info, security, paths")
 	out := fs.String("out", "openapi.yaml", "the description to write")
+	root := fs.String("root", "../..", "the module's directory, whose Go source documents the schemas")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -29,7 +30,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("read source: %w", err)
 	}
-	doc, err := openapi.Generate(in)
+	doc, err := openapi.Generate(in, *root)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ func TestRunWritesTheDescription(t *testing.T) {
 	if err := os.WriteFile(src, []byte("openapi: 3.0.3\ninfo: {title: t, version: v1}\npaths: {}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := run([]string{"-src", src, "-out", out}); err != nil {
+	if err := run([]string{"-src", src, "-out", out, "-root", "../../.."}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(out)
@@ -23,7 +23,7 @@ func TestRunWritesTheDescription(t *testing.T) {
 	if !strings.Contains(string(b), "GENERATED") || !strings.Contains(string(b), "\n    Deployment:\n") {
 		t.Errorf("output lacks the header or the Deployment schema:\n%.500s", b)
 	}
-	if err := run([]string{"-src", filepath.Join(dir, "missing.yaml"), "-out", out}); err == nil || !strings.Contains(err.Error(), "read source") {
+	if err := run([]string{"-src", filepath.Join(dir, "missing.yaml"), "-out", out, "-root", "../../.."}); err == nil || !strings.Contains(err.Error(), "read source") {
 		t.Errorf("missing source: %v", err)
 	}
 }
