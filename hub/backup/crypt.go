@@ -157,3 +157,9 @@ func (k Key) identities() ([]age.Identity, error) {
 	}
 	return out, nil
 }
+
+// CheckKey says whether k can encrypt a backup.
+func CheckKey(k Key) error {
+	_, err := k.recipients()
+	return err
+}

@@ -80,6 +80,8 @@ type Metrics struct {
 
 	// Abuse counts refused logins and cut-off MQTT clients.
 	Abuse Abuse
+	// Backup are the scheduled backups' metrics (backup.go).
+	Backup Backup
 }
 
 // Gauges are read at scrape time from the hub's state (the fleet model,
@@ -159,6 +161,7 @@ func New(g Gauges) *Metrics {
 		}, []string{"op"}),
 	}
 	m.Abuse = newAbuse(reg)
+	m.Backup = newBackup(reg)
 	for _, k := range []string{KindStatus, KindOnline, KindEvents, KindUnknown} {
 		m.Malformed.WithLabelValues(k)
 		m.MQTTMessages.WithLabelValues(k)
