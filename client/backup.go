@@ -54,7 +54,9 @@ func (c *Client) Backup(ctx context.Context, req BackupRequest, w io.Writer) (Ba
 		return res, fmt.Errorf("backup: revision trailer %q: %w", rev, err)
 	}
 	if o := resp.Trailer.Get("Fleet-Backup-Objects"); o != "" {
-		_ = json.Unmarshal([]byte(o), &res.Objects) // informative only
+		if err := json.Unmarshal([]byte(o), &res.Objects); err != nil {
+			res.Objects = nil // informative only: the file is what counts
+		}
 	}
 	return res, nil
 }
