@@ -103,4 +103,3 @@ func (h *Hub) backupDone(res backup.Result) {
 	m.Duration.Set(res.Duration.Seconds())
 	m.Size.Set(float64(res.Size))
 }
-
