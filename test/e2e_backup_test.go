@@ -487,6 +487,38 @@ func TestE2EBackupBadInput(t *testing.T) {
 	if code, body := a.Do(t, http.MethodPost, "/v1/backup", []byte(`{"passphrase":"short"}`)); code != http.StatusBadRequest || !strings.Contains(string(body), "passphrase") {
 		t.Errorf("POST /v1/backup with a short passphrase: %d %s", code, body)
 	}
+	code, body := a.Do(t, http.MethodPost, "/v1/credentials", []byte(`{"name":"ci","role":"viewer"}`))
+	var viewer schema.Credential
+	if code != http.StatusCreated || json.Unmarshal(body, &viewer) != nil {
+		t.Fatalf("create a viewer: %d %s", code, body)
+	}
+	req, _ = http.NewRequestWithContext(t.Context(), http.MethodPost, a.URL+"/v1/backup", strings.NewReader(`{"passphrase":"`+backupPassphrase+`"}`))
+	req.Header.Set("Authorization", "Bearer "+viewer.Token)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("POST /v1/backup as a viewer: %d, want 403", resp.StatusCode)
+	}
+
+	// fleet backup -o, through the API with the admin config.
+	fleetBin, err := BuildBinary("fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaCLI := filepath.Join(dir, "cli.age")
+	cmd := exec.CommandContext(t.Context(), fleetBin, "backup", "-o", viaCLI)
+	cmd.Env = append(cleanEnv(t.TempDir()), "FLEET_CONFIG="+a.AdminConfig(), passEnv[0])
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "revision") {
+		t.Fatalf("fleet backup -o: %v\n%s", err, out)
+	}
+	if got := inspectBackup(t, viaCLI); got.Hub.StoreID != infoA.Store {
+		t.Errorf("fleet backup -o wrote a backup of %s, want %s", got.Hub.StoreID, infoA.Store)
+	}
+	if fi, err := os.Stat(viaCLI); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("fleet backup -o file: %v %v", fi, err)
+	}
 }
 
 // TestE2EBackupScheduled: a hub with --backup-dir writes encrypted

@@ -214,7 +214,7 @@ func requireEmpty(dir string) error {
 			break
 		}
 	}
-	return fmt.Errorf("restore: --data-dir %s is not empty: it holds %s; restore writes only into an empty or new directory, nothing was written", dir, what)
+	return fmt.Errorf("--data-dir %s is not empty: it holds %s; restore writes only into an empty or new directory, nothing was written", dir, what)
 }
 
 // restoreFile writes a data-directory file: mode 0600 unless it was
