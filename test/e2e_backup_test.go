@@ -452,6 +452,14 @@ func TestE2EBackupBadInput(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(nonEmpty, "notes.txt")); string(b) != "keep me" {
 		t.Errorf("the non-empty directory was overwritten: %q", b)
 	}
+	// A stopped hub is backed up from its data directory.
+	offline := filepath.Join(dir, "b-offline.age")
+	if out, errOut, err := fleetHub(t, passEnv, "backup", "--data-dir", b.DataDir, "--to", offline); err != nil || !strings.Contains(out, "stopped hub") {
+		t.Errorf("backup of a stopped hub: %v\n%s%s", err, out, errOut)
+	}
+	if mb := inspectBackup(t, offline); mb.Hub.StoreID == "" || mb.Hub.SigningKeyID == "" {
+		t.Errorf("backup of a stopped hub: %+v", mb)
+	}
 	// inspect tells which hub a backup is of.
 	m := inspectBackup(t, file)
 	var infoA schema.HubInfo
