@@ -103,3 +103,19 @@ func (h *Hub) backupDone(res backup.Result) {
 	m.Duration.Set(res.Duration.Seconds())
 	m.Size.Set(float64(res.Size))
 }
+
+// logRestore says, on start, that the store was restored from a backup
+// and how many devices still wait to report (hub/controller, restore
+// holds).
+func (h *Hub) logRestore(ctx context.Context) {
+	from, err := h.store.RestoredFrom(ctx)
+	if err != nil || from == "" {
+		return
+	}
+	held, err := h.store.RestoreHolds(ctx)
+	if err != nil || held == 0 {
+		return
+	}
+	h.log.Info("store restored from a backup: these devices are sent nothing until each reports the generation it runs, then continue above it",
+		"backup", from, "devices_held", held)
+}

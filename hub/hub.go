@@ -168,6 +168,7 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	if h.backups, err = h.newBackupScheduler(); err != nil {
 		return nil, err
 	}
+	h.logRestore(ctx)
 	return h, nil
 }
 

@@ -268,6 +268,9 @@ func TestE2EBackupRestore(t *testing.T) {
 		t.Fatalf("the restored hub has another signing key or CA: %s %s, was %s %s", restored.SigningKey, restored.CAHash, f.Hub.SigningKey, f.Hub.CAHash)
 	}
 	f.Hub = restored
+	if !strings.Contains(restored.Logs(), "devices_held=3") {
+		t.Errorf("the restored hub does not say it holds the 3 devices until they report:\n%s", grepLines(restored.Logs(), "restored"))
+	}
 	for _, a := range f.Agents {
 		a.Proxy.Retarget(restored.MQTTAddr)
 	}

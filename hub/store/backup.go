@@ -193,6 +193,15 @@ func (s *Store) RestoredFrom(ctx context.Context) (string, error) {
 	return from, err
 }
 
+// RestoreHolds counts the devices still under a restore hold.
+func (s *Store) RestoreHolds(ctx context.Context) (int, error) {
+	n := 0
+	err := s.View(ctx, func(t *Txn) error {
+		return t.Scan(RestoreHoldPrefix, func(string, []byte) error { n++; return nil })
+	})
+	return n, err
+}
+
 // readSnapshot checks the magic and hands every record to fn; the end
 // record's count must match.
 func readSnapshot(ctx context.Context, r io.Reader, fn func(key, val []byte) error) error {

@@ -112,6 +112,9 @@ func TestSnapshotIsOneRevisionUnderWrites(t *testing.T) {
 	if fmt.Sprint(have) != fmt.Sprint(want) {
 		t.Errorf("restored objects (name:resourceVersion)\n%v\nwant (every write at or below %d)\n%v", have, info.Revision, want)
 	}
+	if n, err := r.RestoreHolds(ctx); n != 1 || err != nil {
+		t.Errorf("RestoreHolds = %d, %v; want 1", n, err)
+	}
 	if from, _ := r.RestoredFrom(ctx); from != "test.age" {
 		t.Errorf("RestoredFrom = %q", from)
 	}
