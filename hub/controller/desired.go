@@ -126,8 +126,8 @@ func (w *desiredWriter) change(name string, want []schema.Pod) (desiredChange, b
 	} else if tomb {
 		gen = w.tombstones[name] + 1
 	}
-	if held && floor >= gen {
-		gen = floor + 1 // above what the device runs (restorehold.go)
+	if held {
+		gen = max(gen, floor+RestoreGenerationGap) // above what the device runs or applies (restorehold.go)
 	}
 	ds := &schema.DesiredState{
 		TypeMeta:   schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDesiredState},

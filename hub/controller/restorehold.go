@@ -20,15 +20,27 @@ import (
 //     until the device has reported in this restored hub (restore leaves
 //     the backup's stale statuses out, so any report is the device's own,
 //     current one);
-//   - then its desired state is written again, whatever its content,
-//     with a generation above both the restored one and the generation
-//     the device reported (observedGeneration), and the hold is removed
-//     in the same transaction; from then on it is an ordinary device.
+//   - then its desired state is written again, whatever its content, at
+//     generation max(restored, reported observedGeneration) +
+//     RestoreGenerationGap, and the hold is removed in the same
+//     transaction; from then on it is an ordinary device.
+//
+// The gap, not +1: observedGeneration is what the device applied, and it
+// may meanwhile have accepted a newer state of the old hub that it is
+// still applying (an image being pulled). The agent treats a state at
+// the generation it accepted as a duplicate, whatever its content, so a
+// restored state at observed+1 could be dropped, and the device left on
+// the old hub's. No device is issued a thousand generations while it
+// applies one.
 //
 // A device that stays offline stays held, and so is never sent a lower
 // generation when it comes back. The device keeps running its last state
 // meanwhile (autonomy), and converges to what the restored hub knows as
 // soon as it reports.
+
+// RestoreGenerationGap is how far above the generation a restored
+// device reported its next desired state is issued.
+const RestoreGenerationGap = 1000
 
 // restoreFloor says whether a device is held and, if it is, the
 // generation its report says it runs (-1: no report yet, so nothing may

@@ -62,7 +62,7 @@ func TestRestoredHubContinuesAboveReportedGenerations(t *testing.T) {
 	c.StatusChanged()
 	eventually(t, "a's state above what it runs", func() bool {
 		ds := pub2.desired(t, "a")
-		return ds != nil && ds.Generation == ran+1
+		return ds != nil && ds.Generation == ran+RestoreGenerationGap
 	})
 	if got := pub2.desired(t, "a"); len(got.Pods) != 1 || got.Pods[0].Hash != before.Pods[0].Hash || got.Store != before.Store {
 		t.Errorf("a's restored state %+v, want the backup's pods %+v", got, before.Pods)
@@ -83,14 +83,23 @@ func TestRestoredHubContinuesAboveReportedGenerations(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// b reports a generation below the backup's: it continues above the
-	// backup's.
+	// b reports a generation below the backup's (it was offline since
+	// before it): it continues above both.
 	bGen := pub.desired(t, "b").Generation
 	status.set("b", &schema.DeviceStatus{Device: "b", ObservedGeneration: bGen - 1, Store: before.Store})
 	c.StatusChanged()
 	eventually(t, "b released", func() bool {
 		ds := pub2.desired(t, "b")
-		return ds != nil && ds.Generation == bGen+1
+		return ds != nil && ds.Generation == bGen-1+RestoreGenerationGap
 	})
+	// Released, a device is ordinary again: an unchanged report changes
+	// nothing, a change is one generation more.
+	p = c.Passes()
+	c.StatusChanged()
+	apply(t, rs, dev("a", "touched", "1"))
+	eventually(t, "a pass", func() bool { return c.Passes() > p })
+	if ds := pub2.desired(t, "a"); ds.Generation != ran+RestoreGenerationGap {
+		t.Errorf("a released device's generation moved to %d", ds.Generation)
+	}
 	stop2()
 }
