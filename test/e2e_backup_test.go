@@ -159,10 +159,33 @@ func (l *applyLoad) p99(from, to time.Time) (time.Duration, int) {
 // to the backup's revision.
 func TestE2EBackupRestore(t *testing.T) {
 	f := StartFleet(t, FleetOptions{Agents: 3, Proxy: true, Labels: e2eLabels})
-	devs := f.Devices()
 	const name = "e2e-web"
+	stagedMidRollout(t, f, name)
+	file, m, want := backupUnderLoad(t, f)
+	before := changeAfterBackup(t, f)
 
-	// A Staged rollout paused after its first device.
+	// The machine dies.
+	f.KillHub(t)
+	if err := os.RemoveAll(f.Hub.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	started := restoreOnNewMachine(t, f, file, m)
+	checkRestoredObjects(t, f, m, want)
+	checkConvergedAfterRestore(t, f, name, before, started)
+
+	// A new apply reaches every device, and none refused a replay.
+	f.applyDeps(t, e2eDep{Name: "e2e-after", Args: []string{"echo", "after", "sleep", "forever"}})
+	f.AwaitRollout(t, "e2e-after", len(f.Devices()), e2eConverge)
+	for _, d := range f.Devices() {
+		f.AwaitContainerRunning(t, d, "e2e-after", f.PodHash(t, "e2e-after"))
+	}
+	checkNoReplay(t, f)
+}
+
+// stagedMidRollout rolls v1 of a Staged deployment out and v2 to its
+// first device, where it pauses for an hour.
+func stagedMidRollout(t *testing.T, f *Fleet, name string) {
+	devs := f.Devices()
 	v1 := e2eDep{Name: name, Strategy: stagedStrategy("0s")}
 	f.applyDeps(t, v1)
 	awaitStaged(t, f, name, "v1 complete", func(r *schema.RolloutStatus) bool {
@@ -176,8 +199,13 @@ func TestE2EBackupRestore(t *testing.T) {
 		return r.Step == 1 && r.Ready == 1 && r.Updated == 1 && strings.Contains(r.Waiting, "pausing")
 	})
 	f.AwaitConverged(t, e2eConverge, devs...)
+}
 
-	// The backup, online, while applies run.
+// backupUnderLoad takes an online backup through the running hub's API
+// (fleet-hub backup) while 20 applies a second run, and returns the file,
+// its manifest and, per ConfigMap, the resourceVersion of its last write
+// at or below the backup's revision.
+func backupUnderLoad(t *testing.T, f *Fleet) (string, backupManifest, map[string]uint64) {
 	cl, err := client.New(f.Hub.URL, f.Hub.Token)
 	if err != nil {
 		t.Fatal(err)
@@ -211,6 +239,7 @@ func TestE2EBackupRestore(t *testing.T) {
 		t.Fatalf("inspect: %+v", m)
 	}
 	load.mu.Lock()
+	defer load.mu.Unlock()
 	want := map[string]uint64{}
 	var above int
 	for _, w := range load.writes {
@@ -221,38 +250,44 @@ func TestE2EBackupRestore(t *testing.T) {
 			above++
 		}
 	}
-	load.mu.Unlock()
 	if above == 0 {
 		t.Fatalf("no apply landed after the backup's revision %d: the consistency check would prove nothing", m.Revision)
 	}
+	return file, m, want
+}
 
-	// More changes after the backup: every device gets a new generation.
+// fleetBefore is what the fleet ran when the hub died.
+type fleetBefore struct {
+	gens       map[string]int64     // observed generation per device
+	agentPIDs  map[string]int       // agent process per device
+	containers map[string]Container // "device/ID" → container
+}
+
+// changeAfterBackup applies a deployment the backup does not hold, which
+// gives every device a newer generation, and records what runs.
+func changeAfterBackup(t *testing.T, f *Fleet) fleetBefore {
+	devs := f.Devices()
 	f.applyDeps(t, e2eDep{Name: "e2e-lost", Args: []string{"echo", "lost", "sleep", "forever"}})
 	f.AwaitRollout(t, "e2e-lost", len(devs), e2eConverge)
 	f.AwaitConverged(t, e2eConverge, devs...)
-	gens := map[string]int64{}
-	agentPIDs := map[string]int{}
+	b := fleetBefore{gens: map[string]int64{}, agentPIDs: map[string]int{}, containers: map[string]Container{}}
 	for _, d := range devs {
-		gens[d] = f.Device(t, d).Status.ObservedGeneration
-		agentPIDs[d] = f.Agent(t, d).PID()
-	}
-	before := map[string]Container{}
-	for _, d := range devs {
+		b.gens[d] = f.Device(t, d).Status.ObservedGeneration
+		b.agentPIDs[d] = f.Agent(t, d).PID()
 		for _, c := range f.Containers(t, d) {
-			before[d+"/"+c.ID] = c
+			b.containers[d+"/"+c.ID] = c
 		}
 	}
+	return b
+}
 
-	// The machine dies.
-	f.KillHub(t)
-	if err := os.RemoveAll(f.Hub.DataDir); err != nil {
-		t.Fatal(err)
-	}
-
-	// A new machine: restore, start on new ports, move the address.
+// restoreOnNewMachine restores the backup into a new directory, starts a
+// hub on it on new ports and moves the agents' broker address (their
+// proxies) to it; it returns when that hub started.
+func restoreOnNewMachine(t *testing.T, f *Fleet, file string, m backupManifest) time.Time {
 	newDir := filepath.Join(t.TempDir(), "restored", "fleet-data")
 	restoreStart := time.Now()
-	out, errOut, err = fleetHub(t, passEnv, "restore", "--from", file, "--data-dir", newDir)
+	out, errOut, err := fleetHub(t, passEnv, "restore", "--from", file, "--data-dir", newDir)
 	if err != nil {
 		t.Fatalf("fleet-hub restore: %v\n%s%s", err, out, errOut)
 	}
@@ -274,9 +309,13 @@ func TestE2EBackupRestore(t *testing.T) {
 	for _, a := range f.Agents {
 		a.Proxy.Retarget(restored.MQTTAddr)
 	}
+	return hubStart
+}
 
-	// Exactly the backup's revision: every write at or below it, at its
-	// resourceVersion; none above.
+// checkRestoredObjects: the restored store holds exactly the backup's
+// revision: every write at or below it, at its resourceVersion; none
+// above; and not the deployment applied after the backup.
+func checkRestoredObjects(t *testing.T, f *Fleet, m backupManifest, want map[string]uint64) {
 	var cms schema.ConfigMapList
 	f.Get(t, "/v1/configmaps", &cms)
 	have := map[string]uint64{}
@@ -290,22 +329,28 @@ func TestE2EBackupRestore(t *testing.T) {
 	if code, _, _ := f.Request(t.Context(), http.MethodGet, "/v1/deployments/e2e-lost", nil); code != http.StatusNotFound {
 		t.Errorf("the deployment applied after the backup: %d, want 404 (lost)", code)
 	}
+}
 
-	// The devices come back on their own and converge above what they ran.
+// checkConvergedAfterRestore: the agents, never restarted, come back on
+// their own and converge above the generation they ran; the lost
+// deployment's containers go, every other keeps its task; the rollout is
+// where it was.
+func checkConvergedAfterRestore(t *testing.T, f *Fleet, name string, b fleetBefore, hubStart time.Time) {
+	devs := f.Devices()
 	f.AwaitDevices(t, e2eConverge, "converged above the generation run before the restore", func(d schema.Device) bool {
-		return d.Status != nil && d.Status.Online && Converged(d) && d.Status.ObservedGeneration > gens[d.Metadata.Name]
+		return d.Status != nil && d.Status.Online && Converged(d) && d.Status.ObservedGeneration > b.gens[d.Metadata.Name]
 	}, devs...)
 	t.Logf("MEASURED restored hub start to %d agents converged: %v", len(devs), time.Since(hubStart).Round(time.Millisecond))
 	for _, d := range devs {
 		f.AwaitNoContainer(t, d, "e2e-lost")
-		if got := f.Agent(t, d).PID(); got != agentPIDs[d] {
-			t.Errorf("%s: agent restarted (pid %d, was %d)", d, got, agentPIDs[d])
+		if got := f.Agent(t, d).PID(); got != b.agentPIDs[d] {
+			t.Errorf("%s: agent restarted (pid %d, was %d)", d, got, b.agentPIDs[d])
 		}
 	}
 	awaitStaged(t, f, name, "the rollout still pausing after the restore", func(r *schema.RolloutStatus) bool {
 		return r.Step == 1 && r.Ready == 1 && strings.Contains(r.Waiting, "pausing")
 	})
-	for key, c := range before {
+	for key, c := range b.containers {
 		if c.Pod == "e2e-lost" || c.PID == 0 {
 			continue
 		}
@@ -316,16 +361,11 @@ func TestE2EBackupRestore(t *testing.T) {
 			t.Errorf("%s: container %s (pod %s) was restarted or removed across the restore: %+v", d, c.ID, c.Pod, now)
 		}
 	}
+}
 
-	// A new apply reaches every device.
-	f.applyDeps(t, e2eDep{Name: "e2e-after", Args: []string{"echo", "after", "sleep", "forever"}})
-	f.AwaitRollout(t, "e2e-after", len(devs), e2eConverge)
-	for _, d := range devs {
-		f.AwaitContainerRunning(t, d, "e2e-after", f.PodHash(t, "e2e-after"))
-	}
-
-	// No generation was refused as a replay.
-	for _, d := range devs {
+// checkNoReplay: no agent refused a state as a replay (logs and events).
+func checkNoReplay(t *testing.T, f *Fleet) {
+	for _, d := range f.Devices() {
 		if logs := f.Agent(t, d).Logs(); strings.Contains(logs, "replayed desired state") {
 			t.Errorf("%s refused a replayed desired state:\n%s", d, grepLines(logs, "replayed"))
 		}
@@ -455,7 +495,14 @@ func TestE2EBackupBadInput(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(nonEmpty, "notes.txt")); string(b) != "keep me" {
 		t.Errorf("the non-empty directory was overwritten: %q", b)
 	}
-	// A stopped hub is backed up from its data directory.
+	backupIdentityAndAccess(t, a, b, dir, file)
+}
+
+// backupIdentityAndAccess: a stopped hub (b) is backed up from its data
+// directory; inspect names the hub a backup is of; no backup is written
+// in clear, over a file, without the admin token or by a viewer; and
+// fleet backup -o writes one through the API.
+func backupIdentityAndAccess(t *testing.T, a, b *Hub, dir, file string) {
 	offline := filepath.Join(dir, "b-offline.age")
 	if out, errOut, err := fleetHub(t, passEnv, "backup", "--data-dir", b.DataDir, "--to", offline); err != nil || !strings.Contains(out, "stopped hub") {
 		t.Errorf("backup of a stopped hub: %v\n%s%s", err, out, errOut)
