@@ -33,7 +33,7 @@ const (
 
 // backupSource is what a backup of this hub is made of.
 func (h *Hub) backupSource() backup.Source {
-	return backup.Source{Store: h.store, DataDir: h.opts.DataDir}
+	return backup.Source{Store: h.store, DataDir: h.opts.DataDir, TempDir: h.opts.DataDir}
 }
 
 // serveBackup streams an encrypted backup of the hub (POST /v1/backup,

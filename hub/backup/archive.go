@@ -95,6 +95,10 @@ type Source struct {
 	Now func() time.Time
 	// Progress, if set, is called with the bytes written so far.
 	Progress func(written int64)
+	// TempDir holds the store's snapshot while the backup is written
+	// (unlinked at once; it is the store's size); default os.TempDir(),
+	// which may be memory.
+	TempDir string
 }
 
 // Write writes an encrypted backup of src to w and returns its manifest.
@@ -159,7 +163,7 @@ func Write(ctx context.Context, w io.Writer, src Source, key Key) (Manifest, err
 
 // snapshotPart writes the store's snapshot as the archive's store part.
 func snapshotPart(ctx context.Context, tw *tar.Writer, src Source) (store.SnapshotInfo, Part, error) {
-	tmp, err := os.CreateTemp("", "fleet-backup-store-*")
+	tmp, err := os.CreateTemp(src.TempDir, ".fleet-backup-store-*")
 	if err != nil {
 		return store.SnapshotInfo{}, Part{}, fmt.Errorf("backup: %w", err)
 	}

@@ -98,6 +98,9 @@ func NewScheduler(o SchedulerOptions) (*Scheduler, error) {
 	if o.Source.Now == nil {
 		o.Source.Now = o.Clock.Now
 	}
+	if o.Source.TempDir == "" {
+		o.Source.TempDir = o.Dir // the disk the backups go to
+	}
 	return &Scheduler{o: o}, nil
 }
 
