@@ -15,6 +15,7 @@ import (
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/hub/adminconf"
 	"github.com/fleetmq/fleet/hub/api"
+	"github.com/fleetmq/fleet/hub/backup"
 	"github.com/fleetmq/fleet/hub/controller"
 	"github.com/fleetmq/fleet/hub/enrollment"
 	"github.com/fleetmq/fleet/hub/fleetmodel"
@@ -73,9 +74,10 @@ type Hub struct {
 	remote      *remote.Manager
 	enroll      *enrollment.Handler
 	mqttAccount broker.MosquittoAccount
-	mosq        *mosquittoSync // nil unless MosquittoConfigDir is set (mosquitto.go)
-	signer      *pki.Signer    // signs every published desired state
-	clientCA    *pki.ClientCA  // signs devices' client certificates; nil without
+	mosq        *mosquittoSync    // nil unless MosquittoConfigDir is set (mosquitto.go)
+	signer      *pki.Signer       // signs every published desired state
+	clientCA    *pki.ClientCA     // signs devices' client certificates; nil without
+	backups     *backup.Scheduler // scheduled backups; nil without --backup-dir (backups.go)
 }
 
 // Run runs a hub until ctx is done, then shuts it down cleanly.
@@ -163,6 +165,10 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	if err := h.newParts(); err != nil {
 		return nil, err
 	}
+	if h.backups, err = h.newBackupScheduler(); err != nil {
+		return nil, err
+	}
+	h.logRestore(ctx)
 	return h, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/hub/backup"
 	"github.com/fleetmq/fleet/hub/memtrim"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -139,11 +140,28 @@ type Options struct {
 	// back to the OS after a burst; default DefaultMemoryTrimInterval,
 	// negative: never (the Go runtime's own pace).
 	MemoryTrimInterval time.Duration
+
+	// BackupDir, if set, turns on scheduled backups (hub/backup): one
+	// every BackupEvery (default DefaultBackupEvery) into this directory,
+	// written atomically, the newest BackupKeep (default 48) kept, each
+	// encrypted with BackupKey (required). Default: none.
+	BackupDir   string
+	BackupEvery time.Duration
+	BackupKeep  int
+	BackupKey   backup.Key
+	// BackupClock is the scheduler's clock; default the real one (tests).
+	BackupClock backup.Clock
 }
+
+// DefaultBackupEvery is the interval of scheduled backups.
+const DefaultBackupEvery = time.Hour
 
 func (o *Options) setDefaults() {
 	if o.DataDir == "" {
 		o.DataDir = DefaultDataDir
+	}
+	if o.BackupDir != "" && o.BackupEvery == 0 {
+		o.BackupEvery = DefaultBackupEvery
 	}
 	if o.HTTPAddr == "" {
 		o.HTTPAddr = DefaultHTTPAddr

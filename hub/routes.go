@@ -43,6 +43,7 @@ func (v statusView) DeploymentStatusJSON(name string) []byte {
 func (h *Hub) routes() error {
 	h.api.Handle("/v1/info", api.Methods{http.MethodGet: h.serveInfo})
 	h.api.Handle("/v1/signing-key/rotate", api.Methods{http.MethodPost: h.serveRotateSigningKey})
+	h.api.Handle("/v1/backup", api.Methods{http.MethodPost: h.serveBackup}) // backups.go, admin only
 	h.api.Handle("/v1/devices/{name}/events", api.Methods{http.MethodGet: h.serveEvents})
 	h.api.Handle("/v1/devices/{name}/certificate", api.Methods{http.MethodPost: h.serveDeviceCertificate})
 	h.api.Handle("/v1/events", api.Methods{http.MethodGet: h.serveAllEvents})

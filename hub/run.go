@@ -64,6 +64,13 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		}
 	}()
 	r.parts.Go(func() { h.runAudit(partsCtx) }) // audit.go
+	if h.backups != nil {
+		r.parts.Go(func() {
+			if err := h.backups.Run(partsCtx); err != nil {
+				h.log.Error("scheduled backups stopped", "err", err)
+			}
+		})
+	}
 	if h.opts.MemoryTrimInterval > 0 {
 		r.parts.Go(func() { memtrim.Run(partsCtx, h.opts.MemoryTrimInterval, h.log) })
 	}

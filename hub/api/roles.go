@@ -52,6 +52,7 @@ var adminOnlyReads = map[string]bool{
 	"/v1/devices/{device}/pods/{pod}/log":  true,
 	"/v1/devices/{device}/crashreports":    true,
 	"/v1/devices/{device}/pods/{pod}/exec": true,
+	"/v1/backup":                           true, // POST only; listed so no read ever opens it
 }
 
 // monitorKinds are the kinds a monitor may read through /v1/{kind}.

@@ -81,6 +81,8 @@ type Metrics struct {
 
 	// Abuse counts refused logins and cut-off MQTT clients.
 	Abuse Abuse
+	// Backup are the scheduled backups' metrics (backup.go).
+	Backup Backup
 }
 
 // Gauges are read at scrape time from the hub's state (the fleet model,
@@ -165,6 +167,7 @@ func New(g Gauges) *Metrics {
 		}, []string{"op"}),
 	}
 	m.Abuse = newAbuse(reg)
+	m.Backup = newBackup(reg)
 	for _, k := range []string{KindStatus, KindOnline, KindEvents, KindUnknown} {
 		m.Malformed.WithLabelValues(k)
 		m.MQTTMessages.WithLabelValues(k)
