@@ -94,14 +94,10 @@ func Selectors(expr string) []string {
 	return slices.Compact(out)
 }
 
-// pendingSeries are series the rules read that the hub does not export
-// yet: added by the backup work, issue 41, under exactly these names.
-// Empty this list once that work is merged; the series checks then
-// require them like every other.
-var pendingSeries = []string{
-	"fleet_hub_backup_last_success_timestamp_seconds", // gauge
-	"fleet_hub_backup_failures_total",                 // counter
-}
+// pendingSeries are series the rules may read before the hub exports
+// them (work landing in parts). Empty: every series the rules read is one
+// the hub exports.
+var pendingSeries = []string{}
 
 // Pending reports whether name is in pendingSeries: a series the rules
 // may name before the hub exports it.
