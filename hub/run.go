@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/hub/history"
 	"github.com/fleetmq/fleet/hub/memtrim"
 )
 
@@ -64,6 +65,7 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		}
 	}()
 	r.parts.Go(func() { h.runAudit(partsCtx) }) // audit.go
+	r.parts.Go(func() { _ = history.NewRecorder(h.history, h.model, 0).Run(partsCtx) })
 	if h.opts.MemoryTrimInterval > 0 {
 		r.parts.Go(func() { memtrim.Run(partsCtx, h.opts.MemoryTrimInterval, h.log) })
 	}

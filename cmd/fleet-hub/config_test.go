@@ -67,6 +67,9 @@ func TestSettingsPrecedence(t *testing.T) {
 			if tt.want.HTTPSAddr == "" {
 				tt.want.HTTPSAddr = hub.DefaultHTTPSAddr
 			}
+			if tt.want.HistoryInterval == 0 {
+				tt.want.HistoryInterval = hub.DefaultHistoryInterval
+			}
 			if tt.want.AuditRetention == 0 {
 				tt.want.AuditRetention, tt.want.AuditMaxBytes = store.DefaultAuditRetention, "100Mi"
 			}

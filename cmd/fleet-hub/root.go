@@ -37,6 +37,9 @@ type settings struct {
 	// AuditRetention and AuditMaxBytes bound the audit trail (hub.Options).
 	AuditRetention time.Duration
 	AuditMaxBytes  string
+	// HistoryInterval is the width of one sample of the dashboard's
+	// charts (hub.Options).
+	HistoryInterval time.Duration
 }
 
 // mqttSettings are the MQTT flags. The broker-* flags and topic-prefix are
@@ -229,6 +232,7 @@ func bindFlags(root *cobra.Command, s *settings) {
 	lf.StringVar(&m.MosquittoPIDFile, "mosquitto-pid-file", "", "with --mosquitto-config-dir: Mosquitto's pid_file; the hub sends that process SIGHUP after rewriting the files")
 	lf.DurationVar(&s.AuditRetention, "audit-retention", store.DefaultAuditRetention, "how long the audit trail keeps entries (2160h: 90 days; the oldest go first; -1s: forever)")
 	lf.StringVar(&s.AuditMaxBytes, "audit-max-bytes", "100Mi", "size the audit trail may take in the store (100Mi, 1Gi; the oldest entries go first; -1: no bound)")
+	lf.DurationVar(&s.HistoryInterval, "history-interval", hub.DefaultHistoryInterval, "width of one sample of the dashboard's charts (devices online, each device's memory, disk and temperature); they keep 288 samples: 5m is 24 h")
 	lf.DurationVar(&m.ResyncInterval, "resync-interval", d.ResyncInterval, "how often the controller recomputes every device's desired state from the store")
 	lf.DurationVar(&m.StaleAfter, "stale-after", d.StaleAfter, "0 (default): a device is online while its MQTT session is (its keepalive and last will keep the online topic true); a duration: a device not heard from for this long also counts as offline, for agents run with --status-heartbeat below it (e.g. --stale-after 3h with agents' --status-heartbeat 1h, against a broker that may lose last wills)")
 }
@@ -252,6 +256,7 @@ func serveHub(cmd *cobra.Command, s settings) error {
 	return hub.Run(cmd.Context(), hub.Options{
 		AuditRetention:    s.AuditRetention,
 		AuditMaxBytes:     auditBytes,
+		HistoryInterval:   s.HistoryInterval,
 		DataDir:           s.DataDir,
 		HTTPAddr:          orOff(s.HTTPAddr),
 		HTTPSAddr:         orOff(s.HTTPSAddr),

@@ -10,6 +10,14 @@
 //	GET /v1/dashboard/devices     one page of devices: search, label selector, state,
 //	                              pod, sort, offset, limit (see Query)
 //	GET /v1/dashboard/stream      server-sent events: hello, change, unauthorized, shutdown
+//	GET /v1/dashboard/history/online              devices online and offline over the last day
+//	GET /v1/dashboard/history/devices/{name}      a device's reported memory, disk, temperature
+//	GET /v1/dashboard/history/deployments/{name}  a rollout's updated, ready, failed per step
+//
+// The history routes answer what hub/history keeps (bounded, in memory;
+// see its package doc): the page's charts draw only what they answer,
+// and load their library (uPlot, static/uplot.min.js) only when a chart
+// is shown.
 //
 // The /v1/dashboard routes take the API's bearer tokens, like every other
 // route; the page keeps the token in sessionStorage and sends it in the
