@@ -27,9 +27,9 @@
 //     (RolloutSampleBytes): 10 KiB per Deployment at most.
 //
 // A Recorder fills a History from the hub's fleet model (Run): every
-// ScanInterval (default 5 s, at most Interval) it reads the online count,
-// each device's last report and each Deployment's aggregated status, and
-// records what changed. It looks at reports the model already holds; it
+// ScanInterval (default 5 s, at most Interval) it reads the online count
+// and each device's last report, and every second each Deployment's
+// aggregated status, and records what changed. It looks at reports the model already holds; it
 // never asks a device anything. Devices and Deployments that are gone
 // are dropped at the next scan, and so are a device's samples when a new
 // device of the same name (another uid) replaces it.

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -389,5 +390,42 @@ func BenchmarkScan(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		r.Scan()
+	}
+}
+
+// TestRecorderRun: Run scans at once, keeps scanning deployments, and
+// returns when its context ends.
+func TestRecorderRun(t *testing.T) {
+	m := fleetmodel.New(fleetmodel.Options{StaleAfter: -1})
+	w := m.Writer()
+	w.PutDevice("a", fleetmodel.Device{UID: "ua"})
+	h := New(Options{Interval: time.Hour})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- NewRecorder(h, m, time.Hour).Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(h.Online().Time) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no online sample: Run did not scan at once")
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+	// A deployment's change shows within RolloutScanInterval, long before
+	// the next full scan (an hour).
+	w.SetDeploymentStatus("web", schema.DeploymentStatus{Targeted: 1, Updated: 1})
+	for len(h.Deployment("web").Time) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the deployment's status was not recorded within its scan interval")
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
 	}
 }

@@ -28,8 +28,14 @@ type Recorder struct {
 	scans uint64
 }
 
+// RolloutScanInterval is how often a Recorder reads the deployments'
+// statuses: a wave that lasts a second shows. (They are few; reading them
+// is a copy of one small map.)
+const RolloutScanInterval = time.Second
+
 // NewRecorder returns a recorder that reads src into h every scan
-// interval (default DefaultScanInterval, at most h's Interval).
+// interval (default DefaultScanInterval, at most h's Interval), and the
+// deployments' statuses every RolloutScanInterval.
 func NewRecorder(h *History, src Source, scan time.Duration) *Recorder {
 	if scan <= 0 {
 		scan = DefaultScanInterval
@@ -37,16 +43,24 @@ func NewRecorder(h *History, src Source, scan time.Duration) *Recorder {
 	return &Recorder{h: h, src: src, every: min(scan, h.interval)}
 }
 
-// Run scans at once and then every scan interval until ctx is done.
+// Run scans at once and then on its intervals until ctx is done.
 func (r *Recorder) Run(ctx context.Context) error {
-	tick := time.NewTicker(r.every)
+	tickEvery := min(r.every, RolloutScanInterval)
+	tick := time.NewTicker(tickEvery)
 	defer tick.Stop()
+	last := time.Now()
+	r.Scan()
 	for {
-		r.Scan()
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case now := <-tick.C:
+			if now.Sub(last) >= r.every-tickEvery/2 {
+				last = now
+				r.Scan()
+			} else {
+				r.ScanRollouts()
+			}
 		}
 	}
 }
@@ -60,17 +74,12 @@ func (r *Recorder) Scan() {
 	scan := r.scans
 	devices, online, _ := r.src.Counts()
 	h.RecordOnline(int(online), int(max(devices-online, 0)))
-
 	for _, d := range r.src.Devices(schema.LabelSelector{}) {
 		st, _ := r.src.DeviceState(d.Name, d.UID)
 		top := r.src.Top(d.Name, d.UID)
 		r.recordDevice(d, st, top, scan)
 	}
-
-	statuses := r.src.DeploymentStatuses()
-	for name, st := range statuses {
-		h.RecordRollout(name, st)
-	}
+	r.ScanRollouts()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for name, s := range h.devices {
@@ -78,6 +87,18 @@ func (r *Recorder) Scan() {
 			delete(h.devices, name)
 		}
 	}
+}
+
+// ScanRollouts reads every deployment's status, records those that
+// changed and drops the series of deployments that are gone.
+func (r *Recorder) ScanRollouts() {
+	h := r.h
+	statuses := r.src.DeploymentStatuses()
+	for name, st := range statuses {
+		h.RecordRollout(name, st)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	for name := range h.deployments {
 		if _, ok := statuses[name]; !ok {
 			delete(h.deployments, name)
