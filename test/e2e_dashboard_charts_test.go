@@ -102,6 +102,8 @@ func TestDashboardCharts(t *testing.T) {
 		b.awaitText(`[data-chart="online"] .chart-summary`, "Now 3 online, 0 offline; at most 1 offline")
 		b.checkNames("overview with its chart")
 		b.screenshot("charts-overview.png")
+		png := b.elementScreenshot("charts-online.png", `[data-chart="online"]`)
+		writeDoc(t, "dashboard-charts-online.png", png)
 	})
 
 	t.Run("rollout_chart", func(t *testing.T) {
@@ -141,15 +143,7 @@ func TestDashboardCharts(t *testing.T) {
 		b.goTo("#/deployments/" + name)
 		b.await("the rollout chart", `!!(window.fleetCharts.deployment && fleetCharts.deployment.plot)`)
 		png := b.elementScreenshot("charts-readme.png", `[data-chart="deployment"]`)
-		if updateDocs() {
-			root, err := repoRoot()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(root, "docs", "dashboard-charts.png"), png, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
+		writeDoc(t, "dashboard-charts.png", png)
 	})
 
 	loaded := eval[[]string](b, `performance.getEntriesByType('resource').map((e) => new URL(e.name).pathname)`)
@@ -271,6 +265,21 @@ func awaitRolloutHistory(t *testing.T, h *Hub, name string, rev int32) {
 		n := len(d.Time)
 		return n > 0 && d.Revision[n-1] == rev && d.Phase[n-1] == schema.RolloutComplete && d.Ready[n-1] == 3
 	})
+}
+
+// writeDoc writes docs/name for the README, with -update only.
+func writeDoc(t *testing.T, name string, png []byte) {
+	t.Helper()
+	if !updateDocs() {
+		return
+	}
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "docs", name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // elementScreenshot saves a screenshot of the element sel.

@@ -46,6 +46,11 @@ func TestSampleSizes(t *testing.T) {
 			t.Errorf("%s sample: %d bytes, the package doc says %d", tc.name, tc.got, tc.want)
 		}
 	}
+	// A device's bookkeeping, besides its name and uid: the doc says
+	// under 200 bytes with the map's entry.
+	if n := unsafe.Sizeof(deviceSeries{}); n > 128 {
+		t.Errorf("a device's series header is %d bytes", n)
+	}
 	if DeviceBoundBytes != 4608 {
 		t.Errorf("DeviceBoundBytes = %d, the package doc and README say 4,608", DeviceBoundBytes)
 	}

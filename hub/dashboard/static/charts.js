@@ -7,6 +7,7 @@
   const uPlot = window.uPlot;
   const cssVar = (name, fallback) => getComputedStyle(document.documentElement).getPropertyValue(name).trim() || fallback;
   const stepped = uPlot.paths.stepped({ align: 1 });
+  const TIME_INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 2 * 86400, 7 * 86400];
   const countFmt = (u, v) => (v == null ? '—' : String(Math.round(v)));
 
   function baseOpts(width, height, series, axes, extra) {
@@ -16,7 +17,8 @@
     return {
       width, height,
       series: [{ label: 'Time' }, ...series],
-      axes: [axis({}), ...axes.map(axis)],
+      // Whole seconds and up: samples are never closer than a second.
+      axes: [axis({ incrs: TIME_INCRS, space: 60 }), ...axes.map(axis)],
       cursor: { drag: { x: false, y: false } },
       legend: { live: true },
       ...extra,
@@ -93,7 +95,9 @@
       { label: 'Temperature', stroke: cssVar('--bad', '#b3261e'), width: 2, spanGaps: true, points: pts, value: (u, v) => (v == null ? '—' : v.toFixed(1) + ' °C'), scale: '°C' },
     ], [
       { scale: '%', label: '% used', values: (u, ticks) => ticks.map((v) => v + ' %') },
-      { scale: '°C', label: '°C', side: 1, grid: { show: false } },
+      // No temperature reported (no thermal zone, or no fleet top yet):
+      // no empty right-hand axis either.
+      { scale: '°C', label: '°C', side: 1, grid: { show: false }, show: d.temperatureCelsius.some((v) => v != null) },
     ], { scales: { x: { time: true }, '%': { range: [0, 100] }, '°C': { range: (u, min, max) => (min == null ? [0, 100] : [Math.floor(min - 5), Math.ceil(max + 5)]) } } });
     return { opts, data };
   }
