@@ -65,7 +65,6 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		}
 	}()
 	r.parts.Go(func() { h.runAudit(partsCtx) }) // audit.go
-	r.parts.Go(func() { _ = history.NewRecorder(h.history, h.model, 0).Run(partsCtx) })
 	if h.opts.MemoryTrimInterval > 0 {
 		r.parts.Go(func() { memtrim.Run(partsCtx, h.opts.MemoryTrimInterval, h.log) })
 	}
@@ -186,6 +185,8 @@ func (h *Hub) startParts(r *runState, conn broker.Conn, listening func()) error 
 			r.errs <- err
 		}
 	})
+	// The charts' history, from the loaded model on (hub/history).
+	r.parts.Go(func() { _ = history.NewRecorder(h.history, h.model, 0).Run(r.ctx) })
 	return nil
 }
 

@@ -189,8 +189,8 @@ func awaitChart[T any](b *browser, key string, columns int, cond string) T {
 	}
 	raw, _ := json.Marshal(drawn.Data)
 	_ = json.Unmarshal(raw, &times)
-	// The plot's x column is the answer's (a rollout adds "now" at the
-	// end: its last counts hold until now).
+	// The plot's x column is the answer's (the online and rollout charts
+	// add "now" at the end: their last counts hold until now).
 	if len(drawn.Time) < len(times.Time) || !slices.Equal(drawn.Time[:len(times.Time)], times.Time) {
 		b.t.Errorf("chart %s plots times %v, the answer has %v", key, drawn.Time, times.Time)
 	}

@@ -56,6 +56,7 @@ type History struct {
 	now            func() time.Time
 
 	mu          sync.Mutex
+	started     int64 // unix seconds of the first RecordOnline; 0: none yet
 	online      ring[onlineSample]
 	devices     map[string]*deviceSeries
 	deployments map[string]*rolloutSeries
@@ -163,6 +164,9 @@ func (h *History) RecordOnline(online, offline int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ageOut(&h.online, oldest, func(s *onlineSample) int64 { return s.t })
+	if h.started == 0 {
+		h.started = h.now().Unix()
+	}
 	if l := h.online.last(); l != nil && l.t == t {
 		l.online, l.offline = on, off
 		l.minOnline, l.maxOffline = min(l.minOnline, on), max(l.maxOffline, off)

@@ -434,3 +434,19 @@ func TestRecorderRun(t *testing.T) {
 		t.Fatal("Run did not return after its context ended")
 	}
 }
+
+// TestOnlineStartsWithSampling: the first interval is drawn from when the
+// hub started sampling, not from the interval's boundary before it.
+func TestOnlineStartsWithSampling(t *testing.T) {
+	c := newClock()
+	c.add(90 * time.Second) // 12:01:30
+	h := New(Options{Now: c.Now})
+	h.RecordOnline(2, 0)
+	c.add(4 * time.Minute) // 12:05:30
+	h.RecordOnline(3, 0)
+	o := h.Online()
+	want := []float64{float64(c.Now().Add(-4 * time.Minute).Unix()), float64(c.Now().Truncate(5 * time.Minute).Unix())}
+	if !slices.Equal(o.Time, want) {
+		t.Errorf("sample times %v, want %v (12:01:30, then 12:05:00)", o.Time, want)
+	}
+}

@@ -12,7 +12,8 @@ type Online struct {
 	// back the series may reach.
 	IntervalSeconds float64 `json:"intervalSeconds"`
 	WindowSeconds   float64 `json:"windowSeconds"`
-	// Time is the start of each sample's interval.
+	// Time is the start of each sample's interval (of the first, the
+	// time the hub started sampling, if later).
 	Time []float64 `json:"time"`
 	// Online and Offline are the last counts seen in the interval;
 	// MinOnline and MaxOffline the fewest online and the most offline
@@ -76,7 +77,8 @@ func (h *History) Online() Online {
 	}
 	for i := range n {
 		s := h.online.at(i)
-		out.Time[i], out.Online[i], out.Offline[i] = float64(s.t), s.online, s.offline
+		// The first interval starts, at the earliest, when sampling did.
+		out.Time[i], out.Online[i], out.Offline[i] = float64(max(s.t, h.started)), s.online, s.offline
 		out.MinOnline[i], out.MaxOffline[i] = s.minOnline, s.maxOffline
 	}
 	return out

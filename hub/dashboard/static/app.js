@@ -595,7 +595,7 @@
     const n = d.time.length;
     if (!n) return 'No sample yet: the hub samples the fleet every few seconds.';
     return `Now ${fmtInt(d.online[n - 1])} online, ${fmtInt(d.offline[n - 1])} offline; at most ${fmtInt(Math.max(...d.maxOffline))} offline ` +
-      `in the last ${fmtDuration(d.time[n - 1] - d.time[0] + d.intervalSeconds)} (one sample per ${fmtDuration(d.intervalSeconds)}).`;
+      `in the last ${fmtDuration(Math.min(Date.now() / 1000, d.time[n - 1] + d.intervalSeconds) - d.time[0])} (one sample per ${fmtDuration(d.intervalSeconds)}).`;
   }
   function rolloutSummary(d) {
     const n = d.time.length;

@@ -20,7 +20,9 @@
       // Whole seconds and up: samples are never closer than a second.
       axes: [axis({ incrs: TIME_INCRS, space: 60 }), ...axes.map(axis)],
       cursor: { drag: { x: false, y: false } },
-      legend: { live: true },
+      // Our own legend (below), not uPlot's table: a page's tables are
+      // its data (and stack as cards on a phone).
+      legend: { show: false },
       ...extra,
     };
   }
@@ -31,7 +33,12 @@
     const ok = cssVar('--ok', '#17803d');
     const bad = cssVar('--bad', '#b3261e');
     const pts = { show: few(d.time.length) };
-    const data = [d.time, d.online, d.offline, d.maxOffline];
+    // A sample covers its interval: the last one's counts hold until now
+    // (at most to its interval's end), so even one sample is a line.
+    const data = [d.time, d.online, d.offline, d.maxOffline].map((c) => c.slice());
+    const n = d.time.length;
+    const end = Math.min(Date.now() / 1000, d.time[n - 1] + d.intervalSeconds);
+    if (n && end > d.time[n - 1] + 0.5) data.forEach((c, i) => c.push(i === 0 ? end : c[n - 1]));
     const opts = baseOpts(width, height, [
       { label: 'Online', stroke: ok, width: 2, paths: stepped, points: pts, value: countFmt },
       { label: 'Offline', stroke: bad, width: 2, paths: stepped, points: pts, value: countFmt },
@@ -110,7 +117,25 @@
     const height = width < 500 ? 180 : 220;
     const { opts, data: cols } = kinds[kind](data, width, height);
     if (old) old.destroy();
-    return new uPlot(opts, cols, el);
+    const plot = new uPlot(opts, cols, el);
+    plot.root.append(legend(opts.series.slice(1)));
+    return plot;
+  }
+
+  // legend lists the series with their colour and dash.
+  function legend(series) {
+    const ul = document.createElement('ul');
+    ul.className = 'chart-legend';
+    for (const s of series) {
+      const li = document.createElement('li');
+      const sw = document.createElement('span');
+      sw.className = 'swatch' + (s.dash ? ' dashed' : '');
+      sw.style.borderColor = s.stroke;
+      sw.setAttribute('aria-hidden', 'true');
+      li.append(sw, document.createTextNode(s.label));
+      ul.append(li);
+    }
+    return ul;
   }
 
   window.fleetChartKit = { draw, version: '1.6.32' };
