@@ -104,6 +104,12 @@ func TestDashboardCharts(t *testing.T) {
 		b.screenshot("charts-overview.png")
 		png := b.elementScreenshot("charts-online.png", `[data-chart="online"]`)
 		writeDoc(t, "dashboard-charts-online.png", png)
+		// The system turns dark: the chart is drawn again in its colours.
+		eval[chromedp.Void](b, `window.__lightPlot = fleetCharts.online.plot; undefined`)
+		b.dark(true)
+		b.await("the chart redrawn for the dark theme", `fleetCharts.online.plot && fleetCharts.online.plot !== window.__lightPlot`)
+		b.elementScreenshot("charts-online-dark.png", `[data-chart="online"]`)
+		b.dark(false)
 	})
 
 	t.Run("rollout_chart", func(t *testing.T) {

@@ -541,7 +541,7 @@
     const plotEl = h('div', { class: 'chart-plot', role: 'img', 'aria-label': title });
     const summary = h('p', { class: 'chart-summary muted' });
     const el = h('figure', { class: 'chart panel', 'data-chart': key }, h('figcaption', { text: title }), plotEl, summary);
-    const st = charts[key] = { kind, url: null, data: null, plot: null, error: null };
+    const st = charts[key] = { kind, url: null, data: null, plot: null, error: null, redraw: () => { drawn = null; draw(); } };
     let visible = false;
     let drawn = null;
     function draw() {
@@ -585,6 +585,11 @@
     }).observe(plotEl);
     return { el, update };
   }
+  // The charts take their colours from the theme when drawn: draw them
+  // again when the system switches between light and dark.
+  matchMedia('(prefers-color-scheme: dark)').addEventListener('change', () => {
+    for (const st of Object.values(charts)) if (st.plot) st.redraw();
+  });
   const historyURL = {
     online: () => '/v1/dashboard/history/online',
     device: (name) => '/v1/dashboard/history/devices/' + enc(name),
