@@ -15,7 +15,7 @@ type Source interface {
 	Devices(sel schema.LabelSelector) []fleetmodel.DeviceRef
 	DeviceState(name, uid string) (*schema.DeviceStatus, bool)
 	Top(name, uid string) *schema.TopReport
-	DeploymentStatuses() map[string]schema.DeploymentStatus
+	DeploymentStatuses() []fleetmodel.NamedDeploymentStatus
 }
 
 var _ Source = (*fleetmodel.Model)(nil)
@@ -94,13 +94,15 @@ func (r *Recorder) Scan() {
 func (r *Recorder) ScanRollouts() {
 	h := r.h
 	statuses := r.src.DeploymentStatuses()
-	for name, st := range statuses {
-		h.RecordRollout(name, st)
+	live := make(map[string]struct{}, len(statuses))
+	for _, d := range statuses {
+		h.RecordRollout(d.Name, d.Status)
+		live[d.Name] = struct{}{}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for name := range h.deployments {
-		if _, ok := statuses[name]; !ok {
+		if _, ok := live[name]; !ok {
 			delete(h.deployments, name)
 		}
 	}
