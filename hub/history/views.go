@@ -15,7 +15,9 @@ type Online struct {
 	// Time is the start of each sample's interval (of the first, the
 	// time the hub started sampling, if later).
 	Time []float64 `json:"time"`
-	// Online and Offline are the last counts seen in the interval;
+	// Online and Offline are the last counts seen in the interval
+	// (offline: every registered device not online, never seen and
+	// stale ones included, as fleet_devices - fleet_devices_online);
 	// MinOnline and MaxOffline the fewest online and the most offline
 	// seen in it (a short outage shows there).
 	Online     []int32 `json:"online"`
