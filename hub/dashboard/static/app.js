@@ -560,19 +560,20 @@
         drawn = data;
       }, (e) => { st.error = e.message; plotEl.replaceChildren(h('p', { class: 'notice error', text: 'Chart unavailable: ' + e.message })); });
     }
-    new IntersectionObserver((entries) => {
+    const seen = new IntersectionObserver((entries) => {
       for (const e of entries) visible = e.isIntersecting;
       draw();
-    }).observe(el);
+    });
+    seen.observe(el);
     let shown = false;
     const timer = setInterval(async () => {
       if (el.isConnected) shown = true;
-      else if (shown) { clearInterval(timer); return; } // the view is gone
+      else if (shown) { dispose(); return; } // the view is gone
       if (!st.url || !visible || !el.isConnected) return;
       try { update(st.url, await api(st.url)); } catch (e) { /* the view shows connection trouble */ }
     }, CHART_POLL);
     function update(url, data) {
-      if (charts[key] !== st) { clearInterval(timer); return; } // another view's chart took the key
+      if (charts[key] !== st) { dispose(); return; } // another view's chart took the key
       st.url = url; st.data = data;
       const text = summarize(data);
       summary.textContent = text;
@@ -580,9 +581,14 @@
       draw();
     }
     let width = 0;
-    new ResizeObserver(() => {
+    const sized = new ResizeObserver(() => {
       if (st.plot && Math.abs(plotEl.clientWidth - width) > 8) { width = plotEl.clientWidth; drawn = null; draw(); }
-    }).observe(plotEl);
+    });
+    sized.observe(plotEl);
+    function dispose() {
+      clearInterval(timer); seen.disconnect(); sized.disconnect();
+      if (st.plot && charts[key] !== st) { st.plot.destroy(); st.plot = null; }
+    }
     return { el, update };
   }
   // The charts take their colours from the theme when drawn: draw them
