@@ -537,7 +537,7 @@
   // CHART_POLL ms, since the hub samples on its own clock (every few
   // seconds), not on the changes that make a view reload.
   const CHART_POLL = 5000;
-  function chartBox(key, kind, title, empty, summarize) {
+  function chartBox(key, kind, title, summarize) {
     const plotEl = h('div', { class: 'chart-plot', role: 'img', 'aria-label': title });
     const summary = h('p', { class: 'chart-summary muted' });
     const el = h('figure', { class: 'chart panel', 'data-chart': key }, h('figcaption', { text: title }), plotEl, summary);
@@ -547,9 +547,11 @@
     function draw() {
       if (!visible || !st.data || drawn === st.data) return;
       const data = st.data;
+      // Nothing to draw: the summary under it says so.
+      plotEl.hidden = !data.time.length;
       if (!data.time.length) {
         if (st.plot) { st.plot.destroy(); st.plot = null; }
-        plotEl.replaceChildren(h('p', { class: 'muted chart-empty', text: empty }));
+        plotEl.replaceChildren();
         drawn = data;
         return;
       }
@@ -601,7 +603,7 @@
     device: (name) => '/v1/dashboard/history/devices/' + enc(name),
     deployment: (name) => '/v1/dashboard/history/deployments/' + enc(name),
   };
-  function windowText(d) { return fmtDuration(d.windowSeconds); }
+  function windowText(d) { return d.windowSeconds % 3600 ? fmtDuration(d.windowSeconds) : (d.windowSeconds / 3600) + ' h'; }
   function onlineSummary(d) {
     const n = d.time.length;
     if (!n) return 'No sample yet: the hub samples the fleet every few seconds.';
@@ -630,7 +632,7 @@
   // ---- overview -----------------------------------------------------------------
 
   function overviewView() {
-    const chart = chartBox('online', 'online', 'Devices online and offline', 'No sample yet.', onlineSummary);
+    const chart = chartBox('online', 'online', 'Devices online and offline', onlineSummary);
     const v = live('Overview', async () => {
       const [summary, deps, events, hist] = await Promise.all([
         api('/v1/dashboard/summary'), api('/v1/deployments'), api('/v1/events?limit=25'), api(historyURL.online()),
@@ -900,7 +902,7 @@
   // ---- one device -----------------------------------------------------------------
 
   function deviceView(name) {
-    const chart = chartBox('device', 'device', 'Memory, disk and temperature, as ' + name + ' reported them', 'Nothing reported yet.', deviceSummary);
+    const chart = chartBox('device', 'device', 'Memory, disk and temperature, as ' + name + ' reported them', deviceSummary);
     const v = live(name, async () => {
       const [dev, events, hist] = await Promise.all([
         api('/v1/devices/' + enc(name)),
@@ -989,7 +991,7 @@
   // ---- one deployment -------------------------------------------------------------
 
   function deploymentView(name) {
-    const chart = chartBox('deployment', 'rollout', 'Rollout of ' + name + ' over time: devices updated, ready and failed per wave', 'No change recorded since the hub started.', rolloutSummary);
+    const chart = chartBox('deployment', 'rollout', 'Rollout of ' + name + ' over time: devices updated, ready and failed per wave', rolloutSummary);
     const v = live(name, async () => {
       const [dep, revs, devs, hist] = await Promise.all([
         api('/v1/deployments/' + enc(name)),
