@@ -217,7 +217,7 @@ func checkWaves(t *testing.T, d history.Deployment) {
 	}
 	var rows []row
 	for i := range d.Time {
-		rows = append(rows, row{d.Revision[i], d.Step[i], d.Updated[i], d.Phase[i], d.Time[i], d.Ready[i], d.Failed[i]})
+		rows = append(rows, row{d.Revision[i], d.Step[i], d.Updated[i], schema.RolloutPhase(d.Phase[i]), d.Time[i], d.Ready[i], d.Failed[i]})
 	}
 	for _, rev := range []int32{1, 2} {
 		var wave1, wave2, complete bool
@@ -269,7 +269,7 @@ func awaitRolloutHistory(t *testing.T, h *Hub, name string, rev int32) {
 	t.Helper()
 	awaitHistory(t, h, "/v1/dashboard/history/deployments/"+name, fmt.Sprintf("revision %d complete in the history", rev), func(d history.Deployment) bool {
 		n := len(d.Time)
-		return n > 0 && d.Revision[n-1] == rev && d.Phase[n-1] == schema.RolloutComplete && d.Ready[n-1] == 3
+		return n > 0 && d.Revision[n-1] == rev && d.Phase[n-1] == string(schema.RolloutComplete) && d.Ready[n-1] == 3
 	})
 }
 

@@ -45,7 +45,7 @@ func TestHistoryRoutes(t *testing.T) {
 	}
 	var dep history.Deployment
 	getJSON(t, f, "/v1/dashboard/history/deployments/web", f.monitor, &dep)
-	if len(dep.Time) != 1 || dep.Step[0] != 1 || dep.Steps[0] != 2 || dep.Updated[0] != 1 || dep.Phase[0] != schema.RolloutProgressing {
+	if len(dep.Time) != 1 || dep.Step[0] != 1 || dep.Steps[0] != 2 || dep.Updated[0] != 1 || dep.Phase[0] != string(schema.RolloutProgressing) {
 		t.Errorf("deployment history: %+v", dep)
 	}
 

@@ -1,7 +1,5 @@
 package history
 
-import "github.com/fleetmq/fleet/schema"
-
 // The answers of the history routes: columns of equal length, one row per
 // sample, oldest first, as a chart takes them. Times are unix seconds.
 
@@ -50,19 +48,21 @@ type Device struct {
 // its counts, the answer of GET /v1/dashboard/history/deployments/{name}.
 // Step is the rollout's step (from 1) when the counts were taken, Steps
 // how many its strategy has; a deployment that is not Staged has one.
+// Phase is the Staged rollout's phase (Progressing, Paused, Complete,
+// Stopped, RolledBack), "" for a deployment that is not Staged.
 type Deployment struct {
-	Deployment string                `json:"deployment"`
-	MaxSamples int                   `json:"maxSamples"`
-	Time       []float64             `json:"time"`
-	Revision   []int32               `json:"revision"`
-	Step       []int16               `json:"step"`
-	Steps      []int16               `json:"steps"`
-	Phase      []schema.RolloutPhase `json:"phase"`
-	Targeted   []int32               `json:"targeted"`
-	Updated    []int32               `json:"updated"`
-	Ready      []int32               `json:"ready"`
-	Failed     []int32               `json:"failed"`
-	Pending    []int32               `json:"pending"`
+	Deployment string    `json:"deployment"`
+	MaxSamples int       `json:"maxSamples"`
+	Time       []float64 `json:"time"`
+	Revision   []int32   `json:"revision"`
+	Step       []int16   `json:"step"`
+	Steps      []int16   `json:"steps"`
+	Phase      []string  `json:"phase"`
+	Targeted   []int32   `json:"targeted"`
+	Updated    []int32   `json:"updated"`
+	Ready      []int32   `json:"ready"`
+	Failed     []int32   `json:"failed"`
+	Pending    []int32   `json:"pending"`
 }
 
 // Online returns the online series.
@@ -135,13 +135,13 @@ func (h *History) Deployment(name string) Deployment {
 		n = s.samples.len()
 	}
 	out.Time, out.Revision = make([]float64, n), make([]int32, n)
-	out.Step, out.Steps, out.Phase = make([]int16, n), make([]int16, n), make([]schema.RolloutPhase, n)
+	out.Step, out.Steps, out.Phase = make([]int16, n), make([]int16, n), make([]string, n)
 	out.Targeted, out.Updated, out.Ready = make([]int32, n), make([]int32, n), make([]int32, n)
 	out.Failed, out.Pending = make([]int32, n), make([]int32, n)
 	for i := range n {
 		x := s.samples.at(i)
 		out.Time[i] = float64(x.tMillis) / 1000
-		out.Revision[i], out.Step[i], out.Steps[i], out.Phase[i] = x.revision, x.step, x.steps, phases[x.phase]
+		out.Revision[i], out.Step[i], out.Steps[i], out.Phase[i] = x.revision, x.step, x.steps, string(phases[x.phase])
 		out.Targeted[i], out.Updated[i], out.Ready[i] = x.targeted, x.updated, x.ready
 		out.Failed[i], out.Pending[i] = x.failed, x.pending
 	}
