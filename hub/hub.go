@@ -19,6 +19,7 @@ import (
 	"github.com/fleetmq/fleet/hub/controller"
 	"github.com/fleetmq/fleet/hub/enrollment"
 	"github.com/fleetmq/fleet/hub/fleetmodel"
+	"github.com/fleetmq/fleet/hub/history"
 	"github.com/fleetmq/fleet/hub/ingest"
 	"github.com/fleetmq/fleet/hub/metrics"
 	"github.com/fleetmq/fleet/hub/pki"
@@ -78,6 +79,8 @@ type Hub struct {
 	signer      *pki.Signer       // signs every published desired state
 	clientCA    *pki.ClientCA     // signs devices' client certificates; nil without
 	backups     *backup.Scheduler // scheduled backups; nil without --backup-dir (backups.go)
+
+	history *history.History // what the dashboard's charts show (routes.go)
 }
 
 // Run runs a hub until ctx is done, then shuts it down cleanly.

@@ -208,7 +208,8 @@ func jsonField(t *testing.T, b []byte, name string) string {
 // hub's info, events, credentials, bootstrap tokens, the audit trail,
 // the dashboard's data and the error Status.
 func TestOpenAPIAnswersValidate(t *testing.T) {
-	h := startHub(t, Options{})
+	// A history sample a second: the charts' answers have rows to check.
+	h := startHub(t, Options{HistoryInterval: time.Second})
 	doc := loadOpenAPI(t)
 	doc.Servers = openapi3.Servers{{URL: h.Info().URL}}
 	strictObjects(doc)
@@ -274,6 +275,8 @@ func TestOpenAPIAnswersValidate(t *testing.T) {
 		{"POST", "/v1/deployments", "application/json", `{"apiVersion":"fleet/v1","kind":"Deployment","metadata":{"name":"bad"},"spec":{}}`, 400},
 		{"GET", "/v1/events?limit=-1", "", "", 400},
 		{"GET", "/v1/dashboard/devices?state=sleepy", "", "", 400},
+		{"GET", "/v1/dashboard/history/devices/nobody", "", "", 404},
+		{"GET", "/v1/dashboard/history/deployments/nothing", "", "", 404},
 	}
 	// The description refuses these requests, as the hub does.
 	refused := map[string]bool{"/v1/events?limit=-1": true, "/v1/dashboard/devices?state=sleepy": true}
@@ -286,10 +289,12 @@ func TestOpenAPIAnswersValidate(t *testing.T) {
 	// pi-1 reports over MQTT as an agent does: the answers that carry
 	// what devices report (status, events, crash reports) validate too.
 	reportAsDevice(t, h, "pi-1")
+	awaitDeviceHistory(t, h, "pi-1")
 	for _, path := range []string{
 		"/v1/devices", "/v1/devices/pi-1", "/v1/devices/pi-1/events", "/v1/events",
 		"/v1/devices/pi-1/crashreports", "/v1/dashboard/devices?pod=web", "/v1/dashboard/summary",
 		"/v1/deployments/web", "/v1/deployments/web/status",
+		"/v1/dashboard/history/online", "/v1/dashboard/history/devices/pi-1", "/v1/dashboard/history/deployments/web",
 	} {
 		t.Run("reported GET "+path, func(t *testing.T) {
 			validateExchange(t, router, h, "GET", path, "", "", 200, false)
@@ -336,6 +341,8 @@ func reportAsDevice(t *testing.T, h *testHub, device string) {
 	exit := int32(137)
 	status := schema.DeviceStatus{Device: device, ObservedGeneration: 1, Time: now,
 		Agent: schema.AgentInfo{Version: "v1", OS: "linux", Arch: "arm64"},
+		// Memory but no disk: the charts' history has a null to describe.
+		Node: &schema.NodeInfo{Hostname: device, MemoryTotalBytes: 1 << 30, MemoryAvailBytes: 1 << 29},
 		Pods: []schema.PodStatus{{Name: "web", Hash: "0123456789abcdef", Phase: schema.PhaseRunning, Ready: true,
 			Containers: []schema.ContainerStatus{{Name: "app", Image: "nginx:1.27", State: "running", Restarts: 1, StartedAt: &now}}}}}
 	crash := schema.CrashReport{Device: device, Pod: "web", Container: "app", Time: now, Reason: "Exited", ExitCode: &exit, LogTail: "bye\n"}
@@ -473,5 +480,25 @@ func validateExchangeAs(t *testing.T, router routers.Router, h *testHub, token, 
 	out.SetBodyBytes(got)
 	if err := openapi3filter.ValidateResponse(t.Context(), out); err != nil {
 		t.Errorf("the answer does not match the description: %v\nanswer: %.2000s", err, got)
+	}
+}
+
+// awaitDeviceHistory waits until the charts' history holds a sample of
+// what the device reported.
+func awaitDeviceHistory(t *testing.T, h *testHub, device string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		code, body := h.do(t, h.token, "GET", "/v1/dashboard/history/devices/"+device, "")
+		var d struct {
+			Time []float64 `json:"time"`
+		}
+		if code == http.StatusOK && json.Unmarshal(body, &d) == nil && len(d.Time) > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no history sample of %s within 15 s: %d %s", device, code, body)
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/hub/backup"
+	"github.com/fleetmq/fleet/hub/history"
 	"github.com/fleetmq/fleet/hub/memtrim"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -31,6 +32,9 @@ const (
 	// DefaultMemoryTrimInterval is how often the hub checks for heap to
 	// give back to the OS (hub/memtrim).
 	DefaultMemoryTrimInterval = memtrim.DefaultInterval
+	// DefaultHistoryInterval is the width of one sample of the
+	// dashboard's charts (hub/history).
+	DefaultHistoryInterval = history.DefaultInterval
 )
 
 // Off, as a listen address of Options, turns that listener off.
@@ -151,6 +155,10 @@ type Options struct {
 	BackupKey   backup.Key
 	// BackupClock is the scheduler's clock; default the real one (tests).
 	BackupClock backup.Clock
+	// HistoryInterval is the width of one sample of the dashboard's
+	// charts (hub/history): they span 288 of them; default
+	// history.DefaultInterval (5 min: 24 h).
+	HistoryInterval time.Duration
 }
 
 // DefaultBackupEvery is the interval of scheduled backups.
@@ -193,6 +201,9 @@ func (o *Options) setDefaults() {
 	if o.MemoryTrimInterval == 0 {
 		o.MemoryTrimInterval = DefaultMemoryTrimInterval
 	}
+	if o.HistoryInterval == 0 {
+		o.HistoryInterval = history.DefaultInterval
+	}
 }
 
 // check refuses options that cannot work, and warns of those ignored.
@@ -201,6 +212,9 @@ func (o *Options) check() error {
 		if err := checkMQTTURL(o.Broker); err != nil {
 			return fmt.Errorf("--broker: %w", err)
 		}
+	}
+	if o.HistoryInterval < time.Second {
+		return fmt.Errorf("--history-interval %v: want a duration of at least 1s (default %v)", o.HistoryInterval, history.DefaultInterval)
 	}
 	if o.HTTPAddr == Off && o.HTTPSAddr == Off {
 		return errors.New("no API listener: give --http-addr or --https-addr")

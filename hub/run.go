@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/hub/history"
 	"github.com/fleetmq/fleet/hub/memtrim"
 )
 
@@ -191,6 +192,8 @@ func (h *Hub) startParts(r *runState, conn broker.Conn, listening func()) error 
 			r.errs <- err
 		}
 	})
+	// The charts' history, from the loaded model on (hub/history).
+	r.parts.Go(func() { _ = history.NewRecorder(h.history, h.model, 0).Run(r.ctx) })
 	return nil
 }
 

@@ -70,6 +70,9 @@ func TestSettingsPrecedence(t *testing.T) {
 			if tt.want.Backup.Every == 0 {
 				tt.want.Backup.Every, tt.want.Backup.Keep = hub.DefaultBackupEvery, 48
 			}
+			if tt.want.HistoryInterval == 0 {
+				tt.want.HistoryInterval = hub.DefaultHistoryInterval
+			}
 			if tt.want.AuditRetention == 0 {
 				tt.want.AuditRetention, tt.want.AuditMaxBytes = store.DefaultAuditRetention, "100Mi"
 			}

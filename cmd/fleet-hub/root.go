@@ -40,6 +40,9 @@ type settings struct {
 	AuditMaxBytes  string
 	// Backup are the scheduled backups' flags (hub.Options.Backup*).
 	Backup backupSettings
+	// HistoryInterval is the width of one sample of the dashboard's
+	// charts (hub.Options).
+	HistoryInterval time.Duration
 }
 
 // backupSettings are --backup-dir, --backup-every, --backup-keep and the
@@ -254,6 +257,7 @@ func bindFlags(root *cobra.Command, s *settings) {
 	lf.StringVar(&m.MosquittoPIDFile, "mosquitto-pid-file", "", "with --mosquitto-config-dir: Mosquitto's pid_file; the hub sends that process SIGHUP after rewriting the files")
 	lf.DurationVar(&s.AuditRetention, "audit-retention", store.DefaultAuditRetention, "how long the audit trail keeps entries (2160h: 90 days; the oldest go first; -1s: forever)")
 	lf.StringVar(&s.AuditMaxBytes, "audit-max-bytes", "100Mi", "size the audit trail may take in the store (100Mi, 1Gi; the oldest entries go first; -1: no bound)")
+	lf.DurationVar(&s.HistoryInterval, "history-interval", hub.DefaultHistoryInterval, "width of one sample of the dashboard's charts (devices online, each device's memory, disk and temperature); they keep 288 samples: 5m is 24 h")
 	lf.DurationVar(&m.ResyncInterval, "resync-interval", d.ResyncInterval, "how often the controller recomputes every device's desired state from the store")
 	b := &s.Backup
 	lf.StringVar(&b.Dir, "backup-dir", "", "write an encrypted backup of the hub (store, CA, keys) into this directory every --backup-every; empty: no scheduled backups")
@@ -294,6 +298,7 @@ func serveHub(cmd *cobra.Command, s settings) error {
 		BackupKey:         backupKey,
 		AuditRetention:    s.AuditRetention,
 		AuditMaxBytes:     auditBytes,
+		HistoryInterval:   s.HistoryInterval,
 		DataDir:           s.DataDir,
 		HTTPAddr:          orOff(s.HTTPAddr),
 		HTTPSAddr:         orOff(s.HTTPSAddr),

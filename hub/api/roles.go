@@ -42,6 +42,11 @@ var monitorReads = map[string]bool{
 	"/v1/dashboard/devices":         true,
 	"/v1/dashboard/stream":          true,
 	"/v1/deployments/{name}/status": true,
+
+	// The dashboard's charts (hub/history).
+	"/v1/dashboard/history/online":             true,
+	"/v1/dashboard/history/devices/{name}":     true,
+	"/v1/dashboard/history/deployments/{name}": true,
 }
 
 // adminOnlyReads are the routes only an admin may GET: password hashes,

@@ -299,7 +299,8 @@ func (b *builder) schema(t reflect.Type, nullable bool) (obj, error) {
 		}
 		return orNull(obj{"type": "object", "additionalProperties": v}, nullable), nil
 	case reflect.Slice, reflect.Array:
-		v, err := b.schema(t.Elem(), false)
+		// A nil element of a slice of pointers is encoded as null.
+		v, err := b.schema(t.Elem(), t.Elem().Kind() == reflect.Pointer)
 		if err != nil {
 			return nil, err
 		}

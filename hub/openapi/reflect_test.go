@@ -179,3 +179,35 @@ func TestSourceDocsFillWhatFieldDocLacks(t *testing.T) {
 		t.Error("a root without go.mod: no error")
 	}
 }
+
+// TestSliceOfPointersAdmitsNull: a nil element of a []*T is encoded as
+// null, so its items are nullable (the dashboard's history columns).
+func TestSliceOfPointersAdmitsNull(t *testing.T) {
+	type withGaps struct {
+		Values []*uint64 `json:"values"`
+		Counts []int32   `json:"counts"`
+	}
+	got, err := Schemas([]Root{root[withGaps]("WithGaps")}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]struct {
+		Properties map[string]struct {
+			Items map[string]any `json:"items"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	p := doc["WithGaps"].Properties
+	if p["values"].Items["nullable"] != true {
+		t.Errorf("items of a []*uint64: %v, want nullable", p["values"].Items)
+	}
+	if _, ok := p["counts"].Items["nullable"]; ok {
+		t.Errorf("items of a []int32: %v, want not nullable", p["counts"].Items)
+	}
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/fleetmq/fleet/hub/api"
 	"github.com/fleetmq/fleet/hub/dashboard"
+	"github.com/fleetmq/fleet/hub/history"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -60,5 +61,8 @@ func Roots() []Root {
 		root[dashboard.Session]("DashboardSession"),
 		root[dashboard.Summary]("DashboardSummary"),
 		root[dashboard.Page]("DashboardPage"),
+		root[history.Online]("DashboardHistoryOnline"),
+		root[history.Device]("DashboardHistoryDevice"),
+		root[history.Deployment]("DashboardHistoryDeployment"),
 	)
 }
