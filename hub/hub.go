@@ -18,6 +18,7 @@ import (
 	"github.com/fleetmq/fleet/hub/controller"
 	"github.com/fleetmq/fleet/hub/enrollment"
 	"github.com/fleetmq/fleet/hub/fleetmodel"
+	"github.com/fleetmq/fleet/hub/homeassistant"
 	"github.com/fleetmq/fleet/hub/ingest"
 	"github.com/fleetmq/fleet/hub/metrics"
 	"github.com/fleetmq/fleet/hub/pki"
@@ -76,6 +77,8 @@ type Hub struct {
 	mosq        *mosquittoSync // nil unless MosquittoConfigDir is set (mosquitto.go)
 	signer      *pki.Signer    // signs every published desired state
 	clientCA    *pki.ClientCA  // signs devices' client certificates; nil without
+
+	ha *homeassistant.Publisher // nil unless HomeAssistantDiscovery (homeassistant.go)
 }
 
 // Run runs a hub until ctx is done, then shuts it down cleanly.
@@ -310,6 +313,9 @@ func (h *Hub) newParts() (err error) {
 		},
 	})
 	if err != nil {
+		return err
+	}
+	if err := h.newHomeAssistant(); err != nil {
 		return err
 	}
 	return h.routes()

@@ -139,6 +139,10 @@ type Options struct {
 	// back to the OS after a burst; default DefaultMemoryTrimInterval,
 	// negative: never (the Go runtime's own pace).
 	MemoryTrimInterval time.Duration
+	// HomeAssistantDiscovery publishes Home Assistant MQTT discovery
+	// configs (retained, under homeassistant/) for every device
+	// (hub/homeassistant); default off.
+	HomeAssistantDiscovery bool
 }
 
 func (o *Options) setDefaults() {

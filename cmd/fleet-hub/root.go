@@ -37,6 +37,8 @@ type settings struct {
 	// AuditRetention and AuditMaxBytes bound the audit trail (hub.Options).
 	AuditRetention time.Duration
 	AuditMaxBytes  string
+	// HomeAssistantDiscovery is --homeassistant-discovery (hub.Options).
+	HomeAssistantDiscovery bool
 }
 
 // mqttSettings are the MQTT flags. The broker-* flags and topic-prefix are
@@ -147,6 +149,13 @@ no one can flush the trail. Entries are kept for --audit-retention (2160h)
 within --audit-max-bytes (100Mi), and form a hash chain that "fleet audit
 verify" checks.
 
+Home Assistant: with --homeassistant-discovery the hub publishes MQTT
+discovery configs (retained, under homeassistant/) for every device: online,
+pods running and desired, converged, restarts, memory, disk, and temperature
+and throttling where the device reports them. They read the devices' own
+status and online topics; a monitor credential is enough for Home Assistant.
+A deleted device's entities are removed.
+
 Every flag can also be set in the environment as FLEET_HUB_<FLAG> (for
 example FLEET_HUB_DATA_DIR) or in a YAML file given with --config, whose keys
 are the flag names (data-dir: /var/lib/fleet-hub). A flag wins over the
@@ -169,7 +178,10 @@ environment, which wins over the config file.`
   fleet-hub --broker tcp://127.0.0.1:1883
 
   # Settings from a file
-  fleet-hub --config /etc/fleet/hub.yaml`
+  fleet-hub --config /etc/fleet/hub.yaml
+
+  # Every device in Home Assistant (log Home Assistant in with: fleet monitor add ha)
+  fleet-hub --homeassistant-discovery`
 )
 
 func newRootCmd(getenv func(string) string, serve serveFunc) *cobra.Command {
@@ -230,6 +242,7 @@ func bindFlags(root *cobra.Command, s *settings) {
 	lf.DurationVar(&s.AuditRetention, "audit-retention", store.DefaultAuditRetention, "how long the audit trail keeps entries (2160h: 90 days; the oldest go first; -1s: forever)")
 	lf.StringVar(&s.AuditMaxBytes, "audit-max-bytes", "100Mi", "size the audit trail may take in the store (100Mi, 1Gi; the oldest entries go first; -1: no bound)")
 	lf.DurationVar(&m.ResyncInterval, "resync-interval", d.ResyncInterval, "how often the controller recomputes every device's desired state from the store")
+	lf.BoolVar(&s.HomeAssistantDiscovery, "homeassistant-discovery", false, "publish Home Assistant MQTT discovery configs (retained, under homeassistant/) for every device, read by a monitor credential; a deleted device's are cleared")
 	lf.DurationVar(&m.StaleAfter, "stale-after", d.StaleAfter, "0 (default): a device is online while its MQTT session is (its keepalive and last will keep the online topic true); a duration: a device not heard from for this long also counts as offline, for agents run with --status-heartbeat below it (e.g. --stale-after 3h with agents' --status-heartbeat 1h, against a broker that may lose last wills)")
 }
 
@@ -283,6 +296,8 @@ func serveHub(cmd *cobra.Command, s settings) error {
 		MosquittoPIDFile:   m.MosquittoPIDFile,
 		ResyncInterval:     m.ResyncInterval,
 		StaleAfter:         m.StaleAfter,
+
+		HomeAssistantDiscovery: s.HomeAssistantDiscovery,
 	})
 }
 

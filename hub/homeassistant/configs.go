@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/schema"
 )
 
-// DefaultPrefix is Home Assistant's default discovery prefix.
-const DefaultPrefix = "homeassistant"
+// DefaultPrefix is Home Assistant's default discovery prefix, the one
+// the broker's access policy lets a monitor read.
+const DefaultPrefix = broker.HomeAssistantPrefix
 
 // Manufacturer is the device block's manufacturer.
 const Manufacturer = "Fleet"
