@@ -45,16 +45,23 @@ type Publisher struct {
 	wake chan struct{}
 
 	mu sync.Mutex
-	// held is what the broker holds, as far as the publisher knows: what
-	// it published, and what it saw on the discovery topics.
-	held map[string][]byte
-	// cache: the configs last computed for a device, by name.
-	cache map[string]cached
+	// held is what the broker holds, as far as the publisher knows, by
+	// node_id and topic: what it published, and what it saw on the
+	// discovery topics.
+	held map[string]map[string][]byte
+	// nodes are the devices of the last pass, by node_id.
+	nodes map[string]*node
 }
 
-type cached struct {
+// node is one device's configs and whether the broker holds them.
+type node struct {
 	dev     Device
 	configs []Config
+	// clean: the broker holds exactly configs (checked by a pass that
+	// saw no change of held meanwhile); a pass skips clean nodes.
+	clean bool
+	// changes counts what observe saw of this node on the broker.
+	changes int
 }
 
 // NewPublisher checks the options and returns a Publisher; Run runs it.
@@ -70,7 +77,7 @@ func NewPublisher(opts PublisherOptions) (*Publisher, error) {
 	}
 	return &Publisher{
 		opts: opts, log: opts.Logger, wake: make(chan struct{}, 1),
-		held: map[string][]byte{}, cache: map[string]cached{},
+		held: map[string]map[string][]byte{}, nodes: map[string]*node{},
 	}, nil
 }
 
@@ -96,13 +103,29 @@ func (p *Publisher) observe(topic string, payload []byte) {
 	if len(payload) > 0 && !p.ours(payload) {
 		return
 	}
+	id := levels[len(levels)-3]
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if n := p.nodes[id]; n != nil {
+		n.changes++
+		n.clean = false
+	}
+	p.hold(id, topic, payload)
+}
+
+// hold records what the broker holds on topic (nil: nothing). p.mu held.
+func (p *Publisher) hold(id, topic string, payload []byte) {
 	if len(payload) == 0 {
-		delete(p.held, topic)
+		delete(p.held[id], topic)
+		if len(p.held[id]) == 0 {
+			delete(p.held, id)
+		}
 		return
 	}
-	p.held[topic] = bytes.Clone(payload)
+	if p.held[id] == nil {
+		p.held[id] = map[string][]byte{}
+	}
+	p.held[id][topic] = bytes.Clone(payload)
 }
 
 func (p *Publisher) ours(payload []byte) bool {
@@ -129,7 +152,10 @@ func (p *Publisher) Wake() {
 // lost its retained messages.
 func (p *Publisher) RepublishAll() {
 	p.mu.Lock()
-	p.held = map[string][]byte{}
+	p.held = map[string]map[string][]byte{}
+	for _, n := range p.nodes {
+		n.clean = false
+	}
 	p.mu.Unlock()
 	p.Wake()
 }
@@ -152,81 +178,106 @@ func (p *Publisher) Run(ctx context.Context) error {
 	}
 }
 
-// Sync makes one pass: it publishes every wanted config the broker does
-// not hold as wanted, and clears every held config no device wants.
+// Sync makes one pass: for every device whose configs changed or whose
+// topics changed on the broker, it publishes the configs the broker does
+// not hold as wanted and clears the ones no longer wanted; it clears every
+// config of a device that is gone.
 func (p *Publisher) Sync(ctx context.Context) error {
-	want := p.wanted()
+	devices := p.opts.Devices()
+	var work []put
+	checked := map[string]int{} // node_id -> changes when checked
 	p.mu.Lock()
-	var publish, clear []string
-	for topic, payload := range want {
-		if !bytes.Equal(p.held[topic], payload) {
-			publish = append(publish, topic)
+	seen := make(map[string]bool, len(devices))
+	for _, d := range devices {
+		id := NodeID(d.Name)
+		seen[id] = true
+		n := p.nodes[id]
+		if n == nil || !sameDevice(n.dev, d) {
+			configs, err := Configs(p.opts.Configs, d)
+			if err != nil {
+				p.log.Warn("home assistant discovery: device skipped", "device", d.Name, "err", err)
+				seen[id] = false
+				continue
+			}
+			if n == nil {
+				n = &node{}
+				p.nodes[id] = n
+			}
+			n.dev, n.configs, n.clean = d, configs, false
+		}
+		if n.clean {
+			continue
+		}
+		checked[id] = n.changes
+		work = append(work, p.diffLocked(id, n.configs)...)
+	}
+	for id := range p.held {
+		if !seen[id] {
+			work = append(work, p.diffLocked(id, nil)...) // a device gone
 		}
 	}
-	for topic := range p.held {
-		if _, ok := want[topic]; !ok {
-			clear = append(clear, topic)
+	for id := range p.nodes {
+		if !seen[id] {
+			delete(p.nodes, id)
 		}
 	}
 	p.mu.Unlock()
+
 	var errs []error
-	for _, topic := range publish {
-		errs = append(errs, p.put(ctx, topic, want[topic]))
+	failed := map[string]bool{}
+	for _, w := range work {
+		if err := p.put(ctx, w); err != nil {
+			errs = append(errs, err)
+			failed[w.node] = true
+		}
 	}
-	for _, topic := range clear {
-		errs = append(errs, p.put(ctx, topic, nil))
+	p.mu.Lock()
+	for id, changes := range checked {
+		if n := p.nodes[id]; n != nil && !failed[id] && n.changes == changes {
+			n.clean = true
+		}
 	}
-	if len(publish)+len(clear) > 0 {
-		p.log.Debug("home assistant discovery published", "configs", len(publish), "cleared", len(clear))
+	p.mu.Unlock()
+	if len(work) > 0 {
+		p.log.Debug("home assistant discovery published", "messages", len(work), "failed", len(errs))
 	}
 	return errors.Join(errs...)
 }
 
-// put publishes one retained config (nil: clears it) and records it.
-func (p *Publisher) put(ctx context.Context, topic string, payload []byte) error {
-	if err := p.opts.Conn.Publish(ctx, topic, payload, true); err != nil {
-		return fmt.Errorf("publish %s: %w", topic, err)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if payload == nil {
-		delete(p.held, topic)
-	} else {
-		p.held[topic] = payload
-	}
-	return nil
+// put is one retained message to publish: a config, or nil to clear one.
+type put struct {
+	node, topic string
+	payload     []byte
 }
 
-// wanted returns every config of the device set, by topic, reusing the
-// configs of a device that did not change.
-func (p *Publisher) wanted() map[string][]byte {
-	devices := p.opts.Devices()
-	want := make(map[string][]byte, len(devices)*len(entities))
-	seen := make(map[string]bool, len(devices))
+// diffLocked returns what makes the broker hold exactly configs for the
+// node. p.mu held.
+func (p *Publisher) diffLocked(id string, configs []Config) []put {
+	var out []put
+	want := make(map[string]bool, len(configs))
+	for _, c := range configs {
+		want[c.Topic] = true
+		if !bytes.Equal(p.held[id][c.Topic], c.Payload) {
+			out = append(out, put{node: id, topic: c.Topic, payload: c.Payload})
+		}
+	}
+	for topic := range p.held[id] {
+		if !want[topic] {
+			out = append(out, put{node: id, topic: topic})
+		}
+	}
+	return out
+}
+
+// put publishes one retained message and records it.
+func (p *Publisher) put(ctx context.Context, w put) error {
+	if err := p.opts.Conn.Publish(ctx, w.topic, w.payload, true); err != nil {
+		return fmt.Errorf("publish %s: %w", w.topic, err)
+	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, d := range devices {
-		seen[d.Name] = true
-		c, ok := p.cache[d.Name]
-		if !ok || !sameDevice(c.dev, d) {
-			configs, err := Configs(p.opts.Configs, d)
-			if err != nil {
-				p.log.Warn("home assistant discovery: device skipped", "device", d.Name, "err", err)
-				continue
-			}
-			c = cached{dev: d, configs: configs}
-			p.cache[d.Name] = c
-		}
-		for _, cfg := range c.configs {
-			want[cfg.Topic] = cfg.Payload
-		}
-	}
-	for name := range p.cache {
-		if !seen[name] {
-			delete(p.cache, name)
-		}
-	}
-	return want
+	p.hold(w.node, w.topic, w.payload)
+	p.mu.Unlock()
+	return nil
 }
 
 func sameDevice(a, b Device) bool {

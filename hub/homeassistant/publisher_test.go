@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -240,4 +241,48 @@ func TestNewPublisherNeedsConnAndDevices(t *testing.T) {
 	if _, err := homeassistant.NewPublisher(homeassistant.PublisherOptions{}); err == nil {
 		t.Fatal("no error without Conn and Devices")
 	}
+}
+
+// BenchmarkPublisherSteadyPass is one pass over 10,000 unchanged devices
+// (the cost of the 2 s poll on a large fleet); BenchmarkPublisherFirstPass
+// publishes all their configs.
+func BenchmarkPublisherSteadyPass(b *testing.B) {
+	p, _ := benchPublisher(b, 10000)
+	ctx := context.Background()
+	if err := p.Sync(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if err := p.Sync(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPublisherFirstPass(b *testing.B) {
+	ctx := context.Background()
+	for b.Loop() {
+		b.StopTimer()
+		p, _ := benchPublisher(b, 10000)
+		b.StartTimer()
+		if err := p.Sync(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchPublisher(b *testing.B, n int) (*homeassistant.Publisher, *fakeBroker) {
+	devs := make([]homeassistant.Device, n)
+	for i := range devs {
+		name := "pi-" + strconv.Itoa(i)
+		devs[i] = homeassistant.Device{Name: name, UID: "uid-" + name, AgentVersion: "v1", OS: "linux", Arch: "arm64",
+			Node: map[string]bool{"memoryAvailableBytes": true, "diskFreeBytes": true}}
+	}
+	fb := newFakeBroker()
+	p, err := homeassistant.NewPublisher(homeassistant.PublisherOptions{Conn: fb, Devices: func() []homeassistant.Device { return devs }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p, fb
 }
