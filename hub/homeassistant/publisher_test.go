@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fleetmq/fleet/hub/homeassistant"
 )
@@ -285,4 +286,66 @@ func benchPublisher(b *testing.B, n int) (*homeassistant.Publisher, *fakeBroker)
 		b.Fatal(err)
 	}
 	return p, fb
+}
+
+func TestPublisherRepairsAChangedConfig(t *testing.T) {
+	ctx := context.Background()
+	b := newFakeBroker()
+	p := newPublisher(t, b, &fakeDevices{list: []homeassistant.Device{{Name: "a", UID: "ua"}}})
+	if err := p.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	topic := b.topics("a")[0]
+	b.mu.Lock()
+	good := b.retained[topic]
+	b.mu.Unlock()
+	// Someone (another hub of an older release, an operator) overwrites
+	// one config, then another one clears one.
+	stale := []byte(strings.Replace(string(good), `"qos":1`, `"qos":0`, 1))
+	if err := b.Publish(ctx, topic, stale, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	got := b.retained[topic]
+	b.mu.Unlock()
+	if string(got) != string(good) {
+		t.Fatalf("overwritten config not repaired: %s", got)
+	}
+	if err := b.Publish(ctx, topic, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(b.topics("a")); n != 5 {
+		t.Fatalf("cleared config not republished: %d configs", n)
+	}
+}
+
+func TestPublisherRunWakes(t *testing.T) {
+	b := newFakeBroker()
+	devs := &fakeDevices{}
+	p, err := homeassistant.NewPublisher(homeassistant.PublisherOptions{Conn: b, Devices: devs.get, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	devs.set(homeassistant.Device{Name: "a", UID: "ua"})
+	deadline := time.Now().Add(10 * time.Second)
+	for len(b.topics("a")) != 5 {
+		if time.Now().After(deadline) {
+			t.Fatal("Wake did not bring a pass")
+		}
+		p.Wake() // the hourly tick never comes: only Wake makes passes
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
