@@ -31,6 +31,8 @@ const haPrefix = "homeassistant"
 //     published, to what the API says of the device.
 //   - No payload holds a token.
 //   - unique_ids are the same after a hub restart.
+//   - A stopped agent's last will (offline) is the availability payload
+//     that makes every entity of its device unavailable.
 //   - A device added later gets its configs; deleting a device clears
 //     every one of its configs (empty retained payloads), live and for a
 //     new subscriber.
@@ -98,6 +100,22 @@ func testHomeAssistant(t *testing.T, kind string) {
 	for _, dev := range gone {
 		ha.awaitCleared(dev)
 	}
+	// An agent that stops makes its entities unavailable: its last will
+	// on the online topic is every config's payload_not_available.
+	f.KillAgent(t, devs[0])
+	offline := topics.Device(devs[0], schema.TopicOnline)
+	ha.await(devs[0]+" offline", func() bool {
+		ha.mu.Lock()
+		defer ha.mu.Unlock()
+		return string(ha.latest[offline]) == schema.Offline
+	})
+	for _, c := range ha.configs(devs[0]) {
+		avail := c.Payload["availability"].([]any)[0].(map[string]any)
+		if avail["topic"] != offline || avail["payload_not_available"] != schema.Offline {
+			t.Errorf("%s: availability %v does not make it unavailable now", c.ObjectID, avail)
+		}
+	}
+
 	fresh := newHAView(t, f, monToken)
 	fresh.awaitConfigs(devs[0], want) // the retained set is there…
 	for _, dev := range gone {        // …without the deleted devices'

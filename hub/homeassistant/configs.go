@@ -158,11 +158,9 @@ var entities = []entity{
 	{component: "sensor", objectID: "temperature", name: "Temperature", needs: "temperatureCelsius",
 		template:    "{{ value_json.node.temperatureCelsius }}",
 		deviceClass: "temperature", stateClass: "measurement", unit: "°C", category: "diagnostic"},
-	{component: "binary_sensor", objectID: "throttled", name: "Throttled", needs: "throttled",
-		// A Raspberry Pi's get_throttled: "0x0" is never throttled.
-		template:  "{{ value_json.node.throttled != '0x0' }}",
-		payloadOn: renderedTrue, payloadOff: renderedFalse,
-		deviceClass: "problem", category: "diagnostic"},
+	{component: "sensor", objectID: "throttled", name: "Throttled", needs: "throttled", icon: "mdi:speedometer-slow",
+		// A Raspberry Pi's get_throttled value: "0x0" is never throttled.
+		template: "{{ value_json.node.throttled }}", category: "diagnostic"},
 }
 
 // Options of Configs; the zero value uses the defaults.

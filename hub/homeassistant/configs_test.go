@@ -94,7 +94,7 @@ func TestConfigsTemplatesRender(t *testing.T) {
 		"memory_available": "2500000000",
 		"disk_free":        "12000000000",
 		"temperature":      "48.3",
-		"throttled":        "True",
+		"throttled":        "0x50005",
 	}
 	for _, c := range configs {
 		hc, err := hatest.Check(homeassistant.DefaultPrefix, c.Topic, c.Payload)
