@@ -231,10 +231,42 @@ func uintString(n uint64) string {
 // haView is what a Home Assistant sees: the latest retained payload of
 // every discovery, status and online topic.
 type haView struct {
-	t      *testing.T
-	mu     sync.Mutex
-	latest map[string][]byte
-	wake   chan struct{}
+	t          *testing.T
+	cl         *mqttClient
+	subscribed map[string]bool
+	mu         sync.Mutex
+	latest     map[string][]byte
+	wake       chan struct{}
+}
+
+// subscribe makes one SUBSCRIBE, as Home Assistant makes one per topic
+// (at worst), and fails on a refusal.
+func (v *haView) subscribe(filter string, qos byte) {
+	v.t.Helper()
+	if v.subscribed[filter] {
+		return
+	}
+	tok := v.cl.c.Subscribe(filter, qos, nil)
+	if !tok.WaitTimeout(mqttWait) || tok.Error() != nil {
+		v.t.Fatalf("monitor subscribe %s: %v", filter, tok.Error())
+	}
+	if code := tok.(*paho.SubscribeToken).Result()[filter]; code > 2 {
+		v.t.Fatalf("monitor subscribe %s: refused (%#x)", filter, code)
+	}
+	v.subscribed[filter] = true
+}
+
+// follow subscribes to the state and availability topics of configs at
+// their qos, as Home Assistant does once it has read them.
+func (v *haView) follow(configs []hatest.Config) {
+	v.t.Helper()
+	for _, c := range configs {
+		qos, _ := c.Payload["qos"].(float64)
+		v.subscribe(c.String("state_topic"), byte(qos))
+		for _, a := range c.AvailabilityTopics() {
+			v.subscribe(a, byte(qos))
+		}
+	}
 }
 
 // newHAView connects with the monitor credential and subscribes as Home
@@ -254,20 +286,11 @@ func newHAView(t *testing.T, f *Fleet, token string) *haView {
 		}
 	}
 	cl.mu.Unlock()
-	// One SUBSCRIBE for the three filters: the embedded broker (mochi)
-	// shares packet identifiers between a client's SUBSCRIBE and the
-	// retained messages it is still sending that client, so a second
-	// SUBSCRIBE made while the configs flow in may get 0x91.
-	filters := map[string]byte{haPrefix + "/#": 1, topics.DeviceFilter(schema.TopicStatus): 1, topics.DeviceFilter(schema.TopicOnline): 1}
-	tok := cl.c.SubscribeMultiple(filters, nil)
-	if !tok.WaitTimeout(mqttWait) || tok.Error() != nil {
-		t.Fatalf("monitor subscribe: %v", tok.Error())
-	}
-	for filter, code := range tok.(*paho.SubscribeToken).Result() {
-		if code > 2 {
-			t.Fatalf("monitor subscribe %s: refused (%#x)", filter, code)
-		}
-	}
+	// As Home Assistant does: the discovery topics first, then each
+	// entity's state and availability topics as configs arrive (follow).
+	v.cl = cl
+	v.subscribed = map[string]bool{}
+	v.subscribe(haPrefix+"/#", 0)
 	return v
 }
 
@@ -320,6 +343,7 @@ func (v *haView) awaitConfigs(dev string, want []string) []hatest.Config {
 		}
 		return slices.Equal(ids, sorted)
 	})
+	v.follow(got)
 	return got
 }
 

@@ -85,7 +85,13 @@ type Payload struct {
 	UnitOfMeasurement string         `json:"unit_of_measurement,omitempty"`
 	EntityCategory    string         `json:"entity_category,omitempty"`
 	Icon              string         `json:"icon,omitempty"`
-	QoS               int            `json:"qos"`
+	// QoS of Home Assistant's subscription to the state topic; 0 (left
+	// out, Home Assistant's default): the retained state still arrives on
+	// subscribe, and the broker sends Home Assistant no QoS 1 deliveries,
+	// whose packet identifiers the embedded broker (mochi) shares with the
+	// client's own SUBSCRIBEs (one made while many are in flight can be
+	// refused with 0x91, identifier in use).
+	QoS int `json:"qos,omitempty"`
 }
 
 // PayloadDevice is a config's device block: every entity of one Fleet
@@ -229,7 +235,6 @@ func Configs(opts Options, d Device) ([]Config, error) {
 			PayloadOn:     e.payloadOn, PayloadOff: e.payloadOff,
 			DeviceClass: e.deviceClass, StateClass: e.stateClass,
 			UnitOfMeasurement: e.unit, EntityCategory: e.category, Icon: e.icon,
-			QoS: 1,
 		}
 		if e.online {
 			p.StateTopic = opts.Topics.Device(d.Name, schema.TopicOnline)

@@ -301,7 +301,7 @@ func TestPublisherRepairsAChangedConfig(t *testing.T) {
 	b.mu.Unlock()
 	// Someone (another hub of an older release, an operator) overwrites
 	// one config, then another one clears one.
-	stale := []byte(strings.Replace(string(good), `"qos":1`, `"qos":0`, 1))
+	stale := []byte(strings.Replace(string(good), `"name":`, `"qos":1,"name":`, 1))
 	if err := b.Publish(ctx, topic, stale, true); err != nil {
 		t.Fatal(err)
 	}
