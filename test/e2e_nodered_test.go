@@ -63,6 +63,10 @@ func TestE2ENodeRED(t *testing.T) {
 	awaitStaged(t, f, name, "v1 complete", func(r *schema.RolloutStatus) bool { return r.Phase == schema.RolloutComplete })
 	v2 := v1
 	v2.Image, v2.Args = f.ShellImage, []string{"echo", "v2", "exit", "1"}
+	// Healthy only after 30 s Ready: v2 crashes well within that, so
+	// the rollout fails instead of completing before the first crash.
+	v2.Strategy = stagedStrategy("0s")
+	v2.Strategy["staged"].(map[string]any)["minReadySeconds"] = 30
 	f.applyDeps(t, v2)
 	got = alerts.await(t, "RolloutFailed for "+name, func(a map[string]any) bool {
 		return a["alert"] == "RolloutFailed" && a["deployment"] == name
