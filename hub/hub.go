@@ -20,6 +20,7 @@ import (
 	"github.com/fleetmq/fleet/hub/enrollment"
 	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/hub/history"
+	"github.com/fleetmq/fleet/hub/homeassistant"
 	"github.com/fleetmq/fleet/hub/ingest"
 	"github.com/fleetmq/fleet/hub/metrics"
 	"github.com/fleetmq/fleet/hub/pki"
@@ -81,6 +82,8 @@ type Hub struct {
 	backups     *backup.Scheduler // scheduled backups; nil without --backup-dir (backups.go)
 
 	history *history.History // what the dashboard's charts show (routes.go)
+
+	ha *homeassistant.Publisher // nil unless HomeAssistantDiscovery (homeassistant.go)
 }
 
 // Run runs a hub until ctx is done, then shuts it down cleanly.
@@ -319,6 +322,9 @@ func (h *Hub) newParts() (err error) {
 		},
 	})
 	if err != nil {
+		return err
+	}
+	if err := h.newHomeAssistant(); err != nil {
 		return err
 	}
 	return h.routes()

@@ -159,6 +159,10 @@ type Options struct {
 	// charts (hub/history): they span 288 of them; default
 	// history.DefaultInterval (5 min: 24 h).
 	HistoryInterval time.Duration
+	// HomeAssistantDiscovery publishes Home Assistant MQTT discovery
+	// configs (retained, under homeassistant/) for every device
+	// (hub/homeassistant); default off.
+	HomeAssistantDiscovery bool
 }
 
 // DefaultBackupEvery is the interval of scheduled backups.

@@ -143,6 +143,9 @@ func (h *Hub) startExternal(r *runState) {
 	// After a reconnect the broker may have lost its retained
 	// messages (a restart without persistence): publish them all.
 	conn.OnConnect(h.ctrl.RepublishAll)
+	if h.ha != nil {
+		conn.OnConnect(h.ha.RepublishAll)
+	}
 }
 
 // startParts subscribes, calls listening, loads the controller and the
@@ -157,6 +160,11 @@ func (h *Hub) startParts(r *runState, conn broker.Conn, listening func()) error 
 	}
 	if err := h.remote.Subscribe(r.ctx); err != nil {
 		return err
+	}
+	if h.ha != nil {
+		if err := h.ha.Subscribe(r.ctx); err != nil {
+			return err
+		}
 	}
 	listening()
 	// The two loads read different keys; side by side they take the
@@ -194,6 +202,9 @@ func (h *Hub) startParts(r *runState, conn broker.Conn, listening func()) error 
 	})
 	// The charts' history, from the loaded model on (hub/history).
 	r.parts.Go(func() { _ = history.NewRecorder(h.history, h.model, 0).Run(r.ctx) })
+	if h.ha != nil {
+		r.parts.Go(func() { h.runHomeAssistant(r.ctx) })
+	}
 	return nil
 }
 

@@ -185,3 +185,34 @@ func TestAuditMaxBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestHomeAssistantDiscoverySources(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "hub.yaml")
+	if err := os.WriteFile(file, []byte("homeassistant-discovery: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		"default off":   {nil, nil, false},
+		"flag":          {[]string{"--homeassistant-discovery"}, nil, true},
+		"env":           {nil, map[string]string{"FLEET_HUB_HOMEASSISTANT_DISCOVERY": "true"}, true},
+		"config file":   {[]string{"--config", file}, nil, true},
+		"flag off wins": {[]string{"--config", file, "--homeassistant-discovery=false"}, nil, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, out, err := runRoot(t, tc.args, tc.env)
+			if err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if got.HomeAssistantDiscovery != tc.want {
+				t.Errorf("HomeAssistantDiscovery = %v, want %v", got.HomeAssistantDiscovery, tc.want)
+			}
+		})
+	}
+	if _, out, err := runRoot(t, []string{"--homeassistant-discovery=maybe"}, nil); err == nil || !strings.Contains(err.Error()+out, "homeassistant-discovery") {
+		t.Errorf("a bad value: %v %s", err, out)
+	}
+}

@@ -43,6 +43,8 @@ type settings struct {
 	// HistoryInterval is the width of one sample of the dashboard's
 	// charts (hub.Options).
 	HistoryInterval time.Duration
+	// HomeAssistantDiscovery is --homeassistant-discovery (hub.Options).
+	HomeAssistantDiscovery bool
 }
 
 // backupSettings are --backup-dir, --backup-every, --backup-keep and the
@@ -171,6 +173,13 @@ and fleet_hub_backup_failures_total are on /metrics; a failure is also in
 the audit trail. "fleet-hub backup --to FILE" takes one now, "fleet-hub
 restore --from FILE --data-dir DIR" creates a data directory from one.
 
+Home Assistant: with --homeassistant-discovery the hub publishes MQTT
+discovery configs (retained, under homeassistant/) for every device: online,
+pods running and desired, converged, restarts, memory, disk, and temperature
+and throttling where the device reports them. They read the devices' own
+status and online topics; a monitor credential is enough for Home Assistant.
+A deleted device's entities are removed.
+
 Every flag can also be set in the environment as FLEET_HUB_<FLAG> (for
 example FLEET_HUB_DATA_DIR) or in a YAML file given with --config, whose keys
 are the flag names (data-dir: /var/lib/fleet-hub). A flag wins over the
@@ -196,7 +205,10 @@ environment, which wins over the config file.`
   fleet-hub --backup-dir /backups --backup-every 1h --backup-keep 48 --backup-passphrase-file /root/backup.pass
 
   # Settings from a file
-  fleet-hub --config /etc/fleet/hub.yaml`
+  fleet-hub --config /etc/fleet/hub.yaml
+
+  # Every device in Home Assistant (log Home Assistant in with: fleet monitor add ha)
+  fleet-hub --homeassistant-discovery`
 )
 
 func newRootCmd(getenv func(string) string, serve serveFunc) *cobra.Command {
@@ -266,6 +278,7 @@ func bindFlags(root *cobra.Command, s *settings) {
 	lf.StringVar(&b.Key.PassphraseFile, "backup-passphrase-file", "", "file holding the passphrase of scheduled backups (default: $"+backup.EnvPassphrase+")")
 	lf.StringArrayVar(&b.Key.Recipients, "backup-recipient", nil, "encrypt scheduled backups to this age public key (age1…) instead of a passphrase (repeatable)")
 	lf.StringVar(&b.Key.RecipientFile, "backup-recipient-file", "", "file of age public keys, one a line, to encrypt scheduled backups to")
+	lf.BoolVar(&s.HomeAssistantDiscovery, "homeassistant-discovery", false, "publish Home Assistant MQTT discovery configs (retained, under homeassistant/) for every device, read by a monitor credential; a deleted device's are cleared")
 	lf.DurationVar(&m.StaleAfter, "stale-after", d.StaleAfter, "0 (default): a device is online while its MQTT session is (its keepalive and last will keep the online topic true); a duration: a device not heard from for this long also counts as offline, for agents run with --status-heartbeat below it (e.g. --stale-after 3h with agents' --status-heartbeat 1h, against a broker that may lose last wills)")
 }
 
@@ -330,6 +343,8 @@ func serveHub(cmd *cobra.Command, s settings) error {
 		MosquittoPIDFile:   m.MosquittoPIDFile,
 		ResyncInterval:     m.ResyncInterval,
 		StaleAfter:         m.StaleAfter,
+
+		HomeAssistantDiscovery: s.HomeAssistantDiscovery,
 	})
 }
 
