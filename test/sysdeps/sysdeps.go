@@ -51,6 +51,7 @@ var Tools = []Tool{
 	{Name: "systemd-analyze", Package: "systemd", For: "checking the agent's systemd unit"},
 	{Name: "chromium", Package: "chromium", For: "the dashboard's browser tests (driven by chromedp)"},
 	{Name: "busybox", Package: "busybox-static", For: "the test image with a shell (fleet exec tests)"},
+	{Name: "etcd", Package: "etcd-server", Dirs: sbin, For: "the store conformance suite on a real 3-member etcd cluster"},
 }
 
 var sbin = []string{"/usr/sbin", "/usr/local/sbin", "/sbin"}
