@@ -1,5 +1,5 @@
 // Package store is the hub's durable state: a Badger database with sync
-// writes, a store-wide revision counter, Fleet objects (Devices,
+// writes (or, for several hubs, an etcd cluster: engine.go), a store-wide revision counter, Fleet objects (Devices,
 // Deployments, ConfigMaps, Secrets) with Kubernetes-style metadata, hashed
 // device and operator tokens, and an in-process change feed (Watch).
 //
@@ -14,6 +14,8 @@
 //	v1/meta/revision           uint64, big-endian: bumped inside every write transaction
 //	v1/meta/store-id           random UUID created on first open (DesiredState.Store)
 //	v1/meta/secret-key-id      ID of the key in Options.SecretKeyFile that seals Secrets
+//	v1/meta/commit-id          etcd only: random ID of the last commit, so a commit whose
+//	                           answer was lost (leader change) is found applied or not
 //	v1/objects/{resource}/{n}  object JSON; resource is "devices", "deployments",
 //	                           "configmaps" or "secrets" (a Secret: its public form
 //	                           with "keys", and "encrypted": its values sealed, see

@@ -394,17 +394,63 @@ func (t *etcdTxn) commit(ctx context.Context) (uint64, error) {
 			ops = append(ops, clientv3.OpDelete(t.e.prefix+k))
 		}
 	}
+	id, err := newUUID()
+	if err != nil {
+		return 0, err
+	}
+	ops = append(ops, clientv3.OpPut(t.e.prefix+keyCommitID, id))
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.e.timeout)
 	defer cancel()
 	resp, err := t.e.cli.Txn(cctx).If(t.compares()...).Then(ops...).Commit()
 	if err != nil {
-		return 0, fmt.Errorf("etcd commit of %d keys: %w", len(ops), etcdErr(err))
+		if definite(err) {
+			return 0, fmt.Errorf("etcd commit of %d keys: %w", len(ops), etcdErr(err))
+		}
+		// Sent, outcome unknown (a leader change, a timeout): find out.
+		rev, rerr := t.e.resolve(cctx, id)
+		if rerr != nil {
+			return 0, fmt.Errorf("etcd commit of %d keys: outcome unknown: %w (resolving it: %w)", len(ops), err, rerr)
+		}
+		if rev == 0 {
+			return 0, fmt.Errorf("%w: etcd commit not applied: %w", errTxnConflict, err)
+		}
+		return rev, nil
 	}
 	if !resp.Succeeded {
 		return 0, errTxnConflict
 	}
 	t.order, t.writes = nil, nil
 	return uint64(resp.Header.Revision), nil
+}
+
+// resolve tells whether the commit that wrote id to keyCommitID applied:
+// its etcd revision, or 0 if another commit (or none) is the last. Every
+// commit writes keyCommitID, and a commit that did not apply cannot apply
+// later, so a linearizable read of it settles the question.
+func (e *etcdEngine) resolve(ctx context.Context, id string) (uint64, error) {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := e.cli.Get(rctx, e.prefix+keyCommitID)
+		cancel()
+		if err == nil {
+			if len(resp.Kvs) > 0 && string(resp.Kvs[0].Value) == id {
+				return uint64(resp.Kvs[0].ModRevision), nil
+			}
+			return 0, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%w: %w", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// definite reports whether etcd refused a request outright (it was not
+// applied): a limit or a bad request, not a timeout or a lost leader.
+func definite(err error) bool {
+	return errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge) ||
+		errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, rpctypes.ErrKeyNotFound)
 }
 
 func (t *etcdTxn) discard() {}
