@@ -170,13 +170,16 @@ func (s *Store) load(opts Options) error {
 	if err != nil {
 		return err
 	}
+	if pinned != "" && pinned != s.id {
+		return pinFleetID(idFile, pinned, s.id, opts.Etcd.Prefix)
+	}
+	if err := s.openSecretKey(opts.SecretKeyFile); err != nil {
+		return err
+	}
 	if opts.Etcd != nil {
 		if err := pinFleetID(idFile, pinned, s.id, opts.Etcd.Prefix); err != nil {
 			return err
 		}
-	}
-	if err := s.openSecretKey(opts.SecretKeyFile); err != nil {
-		return err
 	}
 	s.maxRev.Store(rev)
 	s.feed = newFeed(rev, opts.WatchRing, opts.WatchQueue)
@@ -261,7 +264,7 @@ func (s *Store) openSecretKey(path string) error {
 	key, err := loadSecretKey(path, recorded == "", s.log)
 	if err != nil {
 		if recorded != "" {
-			return fmt.Errorf("open store: the store's Secrets are encrypted with key %s, kept in %s: restore that file: %w", recorded, path, err)
+			return fmt.Errorf("open store: the store's Secrets are encrypted with key %s, kept in %s: restore that file (or, for another hub of the fleet, copy it from the first hub): %w", recorded, path, err)
 		}
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -283,7 +286,7 @@ func (s *Store) openSecretKey(path string) error {
 			return fmt.Errorf("open store: record secret key id: %w", err)
 		}
 	default:
-		return fmt.Errorf("open store: %s holds key %s, but the store's Secrets are encrypted with key %s: restore its file: %w", path, key.id, recorded, ErrSecretKey)
+		return fmt.Errorf("open store: %s holds key %s, but the store's Secrets are encrypted with key %s: restore its file (every hub of a fleet needs the same one): %w", path, key.id, recorded, ErrSecretKey)
 	}
 	s.secretKey = key
 	return nil
