@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -103,11 +102,11 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(store.Options{
-		Dir: filepath.Join(opts.DataDir, "store"), Logger: log.With("component", "store"),
-		PasswordHash:   broker.MosquittoPasswordHash,
-		AuditRetention: opts.AuditRetention, AuditMaxBytes: opts.AuditMaxBytes,
-	})
+	so, err := opts.storeOptions(log.With("component", "store"))
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(so)
 	if err != nil {
 		return nil, err
 	}

@@ -37,6 +37,13 @@ type settings struct {
 	// AuditRetention and AuditMaxBytes bound the audit trail (hub.Options).
 	AuditRetention time.Duration
 	AuditMaxBytes  string
+	// Store, EtcdPrefix, EtcdCACert, EtcdCert, EtcdKey: where the state
+	// lives (hub.Options.Store…).
+	Store      string
+	EtcdPrefix string
+	EtcdCACert string
+	EtcdCert   string
+	EtcdKey    string
 }
 
 // mqttSettings are the MQTT flags. The broker-* flags and topic-prefix are
@@ -147,6 +154,17 @@ no one can flush the trail. Entries are kept for --audit-retention (2160h)
 within --audit-max-bytes (100Mi), and form a hash chain that "fleet audit
 verify" checks.
 
+Store: by default the state is in Badger in <data-dir>/store (--store
+badger). With --store etcd://h1:2379,h2:2379,h3:2379 it lives in an etcd
+cluster instead, under --etcd-prefix (/fleet/: one cluster can hold several
+fleets), over TLS with --etcd-cacert and a client certificate --etcd-cert,
+--etcd-key. A write the API acknowledges is then committed to a quorum of
+the members. The keys stay files in <data-dir>: secrets.key (it encrypts
+Secrets in the store), ca.crt and ca.key, signing.key; every hub of a fleet
+needs the same ones, copied from the first hub. A hub remembers its fleet
+(<data-dir>/fleet-id) and refuses an etcd prefix holding another fleet, or a
+store whose Secrets another key encrypted. See README "Running several hubs".
+
 Every flag can also be set in the environment as FLEET_HUB_<FLAG> (for
 example FLEET_HUB_DATA_DIR) or in a YAML file given with --config, whose keys
 are the flag names (data-dir: /var/lib/fleet-hub). A flag wins over the
@@ -167,6 +185,10 @@ environment, which wins over the config file.`
   # Use an external Mosquitto instead of the embedded broker
   fleet-hub mosquitto-config --out /etc/mosquitto/fleet
   fleet-hub --broker tcp://127.0.0.1:1883
+
+  # Keep the state in a 3-member etcd cluster, over TLS with a client certificate
+  fleet-hub --store etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 --etcd-prefix /fleet/prod/ \
+    --etcd-cacert /etc/fleet/etcd-ca.crt --etcd-cert /etc/fleet/hub-etcd.crt --etcd-key /etc/fleet/hub-etcd.key
 
   # Settings from a file
   fleet-hub --config /etc/fleet/hub.yaml`
@@ -229,6 +251,11 @@ func bindFlags(root *cobra.Command, s *settings) {
 	lf.StringVar(&m.MosquittoPIDFile, "mosquitto-pid-file", "", "with --mosquitto-config-dir: Mosquitto's pid_file; the hub sends that process SIGHUP after rewriting the files")
 	lf.DurationVar(&s.AuditRetention, "audit-retention", store.DefaultAuditRetention, "how long the audit trail keeps entries (2160h: 90 days; the oldest go first; -1s: forever)")
 	lf.StringVar(&s.AuditMaxBytes, "audit-max-bytes", "100Mi", "size the audit trail may take in the store (100Mi, 1Gi; the oldest entries go first; -1: no bound)")
+	lf.StringVar(&s.Store, "store", "badger", "where the state lives: badger (in <data-dir>/store) or etcd://HOST:PORT[,HOST:PORT…] (an etcd cluster)")
+	lf.StringVar(&s.EtcdPrefix, "etcd-prefix", "", "with --store etcd://…: prefix of this fleet's keys, so one cluster holds several fleets (default "+store.DefaultEtcdPrefix+")")
+	lf.StringVar(&s.EtcdCACert, "etcd-cacert", "", "with --store etcd://…: PEM CA of the etcd members' certificates (turns TLS on)")
+	lf.StringVar(&s.EtcdCert, "etcd-cert", "", "with --store etcd://…: PEM client certificate the hub presents to etcd (with --etcd-key)")
+	lf.StringVar(&s.EtcdKey, "etcd-key", "", "with --store etcd://…: PEM private key of --etcd-cert")
 	lf.DurationVar(&m.ResyncInterval, "resync-interval", d.ResyncInterval, "how often the controller recomputes every device's desired state from the store")
 	lf.DurationVar(&m.StaleAfter, "stale-after", d.StaleAfter, "0 (default): a device is online while its MQTT session is (its keepalive and last will keep the online topic true); a duration: a device not heard from for this long also counts as offline, for agents run with --status-heartbeat below it (e.g. --stale-after 3h with agents' --status-heartbeat 1h, against a broker that may lose last wills)")
 }
@@ -283,6 +310,11 @@ func serveHub(cmd *cobra.Command, s settings) error {
 		MosquittoPIDFile:   m.MosquittoPIDFile,
 		ResyncInterval:     m.ResyncInterval,
 		StaleAfter:         m.StaleAfter,
+		Store:              s.Store,
+		EtcdPrefix:         s.EtcdPrefix,
+		EtcdCACertFile:     s.EtcdCACert,
+		EtcdCertFile:       s.EtcdCert,
+		EtcdKeyFile:        s.EtcdKey,
 	})
 }
 
