@@ -119,6 +119,11 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 			err = errors.Join(err, st.Close())
 		}
 	}()
+	if so.Etcd != nil && keys.tls != nil && keys.tls.OwnCA() {
+		if err = checkFleetCA(ctx, st, keys.tls.CAHash()); err != nil {
+			return nil, err
+		}
+	}
 	info := Info{AdminConfig: adminconf.Path(opts.DataDir), StoreID: st.ID()}
 	ln, tlsLn, err := listenAPI(opts, &info, &closers)
 	if err != nil {

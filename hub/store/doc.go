@@ -41,6 +41,8 @@
 //	                           size (Options.AuditRetention, AuditMaxBytes); appends do
 //	                           not bump the revision (audit.go)
 //	v1/auditanchor             seq and hash of the last pruned audit entry (auditchain.go)
+//	v1/fleet-ca                with etcd: hash of the CA every hub of the fleet presents
+//	                           (hub/fleetca.go)
 //
 // Every write goes through a Txn (Store.Write): the revision is bumped once
 // per committed transaction that changed anything, and object events carry
