@@ -193,24 +193,40 @@ type etcdTxn struct {
 	order  []string
 }
 
+// readOpts are the options of a read: the first is linearizable (a
+// quorum confirms the revision), later ones read that revision from any
+// member that has applied it (serializable: no quorum round).
 func (t *etcdTxn) readOpts(extra ...clientv3.OpOption) []clientv3.OpOption {
 	if t.rev > 0 {
-		extra = append(extra, clientv3.WithRev(t.rev))
+		extra = append(extra, clientv3.WithRev(t.rev), clientv3.WithSerializable())
 	}
 	return extra
+}
+
+// rangeAt reads key (with opts) at the transaction's revision; a member
+// that has not applied that revision yet is asked again, linearizably.
+func (t *etcdTxn) rangeAt(key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	ctx, cancel := context.WithTimeout(t.ctx, t.e.timeout)
+	defer cancel()
+	resp, err := t.e.cli.Get(ctx, key, t.readOpts(opts...)...)
+	if errors.Is(err, rpctypes.ErrFutureRev) {
+		resp, err = t.e.cli.Get(ctx, key, append(opts, clientv3.WithRev(t.rev))...)
+	}
+	if err != nil {
+		return nil, etcdErr(err)
+	}
+	t.noteRev(resp.Header.Revision)
+	return resp, nil
 }
 
 func (t *etcdTxn) get(key string) ([]byte, bool, error) {
 	if v, ok := t.writes[key]; ok {
 		return slices.Clone(v), v != nil, nil
 	}
-	ctx, cancel := context.WithTimeout(t.ctx, t.e.timeout)
-	defer cancel()
-	resp, err := t.e.cli.Get(ctx, t.e.prefix+key, t.readOpts()...)
+	resp, err := t.rangeAt(t.e.prefix + key)
 	if err != nil {
-		return nil, false, etcdErr(err)
+		return nil, false, err
 	}
-	t.noteRev(resp.Header.Revision)
 	var mod int64
 	var val []byte
 	if len(resp.Kvs) > 0 {
@@ -258,14 +274,11 @@ func (t *etcdTxn) scanPages(prefix string, reverse bool, fn func(key string, val
 		order = clientv3.SortDescend
 	}
 	for {
-		ctx, cancel := context.WithTimeout(t.ctx, t.e.timeout)
-		resp, err := t.e.cli.Get(ctx, from, t.readOpts(clientv3.WithRange(end), clientv3.WithLimit(etcdPageSize),
-			clientv3.WithSort(clientv3.SortByKey, order))...)
-		cancel()
+		resp, err := t.rangeAt(from, clientv3.WithRange(end), clientv3.WithLimit(etcdPageSize),
+			clientv3.WithSort(clientv3.SortByKey, order))
 		if err != nil {
-			return etcdErr(err)
+			return err
 		}
-		t.noteRev(resp.Header.Revision)
 		for _, kv := range resp.Kvs {
 			if err := fn(strings.TrimPrefix(string(kv.Key), t.e.prefix), kv.Value); err != nil {
 				return err
