@@ -123,9 +123,17 @@ func copyFile(t *testing.T, from, to string) {
 	}
 }
 
-// runHubExpectingFailure runs fleet-hub with args and returns its output;
-// it must exit non-zero within a minute.
+// runHubExpectingFailure runs the hub (serving) on dataDir with args and
+// returns its output; it must exit non-zero within a minute.
 func runHubExpectingFailure(t *testing.T, dataDir string, args ...string) string {
+	t.Helper()
+	return runHubFails(t, dataDir+".home", append([]string{"--data-dir", dataDir, "--http-addr", "127.0.0.1:0", "--mqtt-addr", "127.0.0.1:0",
+		"--https-addr", "127.0.0.1:0", "--mqtts-addr", "127.0.0.1:0"}, args...)...)
+}
+
+// runHubFails runs fleet-hub with args; it must exit non-zero within a
+// minute. It returns the output.
+func runHubFails(t *testing.T, home string, args ...string) string {
 	t.Helper()
 	bin, err := BuildBinary("fleet-hub")
 	if err != nil {
@@ -133,10 +141,8 @@ func runHubExpectingFailure(t *testing.T, dataDir string, args ...string) string
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	args = append([]string{"--data-dir", dataDir, "--http-addr", "127.0.0.1:0", "--mqtt-addr", "127.0.0.1:0",
-		"--https-addr", "127.0.0.1:0", "--mqtts-addr", "127.0.0.1:0"}, args...)
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = cleanEnv(dataDir + ".home")
+	cmd.Env = cleanEnv(home)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
@@ -168,4 +174,83 @@ func TestE2EEtcdStoreBadInput(t *testing.T) {
 	if out := runHubExpectingFailure(t, a.DataDir, etcdArgs(c, "/fleet/b/")...); !strings.Contains(out, "belongs to fleet") || !strings.Contains(out, "/fleet/b/") {
 		t.Errorf("hub of fleet a on fleet b's prefix: %s", out)
 	}
+}
+
+// runHub runs a fleet-hub command to its end and returns its output; it
+// must succeed.
+func runHub(t *testing.T, args ...string) string {
+	t.Helper()
+	bin, err := BuildBinary("fleet-hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = cleanEnv(t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("fleet-hub %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestE2EEtcdMigrate: fleet-hub migrate moves a hub's store from Badger to
+// etcd and back; the hubs on each copy serve the same objects, with the
+// same resourceVersions, uids and generations (tokens, Secrets and the
+// audit trail: TestMigrateRoundTrip in hub/store/storetest).
+func TestE2EEtcdMigrate(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{TLS: true})
+	h := StartHub(t, HubOptions{})
+	if code, body := h.Do(t, http.MethodPost, "/v1/apply", []byte(webYAML("web", "nginx:1", map[string]string{"site": "a"})+"---\n"+deviceYAML("pi-1", map[string]string{"site": "a"}))); code != http.StatusOK {
+		t.Fatalf("apply: %d %s", code, body)
+	}
+	code, body := h.Do(t, http.MethodPost, "/v1/devices/pi-1/token", nil)
+	if code != http.StatusOK && code != http.StatusCreated {
+		t.Fatalf("issue token: %d %s", code, body)
+	}
+	want := map[string]schema.ObjectMeta{}
+	for _, p := range []string{"/v1/deployments/web", "/v1/devices/pi-1"} {
+		_, want[p] = getMeta(t, h, p)
+	}
+	if err := h.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, h *Hub) {
+		t.Helper()
+		for p, w := range want {
+			code, got := getMeta(t, h, p)
+			if code != http.StatusOK || got.ResourceVersion != w.ResourceVersion || got.UID != w.UID || got.Generation != w.Generation {
+				t.Fatalf("%s: GET %s: %d %+v, want %+v", what, p, code, got, w)
+			}
+		}
+	}
+
+	ca, crt, key := c.CertFiles()
+	tlsFlags := []string{"--etcd-prefix", "/fleet/migrated/", "--etcd-cacert", ca, "--etcd-cert", crt, "--etcd-key", key}
+	etcdURL := "etcd://" + strings.Join(c.HostPorts(), ",")
+	out := runHub(t, append([]string{"migrate", "--from", "badger:" + h.DataDir, "--to", etcdURL}, tlsFlags...)...)
+	t.Logf("%s", out)
+	if !strings.Contains(out, "copy checked") {
+		t.Fatalf("migrate output: %s", out)
+	}
+	onEtcd := StartHub(t, HubOptions{DataDir: h.DataDir, Args: etcdArgs(c, "/fleet/migrated/")})
+	check("on etcd", onEtcd)
+	if err := onEtcd.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if out := runHubFails(t, t.TempDir(), append([]string{"migrate", "--from", "badger:" + h.DataDir, "--to", etcdURL}, tlsFlags...)...); !strings.Contains(out, "not empty") {
+		t.Errorf("migrate into a used prefix: %s", out)
+	}
+
+	back := filepath.Join(t.TempDir(), "fleet-data")
+	out = runHub(t, append([]string{"migrate", "--from", etcdURL, "--to", "badger:" + back}, tlsFlags...)...)
+	if !strings.Contains(out, "copy checked") {
+		t.Fatalf("migrate back: %s", out)
+	}
+	for _, f := range []string{store.SecretKeyFileName, pki.CACertName, pki.CAKeyName, pki.SigningKeyName, "admin.conf"} {
+		copyFile(t, filepath.Join(h.DataDir, f), filepath.Join(back, f))
+	}
+	onBadger := StartHub(t, HubOptions{DataDir: back})
+	check("back on badger", onBadger)
 }

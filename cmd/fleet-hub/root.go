@@ -215,7 +215,7 @@ func newRootCmd(getenv func(string) string, serve serveFunc) *cobra.Command {
 		return fmt.Errorf("%w (see fleet-hub --help)", err)
 	})
 	bindFlags(root, &s)
-	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s), newMosquittoConfigCmd(&s), newRotateSigningKeyCmd(&s))
+	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s), newMosquittoConfigCmd(&s), newRotateSigningKeyCmd(&s), newMigrateCmd())
 	return root
 }
 
