@@ -33,7 +33,7 @@ type Backend struct {
 	AtRest []string
 	// Disrupt, if set, kills part of the engine while the store is in use
 	// (an etcd member, with SIGKILL) and returns a function that brings it
-	// back.
+	// back. It is called more than once in a test.
 	Disrupt func(t *testing.T) (restore func())
 }
 
@@ -657,11 +657,14 @@ func testDisruption(t *testing.T, b Backend) {
 		}
 	}
 	waitFor(30)
-	restore := b.Disrupt(t)
-	at := count()
-	waitFor(at + 50)
-	restore()
-	waitFor(count() + 20)
+	// Twice: Disrupt may take a different part each time (etcd: a
+	// follower, then the leader).
+	for range 2 {
+		restore := b.Disrupt(t)
+		waitFor(count() + 50)
+		restore()
+		waitFor(count() + 20)
+	}
 	close(stop)
 	<-done
 	mu.Lock()

@@ -40,6 +40,7 @@ func TestConformanceEtcd(t *testing.T) {
 // on prefix of cluster c.
 func etcdBackend(t *testing.T, c *etcdtest.Cluster, prefix string, tweak func(*store.EtcdOptions)) Backend {
 	hubDir := t.TempDir()
+	disruptions := 0
 	var dirs []string
 	for _, m := range c.Members {
 		dirs = append(dirs, m.DataDir)
@@ -59,6 +60,7 @@ func etcdBackend(t *testing.T, c *etcdtest.Cluster, prefix string, tweak func(*s
 			return store.Open(opts)
 		},
 		AtRest: dirs,
+		// A follower first, then the raft leader.
 		Disrupt: func(t *testing.T) func() {
 			cli := c.Client(t)
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -67,8 +69,12 @@ func etcdBackend(t *testing.T, c *etcdtest.Cluster, prefix string, tweak func(*s
 			if err != nil {
 				t.Fatal(err)
 			}
-			m := c.Members[lead]
-			t.Logf("kill -9 of etcd leader %s", m.Name)
+			victim, role := lead, "leader"
+			if disruptions++; disruptions%2 == 1 {
+				victim, role = (lead+1)%len(c.Members), "follower"
+			}
+			m := c.Members[victim]
+			t.Logf("kill -9 of etcd %s %s", role, m.Name)
 			m.Kill()
 			return func() { c.Restart(t, m) }
 		},
