@@ -14,8 +14,9 @@
 //	v1/meta/revision           uint64, big-endian: bumped inside every write transaction
 //	v1/meta/store-id           random UUID created on first open (DesiredState.Store)
 //	v1/meta/secret-key-id      ID of the key in Options.SecretKeyFile that seals Secrets
-//	v1/meta/commit-id          etcd only: random ID of the last commit, so a commit whose
-//	                           answer was lost (leader change) is found applied or not
+//	v1/meta/commit-id          etcd only: random ID of the last commit (or a fence), so a
+//	                           commit whose answer was lost (leader change) is found
+//	                           applied, or fenced off for good
 //	v1/objects/{resource}/{n}  object JSON; resource is "devices", "deployments",
 //	                           "configmaps" or "secrets" (a Secret: its public form
 //	                           with "keys", and "encrypted": its values sealed, see

@@ -367,7 +367,9 @@ func (t *etcdTxn) buffer(key string, val []byte) {
 // after the snapshot. Past etcdMaxCompares, the store revision key (every
 // store write changes it) and the prefixes are kept.
 func (t *etcdTxn) compares() []clientv3.Cmp {
-	var cmps []clientv3.Cmp
+	// No commit since the snapshot: every commit writes keyCommitID, and
+	// resolve fences a commit whose answer was lost by writing it too.
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(t.e.prefix+keyCommitID), "<", t.rev+1)}
 	if mod, ok := t.reads[keyRevision]; ok {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(t.e.prefix+keyRevision), "=", mod))
 	}
@@ -407,6 +409,12 @@ func (t *etcdTxn) commit(ctx context.Context) (uint64, error) {
 			ops = append(ops, clientv3.OpDelete(t.e.prefix+k))
 		}
 	}
+	if t.rev == 0 {
+		// A blind write: take a snapshot revision for the fence compare.
+		if _, err := t.rangeAt(t.e.prefix + keyCommitID); err != nil {
+			return 0, err
+		}
+	}
 	id, err := newUUID()
 	if err != nil {
 		return 0, err
@@ -419,8 +427,11 @@ func (t *etcdTxn) commit(ctx context.Context) (uint64, error) {
 		if definite(err) {
 			return 0, fmt.Errorf("etcd commit of %d keys: %w", len(ops), etcdErr(err))
 		}
-		// Sent, outcome unknown (a leader change, a timeout): find out.
-		rev, rerr := t.e.resolve(cctx, id)
+		// Sent, outcome unknown (a leader change, a timeout): find out,
+		// with a fresh deadline (cctx may be what ran out).
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 3*t.e.timeout)
+		defer rcancel()
+		rev, rerr := t.e.resolve(rctx, id)
 		if rerr != nil {
 			return 0, fmt.Errorf("etcd commit of %d keys: outcome unknown: %w (resolving it: %w)", len(ops), err, rerr)
 		}
@@ -436,20 +447,30 @@ func (t *etcdTxn) commit(ctx context.Context) (uint64, error) {
 	return uint64(resp.Header.Revision), nil
 }
 
-// resolve tells whether the commit that wrote id to keyCommitID applied:
-// its etcd revision, or 0 if another commit (or none) is the last. Every
-// commit writes keyCommitID, and a commit that did not apply cannot apply
-// later, so a linearizable read of it settles the question.
+// resolve settles a commit whose answer was lost: if keyCommitID holds
+// its id, it applied (its etcd revision is returned); otherwise resolve
+// writes a fence to keyCommitID, so the lost commit, should it still be on
+// its way, fails its compare and never applies, and returns 0. Either way
+// the outcome is final.
 func (e *etcdEngine) resolve(ctx context.Context, id string) (uint64, error) {
+	key := e.prefix + keyCommitID
 	for {
+		fence, err := newUUID()
+		if err != nil {
+			return 0, err
+		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		resp, err := e.cli.Get(rctx, e.prefix+keyCommitID)
+		resp, err := e.cli.Txn(rctx).If(clientv3.Compare(clientv3.Value(key), "=", id)).
+			Then(clientv3.OpGet(key)).Else(clientv3.OpPut(key, "fence-"+fence)).Commit()
 		cancel()
 		if err == nil {
-			if len(resp.Kvs) > 0 && string(resp.Kvs[0].Value) == id {
-				return uint64(resp.Kvs[0].ModRevision), nil
+			if !resp.Succeeded {
+				return 0, nil
 			}
-			return 0, nil
+			if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+				return uint64(kvs[0].ModRevision), nil
+			}
+			return uint64(resp.Header.Revision), nil
 		}
 		select {
 		case <-ctx.Done():

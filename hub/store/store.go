@@ -130,6 +130,9 @@ func Open(opts Options) (*Store, error) {
 	var eng engine
 	var err error
 	if opts.Etcd != nil {
+		if opts.SecretKeyFile == "" {
+			return nil, errors.New("open store: etcd: give Dir (the hub's data dir/store) or SecretKeyFile: the key that seals Secrets is a file of each hub")
+		}
 		eng, err = openEtcd(*opts.Etcd, opts.Logger)
 	} else {
 		if opts.Dir == "" {
