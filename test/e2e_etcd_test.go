@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -253,4 +255,34 @@ func TestE2EEtcdMigrate(t *testing.T) {
 	}
 	onBadger := StartHub(t, HubOptions{DataDir: back})
 	check("back on badger", onBadger)
+}
+
+// TestE2EEtcdApplyLatency measures (and reports, never asserts) the
+// latency of `POST /v1/apply` changing a Deployment on a real hub with
+// its store on Badger and on a real 3-member etcd cluster over TLS.
+func TestE2EEtcdApplyLatency(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{TLS: true})
+	const n = 300
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{{"badger", nil}, {"etcd", etcdArgs(c, "/fleet/latency/")}} {
+		h := StartHub(t, HubOptions{Args: tc.args})
+		lat := make([]time.Duration, 0, n)
+		for i := range n {
+			body := []byte(webYAML(fmt.Sprintf("web-%d", i%10), fmt.Sprintf("nginx:%d", i), map[string]string{"site": "a"}))
+			start := time.Now()
+			code, out := h.Do(t, http.MethodPost, "/v1/apply", body)
+			lat = append(lat, time.Since(start))
+			if code != http.StatusOK {
+				t.Fatalf("%s: apply %d: %d %s", tc.name, i, code, out)
+			}
+		}
+		slices.Sort(lat)
+		t.Logf("%s: POST /v1/apply ×%d: p50 %v, p99 %v, max %v", tc.name, n,
+			lat[n/2].Round(10*time.Microsecond), lat[n*99/100].Round(10*time.Microsecond), lat[n-1].Round(10*time.Microsecond))
+		if err := h.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
