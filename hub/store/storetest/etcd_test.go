@@ -149,20 +149,24 @@ func TestEtcdBadInput(t *testing.T) {
 			t.Fatalf("second hub does not see the first one's device: %v", err)
 		}
 	})
-	t.Run("NoQuorumAtStart", func(t *testing.T) {
-		c.Members[0].Kill()
-		c.Members[1].Kill()
-		hub := t.TempDir()
-		start := time.Now()
-		_, err := openEtcd(hub, c, "/fleet-new/")
-		t.Logf("open with 1 of 3 members up failed after %v: %v", time.Since(start), err)
-		if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), c.Members[2].ClientURL) {
-			t.Fatalf("open without a quorum: %v, want ErrUnavailable naming the endpoints", err)
-		}
-		if entries, _ := os.ReadDir(hub); len(entries) != 0 {
-			t.Fatalf("a failed open wrote %v in the hub's data dir", entries)
-		}
-	})
+	t.Run("NoQuorumAtStart", func(t *testing.T) { noQuorumAtStart(t, c) })
+}
+
+// noQuorumAtStart: with two of three members killed, Open fails naming
+// the endpoints and leaves the hub's data dir empty.
+func noQuorumAtStart(t *testing.T, c *etcdtest.Cluster) {
+	c.Members[0].Kill()
+	c.Members[1].Kill()
+	hub := t.TempDir()
+	start := time.Now()
+	_, err := openEtcd(hub, c, "/fleet-new/")
+	t.Logf("open with 1 of 3 members up failed after %v: %v", time.Since(start), err)
+	if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), c.Members[2].ClientURL) {
+		t.Fatalf("open without a quorum: %v, want ErrUnavailable naming the endpoints", err)
+	}
+	if entries, _ := os.ReadDir(hub); len(entries) != 0 {
+		t.Fatalf("a failed open wrote %v in the hub's data dir", entries)
+	}
 }
 
 // TestEtcdUnreachableAtStart: nothing listens at the endpoints: Open fails
