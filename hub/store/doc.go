@@ -49,4 +49,18 @@
 // per committed transaction that changed anything, and object events carry
 // that revision. Writes are serialised inside the process, so the revision
 // order is the commit order and the order in which watchers see events.
+//
+// # Engines
+//
+// The logic above sits on a small engine (engine.go): Badger in Options.Dir
+// (engine_badger.go, sync writes), or an etcd cluster under a key prefix
+// (engine_etcd.go, Options.Etcd), with the same keys. An etcd transaction
+// reads at one etcd revision and commits as one etcd transaction that
+// compares the mod revisions of what it read and that no other commit came
+// after its snapshot; the store revision stays the counter above (strictly
+// increasing, store-wide), not etcd's own. A commit acknowledged is
+// committed to a quorum; one whose answer was lost is settled (applied, or
+// fenced off and run again). Watch, the token cache and the device index
+// are fed by this process's writes: one hub writes a prefix at a time.
+// hub/store/storetest checks every guarantee on both engines.
 package store
