@@ -98,10 +98,9 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	keys, err := loadKeys(opts)
-	if err != nil {
-		return nil, err
-	}
+	// The store first: a hub that cannot have it (another hub holds the
+	// Badger directory, etcd has no quorum, another fleet's prefix) stops
+	// before it makes or renews any key file.
 	so, err := opts.storeOptions(log.With("component", "store"))
 	if err != nil {
 		return nil, err
@@ -119,6 +118,10 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 			err = errors.Join(err, st.Close())
 		}
 	}()
+	keys, err := loadKeys(opts)
+	if err != nil {
+		return nil, err
+	}
 	if so.Etcd != nil && keys.tls != nil && keys.tls.OwnCA() {
 		if err = checkFleetCA(ctx, st, keys.tls.CAHash()); err != nil {
 			return nil, err

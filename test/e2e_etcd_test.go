@@ -167,6 +167,9 @@ func TestE2EEtcdStoreBadInput(t *testing.T) {
 	if out := runHubExpectingFailure(t, empty, "--store", "etcd://127.0.0.1:1"); !strings.Contains(out, "no quorum reachable") || !strings.Contains(out, "127.0.0.1:1") {
 		t.Errorf("unreachable etcd: %s", out)
 	}
+	if entries, err := os.ReadDir(empty); err != nil || len(entries) != 0 {
+		t.Errorf("a hub that found no etcd quorum left %v in its data dir (%v)", entries, err)
+	}
 	c := etcdtest.Start(t, etcdtest.Options{TLS: true})
 	a := StartHub(t, HubOptions{Args: etcdArgs(c, "/fleet/a/")})
 	b := StartHub(t, HubOptions{Args: etcdArgs(c, "/fleet/b/")})
