@@ -547,3 +547,62 @@ func x509Pool(pem []byte) *x509.CertPool {
 	}
 	return pool
 }
+
+// engineChange is one key's change seen by an engine watch.
+type engineChange struct {
+	// Rev is the engine's revision of the change (etcd's).
+	Rev     uint64
+	Key     string
+	Value   []byte
+	Deleted bool
+	// Err ends the watch: ErrExpired when fromRev was compacted away.
+	Err error
+}
+
+// engineWatcher is what an engine that other processes write to (etcd)
+// offers: every change under a prefix after one of its revisions, in
+// order, exactly once. (Badger has one writer, this process, whose feed
+// is watch.go's.)
+type engineWatcher interface {
+	watch(ctx context.Context, prefix string, fromRev uint64) <-chan engineChange
+}
+
+var _ engineWatcher = (*etcdEngine)(nil)
+
+// watch streams the changes under prefix after etcd revision fromRev. A
+// revision etcd has compacted gives one change with ErrExpired, like a
+// store watch from a revision its ring no longer holds; the channel closes
+// after an error or when ctx ends.
+func (e *etcdEngine) watch(ctx context.Context, prefix string, fromRev uint64) <-chan engineChange {
+	out := make(chan engineChange, 64)
+	wch := e.cli.Watch(clientv3.WithRequireLeader(ctx), e.prefix+prefix, clientv3.WithPrefix(), clientv3.WithRev(int64(fromRev)+1))
+	go func() {
+		defer close(out)
+		send := func(c engineChange) bool {
+			select {
+			case out <- c:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for resp := range wch {
+			if resp.CompactRevision > 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
+				send(engineChange{Err: fmt.Errorf("watch from etcd revision %d: compacted up to %d: %w", fromRev, resp.CompactRevision, ErrExpired)})
+				return
+			}
+			if err := resp.Err(); err != nil {
+				send(engineChange{Err: fmt.Errorf("etcd watch: %w", err)})
+				return
+			}
+			for _, ev := range resp.Events {
+				c := engineChange{Rev: uint64(ev.Kv.ModRevision), Key: strings.TrimPrefix(string(ev.Kv.Key), e.prefix),
+					Value: ev.Kv.Value, Deleted: ev.Type == clientv3.EventTypeDelete}
+				if !send(c) {
+					return
+				}
+			}
+		}
+	}()
+	return out
+}
