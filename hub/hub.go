@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -107,15 +106,14 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	keys, err := loadKeys(opts)
+	// The store first: a hub that cannot have it (another hub holds the
+	// Badger directory, etcd has no quorum, another fleet's prefix) stops
+	// before it makes or renews any key file.
+	so, err := opts.storeOptions(log.With("component", "store"))
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(store.Options{
-		Dir: filepath.Join(opts.DataDir, "store"), Logger: log.With("component", "store"),
-		PasswordHash:   broker.MosquittoPasswordHash,
-		AuditRetention: opts.AuditRetention, AuditMaxBytes: opts.AuditMaxBytes,
-	})
+	st, err := store.Open(so)
 	if err != nil {
 		return nil, err
 	}
@@ -128,6 +126,15 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 			err = errors.Join(err, st.Close())
 		}
 	}()
+	keys, err := loadKeys(opts)
+	if err != nil {
+		return nil, err
+	}
+	if so.Etcd != nil && keys.tls != nil && keys.tls.OwnCA() {
+		if err = checkFleetCA(ctx, st, keys.tls.CAHash()); err != nil {
+			return nil, err
+		}
+	}
 	info := Info{AdminConfig: adminconf.Path(opts.DataDir), StoreID: st.ID()}
 	ln, tlsLn, err := listenAPI(opts, &info, &closers)
 	if err != nil {

@@ -45,6 +45,13 @@ type settings struct {
 	HistoryInterval time.Duration
 	// HomeAssistantDiscovery is --homeassistant-discovery (hub.Options).
 	HomeAssistantDiscovery bool
+	// Store, EtcdPrefix, EtcdCACert, EtcdCert, EtcdKey: where the state
+	// lives (hub.Options.Store…).
+	Store      string
+	EtcdPrefix string
+	EtcdCACert string
+	EtcdCert   string
+	EtcdKey    string
 }
 
 // backupSettings are --backup-dir, --backup-every, --backup-keep and the
@@ -179,6 +186,16 @@ pods running and desired, converged, restarts, memory, disk, and temperature
 and throttling where the device reports them. They read the devices' own
 status and online topics; a monitor credential is enough for Home Assistant.
 A deleted device's entities are removed.
+Store: by default the state is in Badger in <data-dir>/store (--store
+badger). With --store etcd://h1:2379,h2:2379,h3:2379 it lives in an etcd
+cluster instead, under --etcd-prefix (/fleet/: one cluster can hold several
+fleets), over TLS with --etcd-cacert and a client certificate --etcd-cert,
+--etcd-key. A write the API acknowledges is then committed to a quorum of
+the members. The keys stay files in <data-dir>: secrets.key (it encrypts
+Secrets in the store), ca.crt and ca.key, signing.key; every hub of a fleet
+needs the same ones, copied from the first hub. A hub remembers its fleet
+(<data-dir>/fleet-id) and refuses an etcd prefix holding another fleet, or a
+store whose Secrets another key encrypted. See README "Running several hubs".
 
 Every flag can also be set in the environment as FLEET_HUB_<FLAG> (for
 example FLEET_HUB_DATA_DIR) or in a YAML file given with --config, whose keys
@@ -203,6 +220,9 @@ environment, which wins over the config file.`
 
   # A backup every hour into /backups, the last 48 kept
   fleet-hub --backup-dir /backups --backup-every 1h --backup-keep 48 --backup-passphrase-file /root/backup.pass
+  # Keep the state in a 3-member etcd cluster, over TLS with a client certificate
+  fleet-hub --store etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 --etcd-prefix /fleet/prod/ \
+    --etcd-cacert /etc/fleet/etcd-ca.crt --etcd-cert /etc/fleet/hub-etcd.crt --etcd-key /etc/fleet/hub-etcd.key
 
   # Settings from a file
   fleet-hub --config /etc/fleet/hub.yaml
@@ -232,7 +252,7 @@ func newRootCmd(getenv func(string) string, serve serveFunc) *cobra.Command {
 		return fmt.Errorf("%w (see fleet-hub --help)", err)
 	})
 	bindFlags(root, &s)
-	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s), newMosquittoConfigCmd(&s), newRotateSigningKeyCmd(&s))
+	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s), newMosquittoConfigCmd(&s), newRotateSigningKeyCmd(&s), newMigrateCmd())
 	root.AddCommand(newBackupCmd(&s), newRestoreCmd(&s))
 	return root
 }
@@ -270,6 +290,11 @@ func bindFlags(root *cobra.Command, s *settings) {
 	lf.DurationVar(&s.AuditRetention, "audit-retention", store.DefaultAuditRetention, "how long the audit trail keeps entries (2160h: 90 days; the oldest go first; -1s: forever)")
 	lf.StringVar(&s.AuditMaxBytes, "audit-max-bytes", "100Mi", "size the audit trail may take in the store (100Mi, 1Gi; the oldest entries go first; -1: no bound)")
 	lf.DurationVar(&s.HistoryInterval, "history-interval", hub.DefaultHistoryInterval, "width of one sample of the dashboard's charts (devices online, each device's memory, disk and temperature); they keep 288 samples: 5m is 24 h")
+	lf.StringVar(&s.Store, "store", "badger", "where the state lives: badger (in <data-dir>/store) or etcd://HOST:PORT[,HOST:PORT…] (an etcd cluster)")
+	lf.StringVar(&s.EtcdPrefix, "etcd-prefix", "", "with --store etcd://…: prefix of this fleet's keys, so one cluster holds several fleets (default "+store.DefaultEtcdPrefix+")")
+	lf.StringVar(&s.EtcdCACert, "etcd-cacert", "", "with --store etcd://…: PEM CA of the etcd members' certificates (turns TLS on)")
+	lf.StringVar(&s.EtcdCert, "etcd-cert", "", "with --store etcd://…: PEM client certificate the hub presents to etcd (with --etcd-key)")
+	lf.StringVar(&s.EtcdKey, "etcd-key", "", "with --store etcd://…: PEM private key of --etcd-cert")
 	lf.DurationVar(&m.ResyncInterval, "resync-interval", d.ResyncInterval, "how often the controller recomputes every device's desired state from the store")
 	b := &s.Backup
 	lf.StringVar(&b.Dir, "backup-dir", "", "write an encrypted backup of the hub (store, CA, keys) into this directory every --backup-every; empty: no scheduled backups")
@@ -345,6 +370,11 @@ func serveHub(cmd *cobra.Command, s settings) error {
 		StaleAfter:         m.StaleAfter,
 
 		HomeAssistantDiscovery: s.HomeAssistantDiscovery,
+		Store:                  s.Store,
+		EtcdPrefix:             s.EtcdPrefix,
+		EtcdCACertFile:         s.EtcdCACert,
+		EtcdCertFile:           s.EtcdCert,
+		EtcdKeyFile:            s.EtcdKey,
 	})
 }
 

@@ -55,6 +55,7 @@ var Tools = []Tool{
 	{Name: "promtool", Package: "prometheus", For: "checking and unit-testing fleet-examples/prometheus/fleet-rules.yml"},
 	{Name: "node", Package: "nodejs", For: "the Node-RED example flow's test (a real Node-RED from npm)"},
 	{Name: "npm", Package: "npm", For: "installing the pinned Node-RED for its test"},
+	{Name: "etcd", Package: "etcd-server", Dirs: sbin, For: "the store conformance suite on a real 3-member etcd cluster"},
 }
 
 var sbin = []string{"/usr/sbin", "/usr/local/sbin", "/sbin"}
