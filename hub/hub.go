@@ -76,6 +76,7 @@ type Hub struct {
 	mosq        *mosquittoSync // nil unless MosquittoConfigDir is set (mosquitto.go)
 	signer      *pki.Signer    // signs every published desired state
 	clientCA    *pki.ClientCA  // signs devices' client certificates; nil without
+	cas         *caRotation    // the hub's own CA and its rotation; nil without (carotation.go)
 }
 
 // Run runs a hub until ctx is done, then shuts it down cleanly.
@@ -144,6 +145,10 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 		clientCA:    keys.clientCA,
 	}
 
+	if keys.tls.OwnCA() {
+		h.cas = newCARotation(keys.tls.CAs(), model, func() { h.ctrl.RepublishAll() }, h.metrics.Registry, log.With("component", "ca"))
+	}
+
 	if opts.Broker == "" {
 		if h.broker, err = newBroker(opts, st, keys, &info, h.metrics, h.auditLoginRefused); err != nil {
 			return nil, err
@@ -184,7 +189,10 @@ type hubKeys struct {
 func loadKeys(opts Options) (k hubKeys, err error) {
 	if opts.HTTPSAddr != Off || opts.mqttTLS() {
 		sans := pki.ServerSANs([]string{opts.AdvertiseMQTTURL, opts.AdvertiseHTTPURL}, opts.TLSSANs)
-		if k.tls, err = pki.SetupServerTLS(opts.TLSCertFile, opts.TLSKeyFile, opts.DataDir, sans, time.Now(), opts.Logger); err != nil {
+		if k.tls, err = pki.NewServerTLS(pki.ServerTLSOptions{
+			CertFile: opts.TLSCertFile, KeyFile: opts.TLSKeyFile, DataDir: opts.DataDir, SANs: sans,
+			Lifetime: opts.TLSCertLifetime, Now: time.Now(), Logger: opts.Logger,
+		}); err != nil {
 			return k, err
 		}
 		k.tlsConfig = k.tls.Config()
@@ -218,6 +226,11 @@ func setupClientCerts(opts Options, t *pki.ServerTLS, log *slog.Logger) (*pki.Cl
 	}
 	if t == nil || (!t.OwnCA() && mode == broker.ClientCertsOff) {
 		return nil, mode, nil
+	}
+	if t.OwnCA() {
+		// One set of CAs for the server and the client certificates: a
+		// CA rotation moves both.
+		return pki.NewClientCAOf(t.CAs()), mode, nil
 	}
 	ca, err := pki.NewClientCA(opts.DataDir, log)
 	if err != nil {
@@ -270,7 +283,7 @@ func (h *Hub) newParts() (err error) {
 	reserved := func(name string) bool { return name == hubUser }
 	h.ctrl, err = controller.New(controller.Options{
 		Store: h.store, Conn: h.conn, Topics: h.opts.Topics, Logger: h.log.With("component", "controller"),
-		Model: h.model.Writer(), Metrics: h.metrics, Signer: h.signer,
+		Model: h.model.Writer(), Metrics: h.metrics, Signer: h.signer, CABundle: h.caBundle(),
 		ResyncInterval: h.opts.ResyncInterval, StatusDebounce: h.opts.StatusDebounce,
 	})
 	if err != nil {
@@ -315,6 +328,15 @@ func (h *Hub) newParts() (err error) {
 	return h.routes()
 }
 
+// caBundle is what the controller puts in every desired state's
+// caBundle: the hub's own CAs, or nothing.
+func (h *Hub) caBundle() func() string {
+	if h.cas == nil {
+		return nil
+	}
+	return h.cas.bundle
+}
+
 // newMetrics creates the hub's metrics, with the fleet gauges read from
 // the model's counts.
 func newMetrics(model *fleetmodel.Model) *metrics.Metrics {
@@ -340,7 +362,7 @@ func newBroker(opts Options, st *store.Store, keys hubKeys, info *Info, m *metri
 		OnLoginRefused: onLoginRefused,
 	}
 	if keys.clientCA != nil {
-		bo.ClientCerts, bo.ClientCAs = keys.clientCerts, keys.clientCA.Pool()
+		bo.ClientCerts, bo.ClientCAsFunc = keys.clientCerts, keys.clientCA.Pool
 	}
 	b, err := broker.New(bo)
 	if err != nil {

@@ -64,6 +64,13 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		}
 	}()
 	r.parts.Go(func() { h.runAudit(partsCtx) }) // audit.go
+	if h.tls != nil {
+		// Renews the hub's own server certificate before its end.
+		r.parts.Go(func() { _ = h.tls.Run(partsCtx) })
+	}
+	if h.cas != nil {
+		r.parts.Go(func() { h.cas.run(partsCtx) }) // carotation.go
+	}
 	if h.opts.MemoryTrimInterval > 0 {
 		r.parts.Go(func() { memtrim.Run(partsCtx, h.opts.MemoryTrimInterval, h.log) })
 	}

@@ -37,6 +37,8 @@ type settings struct {
 	// AuditRetention and AuditMaxBytes bound the audit trail (hub.Options).
 	AuditRetention time.Duration
 	AuditMaxBytes  string
+	// TLSCertLifetime: hub.Options.
+	TLSCertLifetime time.Duration
 }
 
 // mqttSettings are the MQTT flags. The broker-* flags and topic-prefix are
@@ -221,6 +223,7 @@ func bindFlags(root *cobra.Command, s *settings) {
 	lf.StringVar(&m.TLSAddr, "mqtts-addr", d.TLSAddr, "listen address of the embedded broker's MQTT-over-TLS listener (empty: off)")
 	lf.StringVar(&m.TLSCert, "tls-cert", "", "PEM certificate (chain) of the HTTPS and MQTT TLS listeners, reloaded on SIGHUP (default: one the hub's own CA signs)")
 	lf.StringVar(&m.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	lf.DurationVar(&s.TLSCertLifetime, "tls-cert-lifetime", 365*24*time.Hour, "lifetime of the hub's own server certificate (8760h: a year); the running hub renews it once a third is left (at most 720h before its end), without a restart or a disconnect")
 	lf.StringVar(&m.ClientCerts, "mqtt-client-certs", d.ClientCerts, "client certificates on the MQTT TLS listener, signed by the hub's CA (devices get one at enrollment): off, optional (one presented must be the device's own) or required (devices over TLS must present theirs; bootstrap clients and monitors need none)")
 	lf.StringVar(&m.AdvertiseURL, "advertise-mqtt-url", "", "MQTT URL devices are told to use (GET /v1/info); default derived from the listener or --broker")
 	lf.StringVar(&m.BrokerCA, "broker-ca", "", "PEM CA bundle to verify an ssl:// external broker")
@@ -256,6 +259,7 @@ func serveHub(cmd *cobra.Command, s settings) error {
 		HTTPAddr:          orOff(s.HTTPAddr),
 		HTTPSAddr:         orOff(s.HTTPSAddr),
 		TLSSANs:           s.TLSSANs,
+		TLSCertLifetime:   s.TLSCertLifetime,
 		AdvertiseHTTPURL:  s.AdvertiseHTTPURL,
 		InsecurePlaintext: s.InsecurePlaintext,
 		Logger:            log,

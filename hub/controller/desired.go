@@ -32,6 +32,7 @@ type desiredWriter struct {
 	model      desiredModel
 	topics     *desiredTopics
 	tombstones map[string]int64 // last generation of deleted devices
+	caBundle   func() string    // Options.CABundle; nil: none
 }
 
 // desiredChange is a device's new desired state, or its removal.
@@ -108,7 +109,11 @@ func (w *desiredWriter) writeSome(ctx context.Context, p placement, ch *changeSe
 func (w *desiredWriter) change(name string, want []schema.Pod) (desiredChange, bool) {
 	prev := w.fleet.desired(name)
 	cfg := w.resolve(name, want)
-	current := prev != nil && prev.Store == w.storeID && SamePods(prev.Pods, want)
+	bundle := ""
+	if w.caBundle != nil {
+		bundle = w.caBundle()
+	}
+	current := prev != nil && prev.Store == w.storeID && SamePods(prev.Pods, want) && prev.CABundle == bundle
 	if current && cfg.same(prev) {
 		return desiredChange{}, false
 	}
@@ -125,6 +130,7 @@ func (w *desiredWriter) change(name string, want []schema.Pod) (desiredChange, b
 		Generation: gen,
 		Store:      w.storeID,
 		Pods:       want,
+		CABundle:   bundle,
 	}
 	reuse := prev
 	if prev != nil && prev.Store != w.storeID {
@@ -147,7 +153,7 @@ func newDesiredWriter(opts Options, f fleetView, cfg *configState, topics *desir
 	return &desiredWriter{
 		log: opts.Logger, store: desiredStore{opts.Store}, storeID: opts.Store.ID(),
 		fleet: f, cfg: cfg, model: opts.Model, topics: topics,
-		tombstones: map[string]int64{},
+		tombstones: map[string]int64{}, caBundle: opts.CABundle,
 	}
 }
 

@@ -1,0 +1,176 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetmq/fleet/hub/api"
+	"github.com/fleetmq/fleet/hub/fleetmodel"
+	"github.com/fleetmq/fleet/hub/pki"
+	"github.com/fleetmq/fleet/schema"
+)
+
+// caCheckInterval is how often, during a CA rotation, the hub looks
+// whether every device reported the new CA.
+const caCheckInterval = time.Second
+
+// caRotation drives a rotation of the hub's own CA (pki.CAs) across the
+// fleet: every desired state carries the CA bundle, so a rotation
+// republishes them all; the devices report the CAs they trust
+// (DeviceStatus.TrustedCAs), and once every registered device lists the
+// new one the rotation completes by itself: the new CA signs the server
+// certificate and the old one is refused. Devices that are offline are
+// waited for (and listed by GET /v1/ca), never forgotten; an operator
+// may complete without them (POST /v1/ca/retire?force=true), and they
+// then need their CA given again.
+type caRotation struct {
+	cas       *pki.CAs
+	model     *fleetmodel.Model
+	republish func()
+	log       *slog.Logger
+	pending   atomic.Int64
+}
+
+// newCARotation wires the rotation of cas: a change republishes every
+// desired state (the bundle changed), and the pending-devices gauge is
+// registered on reg.
+func newCARotation(cas *pki.CAs, model *fleetmodel.Model, republish func(), reg *prometheus.Registry, log *slog.Logger) *caRotation {
+	c := &caRotation{cas: cas, model: model, republish: republish, log: log}
+	cas.OnChange(func() { c.republish() })
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fleet_hub_ca_rotation_pending_devices",
+		Help: "Devices that have not yet reported trusting the new CA of the CA rotation under way (0 when none is).",
+	}, func() float64 { return float64(c.pending.Load()) }))
+	return c
+}
+
+// bundle is the CA bundle of every desired state.
+func (c *caRotation) bundle() string { return string(c.cas.BundlePEM()) }
+
+// CADevice is one device's place in a CA rotation (GET /v1/ca).
+type CADevice struct {
+	Name   string `json:"name"`
+	Online bool   `json:"online"`
+	// TrustedCAs are the CA pins the device last reported.
+	TrustedCAs []string `json:"trustedCAs"`
+	// HasNext: the device trusts the new CA of the rotation under way
+	// (or the active one when none is).
+	HasNext bool `json:"hasNext"`
+}
+
+// CARotationStatus answers GET /v1/ca.
+type CARotationStatus struct {
+	pki.CAStatus `json:",inline"`
+	// Rotating: a rotation is under way (Next is set).
+	Rotating bool `json:"rotating"`
+	// Pending counts the devices that do not trust the new CA yet.
+	Pending int `json:"pending"`
+	// Devices are every registered device, by name.
+	Devices []CADevice `json:"devices"`
+}
+
+// status says where the rotation stands, device by device.
+func (c *caRotation) status() CARotationStatus {
+	st := CARotationStatus{CAStatus: c.cas.Status(), Devices: []CADevice{}}
+	st.Rotating = st.Next != ""
+	want := st.Next
+	if want == "" {
+		want = st.Active
+	}
+	for _, d := range c.model.Devices(schema.LabelSelector{}) {
+		ds, online := c.model.DeviceState(d.Name, d.UID)
+		dev := CADevice{Name: d.Name, Online: online, TrustedCAs: []string{}}
+		if ds != nil && ds.TrustedCAs != nil {
+			dev.TrustedCAs = ds.TrustedCAs
+		}
+		dev.HasNext = slices.Contains(dev.TrustedCAs, want)
+		if !dev.HasNext {
+			st.Pending++
+		}
+		st.Devices = append(st.Devices, dev)
+	}
+	if !st.Rotating {
+		c.pending.Store(0)
+	} else {
+		c.pending.Store(int64(st.Pending))
+	}
+	return st
+}
+
+// run completes a rotation under way once no device is pending, until
+// ctx is done.
+func (c *caRotation) run(ctx context.Context) {
+	t := time.NewTicker(caCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if st := c.status(); st.Rotating && st.Pending == 0 {
+			if _, err := c.cas.Complete(); err != nil && !errors.Is(err, pki.ErrNoRotation) {
+				c.log.Error("complete the CA rotation", "err", err)
+			}
+		}
+	}
+}
+
+// routes adds GET /v1/ca, POST /v1/ca/rotate and POST /v1/ca/retire
+// (admin only, as every POST).
+func (c *caRotation) routes(srv *api.Server, logger *slog.Logger) {
+	srv.Handle("/v1/ca", api.Methods{http.MethodGet: func(w http.ResponseWriter, _ *http.Request) {
+		api.WriteJSON(w, http.StatusOK, c.status())
+	}})
+	srv.Handle("/v1/ca/rotate", api.Methods{http.MethodPost: func(w http.ResponseWriter, r *http.Request) {
+		if _, err := c.cas.Rotate(); err != nil {
+			writeCAError(w, r, logger, err)
+			return
+		}
+		api.WriteJSON(w, http.StatusOK, c.status())
+	}})
+	srv.Handle("/v1/ca/retire", api.Methods{http.MethodPost: func(w http.ResponseWriter, r *http.Request) {
+		force, _ := strconv.ParseBool(r.URL.Query().Get("force"))
+		if st := c.status(); st.Rotating && st.Pending > 0 && !force {
+			var names []string
+			for _, d := range st.Devices {
+				if !d.HasNext {
+					names = append(names, d.Name)
+				}
+			}
+			api.WriteStatus(w, api.NewStatus(http.StatusConflict, api.ReasonConflict,
+				strconv.Itoa(st.Pending)+" device(s) do not trust the new CA yet ("+joinMax(names, 10)+"): wait for them (fleet-hub ca status), or retire with --force and give them the new CA by hand", nil))
+			return
+		}
+		if _, err := c.cas.Complete(); err != nil {
+			writeCAError(w, r, logger, err)
+			return
+		}
+		api.WriteJSON(w, http.StatusOK, c.status())
+	}})
+}
+
+func writeCAError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
+	if errors.Is(err, pki.ErrRotating) || errors.Is(err, pki.ErrNoRotation) {
+		api.WriteStatus(w, api.NewStatus(http.StatusConflict, api.ReasonConflict, err.Error(), nil))
+		return
+	}
+	api.WriteError(w, r, logger, err)
+}
+
+// joinMax joins up to n names, then says how many more.
+func joinMax(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:n], ", ") + " and " + strconv.Itoa(len(names)-n) + " more"
+}
