@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fleetmq/fleet/hub/adminconf"
 	"github.com/fleetmq/fleet/hub/api"
 	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/hub/pki"
@@ -43,9 +44,12 @@ type caRotation struct {
 // newCARotation wires the rotation of cas: a change republishes every
 // desired state (the bundle changed), and the pending-devices gauge is
 // registered on reg.
-func newCARotation(cas *pki.CAs, model *fleetmodel.Model, republish func(), reg *prometheus.Registry, log *slog.Logger) *caRotation {
+func newCARotation(cas *pki.CAs, model *fleetmodel.Model, republish func(), adminConf string, reg *prometheus.Registry, log *slog.Logger) *caRotation {
 	c := &caRotation{cas: cas, model: model, republish: republish, log: log}
-	cas.OnChange(func() { c.republish() })
+	cas.OnChange(func() {
+		c.republish()
+		c.updateAdminConf(adminConf)
+	})
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fleet_hub_ca_rotation_pending_devices",
 		Help: "Devices that have not yet reported trusting the new CA of the CA rotation under way (0 when none is).",
@@ -53,42 +57,35 @@ func newCARotation(cas *pki.CAs, model *fleetmodel.Model, republish func(), reg 
 	return c
 }
 
+// updateAdminConf gives admin.conf the CAs of the moment (both during a
+// rotation), so that the CLI keeps trusting the hub's HTTPS listener.
+func (c *caRotation) updateAdminConf(path string) {
+	conf, err := adminconf.Read(path)
+	if err != nil {
+		c.log.Warn("admin config not updated with the hub's CAs", "path", path, "err", err)
+		return
+	}
+	conf.CA = string(c.cas.BundlePEM())
+	if err := adminconf.Write(path, conf); err != nil {
+		c.log.Warn("admin config not updated with the hub's CAs", "path", path, "err", err)
+	}
+}
+
 // bundle is the CA bundle of every desired state.
 func (c *caRotation) bundle() string { return string(c.cas.BundlePEM()) }
 
-// CADevice is one device's place in a CA rotation (GET /v1/ca).
-type CADevice struct {
-	Name   string `json:"name"`
-	Online bool   `json:"online"`
-	// TrustedCAs are the CA pins the device last reported.
-	TrustedCAs []string `json:"trustedCAs"`
-	// HasNext: the device trusts the new CA of the rotation under way
-	// (or the active one when none is).
-	HasNext bool `json:"hasNext"`
-}
-
-// CARotationStatus answers GET /v1/ca.
-type CARotationStatus struct {
-	pki.CAStatus `json:",inline"`
-	// Rotating: a rotation is under way (Next is set).
-	Rotating bool `json:"rotating"`
-	// Pending counts the devices that do not trust the new CA yet.
-	Pending int `json:"pending"`
-	// Devices are every registered device, by name.
-	Devices []CADevice `json:"devices"`
-}
-
 // status says where the rotation stands, device by device.
-func (c *caRotation) status() CARotationStatus {
-	st := CARotationStatus{CAStatus: c.cas.Status(), Devices: []CADevice{}}
-	st.Rotating = st.Next != ""
+func (c *caRotation) status() schema.CARotationStatus {
+	cs := c.cas.Status()
+	st := schema.CARotationStatus{Active: cs.Active, ActiveExpires: cs.ActiveExpires, Next: cs.Next, Retired: cs.Retired,
+		Rotating: cs.Next != "", Devices: []schema.CADevice{}}
 	want := st.Next
 	if want == "" {
 		want = st.Active
 	}
 	for _, d := range c.model.Devices(schema.LabelSelector{}) {
 		ds, online := c.model.DeviceState(d.Name, d.UID)
-		dev := CADevice{Name: d.Name, Online: online, TrustedCAs: []string{}}
+		dev := schema.CADevice{Name: d.Name, Online: online, TrustedCAs: []string{}}
 		if ds != nil && ds.TrustedCAs != nil {
 			dev.TrustedCAs = ds.TrustedCAs
 		}

@@ -126,10 +126,13 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	if err != nil {
 		return nil, err
 	}
+	var adminCA []byte
 	if keys.tls.OwnCA() {
 		info.CA, info.CAHash = keys.tls.CAPEM(), keys.tls.CAHash()
+		// During a CA rotation the CLI trusts both CAs.
+		adminCA = keys.tls.CAs().BundlePEM()
 	}
-	if err := adminconf.Ensure(ctx, st, info.AdminConfig, info.URL, info.CA, log); err != nil {
+	if err := adminconf.Ensure(ctx, st, info.AdminConfig, info.URL, adminCA, log); err != nil {
 		return nil, err
 	}
 	// The parts, in the order data flows: the fleet model first (the
@@ -146,7 +149,7 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	}
 
 	if keys.tls.OwnCA() {
-		h.cas = newCARotation(keys.tls.CAs(), model, func() { h.ctrl.RepublishAll() }, h.metrics.Registry, log.With("component", "ca"))
+		h.cas = newCARotation(keys.tls.CAs(), model, func() { h.ctrl.RepublishAll() }, info.AdminConfig, h.metrics.Registry, log.With("component", "ca"))
 	}
 
 	if opts.Broker == "" {
@@ -316,6 +319,7 @@ func (h *Hub) newParts() (err error) {
 		AuthLimiter: authLimiter(h.metrics, metrics.ListenerHTTP),
 		Reserved:    reserved,
 		CAHash:      h.info.CAHash,
+		CAHashFunc:  h.tls.CAHashFunc(),
 		BootstrapTokenDeleted: func(id string) {
 			if b != nil {
 				b.Kick(schema.BootstrapUsername(id))

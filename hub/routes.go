@@ -83,10 +83,14 @@ func (h *Hub) wrapListeners(wrap func(net.Listener) net.Listener) {
 }
 
 func (h *Hub) hubInfo() schema.HubInfo {
+	caHash := h.info.CAHash
+	if h.tls.OwnCA() {
+		caHash = h.tls.CAHash() // the active CA's, after a rotation too
+	}
 	return schema.HubInfo{
 		Version: h.opts.Version, Store: h.info.StoreID,
 		MQTTURL: h.info.MQTTURL, ExternalBroker: h.broker == nil,
-		MQTTPlainURL: h.info.MQTTPlainURL, HTTPSURL: h.info.HTTPSURL, CAHash: h.info.CAHash,
+		MQTTPlainURL: h.info.MQTTPlainURL, HTTPSURL: h.info.HTTPSURL, CAHash: caHash,
 		SigningKey: schema.EncodeSigningKey(h.signer.PublicKey()), SigningKeyID: h.signer.KeyID(),
 	}
 }

@@ -288,6 +288,14 @@ func (t *ServerTLS) CAHash() string {
 	return schema.CAHash(ca)
 }
 
+// CAHashFunc returns CAHash as a function, nil without an own CA.
+func (t *ServerTLS) CAHashFunc() func() string {
+	if !t.OwnCA() {
+		return nil
+	}
+	return t.CAHash
+}
+
 // SetupServerTLS loads the given certificate, or makes sure the hub's CA
 // and a current server certificate (one year) for sans exist in dataDir.
 func SetupServerTLS(certFile, keyFile, dataDir string, sans []string, now time.Time, log *slog.Logger) (*ServerTLS, error) {
