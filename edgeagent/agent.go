@@ -183,6 +183,8 @@ type Agent struct {
 
 	// trustedCAs are the CA pins status reports (enroll.TrustedCAs).
 	trustedCAs atomic.Pointer[[]string]
+	// certs renews the client certificate over the session (certrenew.go).
+	certs certRenewal
 }
 
 // DefaultStatusSettleGrace is Options.StatusSettleGrace's default: a
@@ -202,6 +204,7 @@ func New(o Options) (*Agent, error) {
 	}
 	o.ensureDefaults()
 	a := &Agent{o: o, log: o.Logger.With("device", o.Device), key: o.DeviceKey}
+	a.certs.a = a
 	if a.key == nil {
 		a.key, a.keyErr = devicekey.LoadOrCreate(o.StateDir)
 		if a.keyErr != nil {
@@ -288,7 +291,7 @@ func (a *Agent) connect() error {
 	if err != nil {
 		return fmt.Errorf("edgeagent: %w", err)
 	}
-	s, err := session.New(session.Options{
+	so := session.Options{
 		Broker:    o.Broker,
 		Device:    o.Device,
 		ClientID:  clientID,
@@ -303,7 +306,12 @@ func (a *Agent) connect() error {
 		OnDesired: a.onDesired,
 		OnRequest: a.onRequest,
 		OnConnect: a.onConnect,
-	})
+	}
+	if o.TLSConfig != nil {
+		// Mutual TLS: the client certificate is renewed over the session.
+		so.OnCertificate = a.certs.onCertificate
+	}
+	s, err := session.New(so)
 	if err != nil {
 		return fmt.Errorf("edgeagent: %w", err)
 	}
@@ -430,6 +438,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.session != nil {
 		wg.Go(func() { _ = a.remote.Run(ctx) })
 		wg.Go(func() { _ = a.session.Run(ctx) })
+		if a.o.TLSConfig != nil {
+			wg.Go(func() { a.certs.run(ctx) })
+		}
 	} else {
 		a.log.Info("no broker configured; running from persisted state only")
 	}
@@ -488,6 +499,13 @@ func (a *Agent) podContainers() map[string][]string {
 func (a *Agent) onConnect() {
 	a.reporter.Republish()
 	a.events.Flush()
+	if a.o.TLSConfig != nil {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			a.certs.check(ctx, true)
+		}()
+	}
 }
 
 // onDesired runs on a goroutine paho starts for the message, off paho's

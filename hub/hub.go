@@ -77,6 +77,7 @@ type Hub struct {
 	signer      *pki.Signer    // signs every published desired state
 	clientCA    *pki.ClientCA  // signs devices' client certificates; nil without
 	cas         *caRotation    // the hub's own CA and its rotation; nil without (carotation.go)
+	certRenew   *certRenewer   // renews client certificates over MQTT; nil without clientCA (certrenew.go)
 }
 
 // Run runs a hub until ctx is done, then shuts it down cleanly.
@@ -307,6 +308,9 @@ func (h *Hub) newParts() (err error) {
 	})
 	if err != nil {
 		return err
+	}
+	if h.clientCA != nil {
+		h.certRenew = newCertRenewer(h.clientCA, h.store, h.conn, h.opts.Topics, h.log.With("component", "certs"))
 	}
 	h.enroll = enrollment.New(enrollment.Options{
 		Store: h.store, Conn: h.conn, Topics: h.opts.Topics, Logger: h.log.With("component", "enroll"),

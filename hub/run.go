@@ -154,6 +154,11 @@ func (h *Hub) startParts(r *runState, conn broker.Conn, listening func()) error 
 	if err := h.enroll.Subscribe(r.ctx); err != nil {
 		return err
 	}
+	if h.certRenew != nil {
+		if err := h.certRenew.Subscribe(r.ctx); err != nil {
+			return err
+		}
+	}
 	if err := h.remote.Subscribe(r.ctx); err != nil {
 		return err
 	}
