@@ -57,6 +57,15 @@ func newCARotation(cas *pki.CAs, model *fleetmodel.Model, republish func(), admi
 	return c
 }
 
+// registerRenewals exposes how many server certificates the hub issued
+// itself since it started.
+func registerRenewals(t *pki.ServerTLS, reg *prometheus.Registry) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "fleet_hub_server_certificate_renewals_total",
+		Help: "Server certificates the hub issued itself since it started (the first included when there was none): renewals before expiry and after a CA rotation.",
+	}, func() float64 { return float64(t.Renewals()) }))
+}
+
 // updateAdminConf gives admin.conf the CAs of the moment (both during a
 // rotation), so that the CLI keeps trusting the hub's HTTPS listener.
 func (c *caRotation) updateAdminConf(path string) {

@@ -150,6 +150,7 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	}
 
 	if keys.tls.OwnCA() {
+		registerRenewals(keys.tls, h.metrics.Registry)
 		h.cas = newCARotation(keys.tls.CAs(), model, func() { h.ctrl.RepublishAll() }, info.AdminConfig, h.metrics.Registry, log.With("component", "ca"))
 	}
 

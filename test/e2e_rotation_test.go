@@ -109,6 +109,9 @@ func TestE2ECertRotationServerCertCAAndSigningKey(t *testing.T) {
 		t.Errorf("the renewed certificate does not chain to the hub's CA: %v", err)
 	}
 	t.Logf("server certificate renewed %.0f s before the old one's end (lifetime %v)", first.NotAfter.Sub(renewedAt).Seconds(), first.NotAfter.Sub(first.NotBefore)-time.Hour)
+	if v := metric(t, h, "fleet_hub_server_certificate_renewals_total"); v < 1 {
+		t.Errorf("fleet_hub_server_certificate_renewals_total = %v after a renewal", v)
+	}
 	if n := flips.count(); n != 0 {
 		t.Errorf("%d offline message(s) on online topics while the certificate was renewed: %v", n, flips.list())
 	}
@@ -137,6 +140,7 @@ func TestE2ECertRotationServerCertCAAndSigningKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.AwaitDevices(t, time.Minute, "offline", func(d schema.Device) bool { return d.Status != nil && !d.Status.Online }, offline.Device)
+	rotateAt := time.Now()
 	if out := runHubCLI(t, h, "ca", "rotate"); !strings.Contains(out, "CA rotation started") {
 		t.Fatalf("ca rotate: %q", out)
 	}
@@ -148,6 +152,7 @@ func TestE2ECertRotationServerCertCAAndSigningKey(t *testing.T) {
 		st := caStatus(t, h)
 		return st.Rotating && st.Pending == 1 && hasNext(st, devices[0]) && hasNext(st, devices[1])
 	}, "the online devices to report the new CA")
+	t.Logf("CA rotation reached the %d online devices in %v", 2, time.Since(rotateAt).Round(time.Millisecond))
 	st := caStatus(t, h)
 	if d := findCADevice(st, offline.Device); d == nil || d.Online || d.HasNext {
 		t.Fatalf("the offline device in ca status: %+v", d)
@@ -172,11 +177,13 @@ func TestE2ECertRotationServerCertCAAndSigningKey(t *testing.T) {
 
 	// The offline device returns, picks the new CA up, and the hub
 	// completes the rotation by itself.
+	returnAt := time.Now()
 	offline.Start(t)
 	awaitf(t, time.Minute, func() bool {
 		st := caStatus(t, h)
 		return !st.Rotating && st.Active == rot.Next && slices.Contains(st.Retired, rot.Active)
 	}, "the hub to complete the CA rotation once every device has the new CA")
+	t.Logf("the returning device picked up the new CA and the hub completed the rotation %v after its agent started", time.Since(returnAt).Round(time.Millisecond))
 	newCA, _ := readCAFiles(t, h.DataDir)
 	if schema.CAHash(newCA) != rot.Next {
 		t.Fatalf("ca.crt is %s after the rotation, want %s", schema.CAHash(newCA), rot.Next)
