@@ -123,6 +123,9 @@ func (c *caRotation) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if c.cas.Status().Next == "" {
+			continue // no rotation: nothing to look at
+		}
 		if st := c.status(); st.Rotating && st.Pending == 0 {
 			if _, err := c.cas.Complete(); err != nil && !errors.Is(err, pki.ErrNoRotation) {
 				c.log.Error("complete the CA rotation", "err", err)

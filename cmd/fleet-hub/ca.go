@@ -90,7 +90,7 @@ func newCARotateCmd(s *settings) *cobra.Command {
 			}
 			st, err := c.RotateCA(cmd.Context())
 			if err != nil {
-				return fmt.Errorf("ca rotate: %w", err)
+				return fmt.Errorf("ca rotate: %w", hubDown(err))
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "CA rotation started: %s (current) -> %s (new); %d of %d device(s) still to report the new CA; the hub retires the old CA once none is left\n",
 				st.Active, st.Next, st.Pending, len(st.Devices))
@@ -119,7 +119,7 @@ reported trusting the new CA. -o wide adds the CA pins each device trusts;
 			}
 			st, err := c.CAStatus(cmd.Context())
 			if err != nil {
-				return fmt.Errorf("ca status: %w", err)
+				return fmt.Errorf("ca status: %w", hubDown(err))
 			}
 			return printCAStatus(cmd.OutOrStdout(), st, output)
 		},
@@ -149,7 +149,7 @@ the hub until they are given the new CA (--ca-file, or a new join string).`,
 			}
 			st, err := c.RetireCA(cmd.Context(), force)
 			if err != nil {
-				return fmt.Errorf("ca retire: %w", err)
+				return fmt.Errorf("ca retire: %w", hubDown(err))
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "CA rotation complete: %s signs; retired %s\n", st.Active, strings.Join(st.Retired, ", "))
 			return err
@@ -157,6 +157,15 @@ the hub until they are given the new CA (--ca-file, or a new join string).`,
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "retire the old CA even though some devices have not reported the new one")
 	return cmd
+}
+
+// hubDown adds a hint to an error that says no hub listens.
+func hubDown(err error) error {
+	var oerr *net.OpError
+	if errors.As(err, &oerr) && oerr.Op == "dial" {
+		return fmt.Errorf("%w (the ca commands talk to the running hub of --data-dir: start it first)", err)
+	}
+	return err
 }
 
 // printCAStatus prints st as output says.
