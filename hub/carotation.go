@@ -134,6 +134,22 @@ func (c *caRotation) run(ctx context.Context) {
 	}
 }
 
+// caRoutes adds the CA rotation's routes; a hub without a CA of its own
+// answers them 404, saying why.
+func (h *Hub) caRoutes() {
+	if h.cas != nil {
+		h.cas.routes(h.api, h.log)
+		return
+	}
+	none := func(w http.ResponseWriter, _ *http.Request) {
+		api.WriteStatus(w, api.NewStatus(http.StatusNotFound, api.ReasonNotFound,
+			"the hub has no CA of its own (it presents --tls-cert, or has no TLS listener): there is no CA to rotate", nil))
+	}
+	h.api.Handle("/v1/ca", api.Methods{http.MethodGet: none})
+	h.api.Handle("/v1/ca/rotate", api.Methods{http.MethodPost: none})
+	h.api.Handle("/v1/ca/retire", api.Methods{http.MethodPost: none})
+}
+
 // routes adds GET /v1/ca, POST /v1/ca/rotate and POST /v1/ca/retire
 // (admin only, as every POST).
 func (c *caRotation) routes(srv *api.Server, logger *slog.Logger) {

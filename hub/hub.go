@@ -144,7 +144,7 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 		conn:        newDeferredConn(),
 		model:       model,
 		mqttAccount: broker.MosquittoAccount{Identity: broker.Identity{Name: opts.BrokerUsername, Role: broker.RoleHub}, Password: keys.mqttPassword},
-		metrics:     newMetrics(model),
+		metrics:     newMetrics(model, keys),
 		signer:      keys.signer,
 		clientCA:    keys.clientCA,
 	}
@@ -347,14 +347,35 @@ func (h *Hub) caBundle() func() string {
 }
 
 // newMetrics creates the hub's metrics, with the fleet gauges read from
-// the model's counts.
-func newMetrics(model *fleetmodel.Model) *metrics.Metrics {
+// the model's counts and the certificates' expiry from keys.
+func newMetrics(model *fleetmodel.Model, keys hubKeys) *metrics.Metrics {
 	return metrics.New(metrics.Gauges{
-		Devices:    func() float64 { return float64(model.DeviceCount()) },
-		Online:     func() float64 { return float64(model.OnlineCount()) },
-		Converged:  func() float64 { return float64(model.ConvergedCount()) },
-		TopReports: model.TopReports,
+		Devices:      func() float64 { return float64(model.DeviceCount()) },
+		Online:       func() float64 { return float64(model.OnlineCount()) },
+		Converged:    func() float64 { return float64(model.ConvergedCount()) },
+		TopReports:   model.TopReports,
+		Presences:    model.DevicePresences,
+		Deployments:  model.DeploymentStatuses,
+		Certificates: certificateExpiries(keys),
 	})
+}
+
+// certificateExpiries reads when the hub's certificates expire, at each
+// scrape (a renewed or reloaded certificate shows at once). A hub without
+// TLS has none; one given --tls-cert has a server certificate and no CA.
+func certificateExpiries(keys hubKeys) func() []metrics.CertificateExpiry {
+	return func() []metrics.CertificateExpiry {
+		var out []metrics.CertificateExpiry
+		if keys.tls != nil {
+			out = append(out,
+				metrics.CertificateExpiry{Certificate: metrics.CertServer, NotAfter: keys.tls.ServerNotAfter()},
+				metrics.CertificateExpiry{Certificate: metrics.CertCA, NotAfter: keys.tls.CANotAfter()})
+		}
+		if keys.clientCA != nil {
+			out = append(out, metrics.CertificateExpiry{Certificate: metrics.CertClientCA, NotAfter: keys.clientCA.NotAfter()})
+		}
+		return out
+	}
 }
 
 // newBroker creates the embedded broker, binding its listeners, and

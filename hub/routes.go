@@ -49,9 +49,7 @@ func (h *Hub) routes() error {
 	h.api.Handle("/v1/mosquitto/passwd", api.Methods{http.MethodGet: h.serveMosquitto(true)})
 	h.api.Handle("/v1/mosquitto/acl", api.Methods{http.MethodGet: h.serveMosquitto(false)})
 	h.api.Handle("/metrics", api.Methods{http.MethodGet: h.metrics.Handler().ServeHTTP})
-	if h.cas != nil {
-		h.cas.routes(h.api, h.log) // carotation.go: /v1/ca, /v1/ca/rotate, /v1/ca/retire
-	}
+	h.caRoutes() // carotation.go: /v1/ca, /v1/ca/rotate, /v1/ca/retire
 	// Requests to devices: logs, exec, top, crash reports. Their streams
 	// (and hijacked exec connections, which Shutdown does not wait for)
 	// end when the listener closes.

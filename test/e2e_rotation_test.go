@@ -205,9 +205,11 @@ func TestE2ECertRotationServerCertCAAndSigningKey(t *testing.T) {
 	}
 	// Every agent verifies the hub by the new CA on its next connection.
 	for _, a := range f.Agents {
-		if got := readBundleHashes(t, a.StateDir); len(got) != 1 || got[0] != rot.Next {
-			t.Errorf("%s trusts %v after the rotation, want only %s", a.Device, got, rot.Next)
-		}
+		var got []string
+		awaitf(t, 30*time.Second, func() bool {
+			got = readBundleHashes(t, a.StateDir)
+			return len(got) == 1 && got[0] == rot.Next
+		}, "%s to trust only the new CA %s (it trusts %v)", a.Device, rot.Next, got)
 		a.Restart(t)
 	}
 	f.AwaitDevices(t, time.Minute, "online through the new CA", func(d schema.Device) bool { return d.Status != nil && d.Status.Online }, devices...)

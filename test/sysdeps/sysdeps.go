@@ -51,6 +51,8 @@ var Tools = []Tool{
 	{Name: "systemd-analyze", Package: "systemd", For: "checking the agent's systemd unit"},
 	{Name: "chromium", Package: "chromium", For: "the dashboard's browser tests (driven by chromedp)"},
 	{Name: "busybox", Package: "busybox-static", For: "the test image with a shell (fleet exec tests)"},
+	{Name: "prometheus", Package: "prometheus", For: "the Prometheus alert-rule tests (a real scraper against a real hub)"},
+	{Name: "promtool", Package: "prometheus", For: "checking and unit-testing fleet-examples/prometheus/fleet-rules.yml"},
 }
 
 var sbin = []string{"/usr/sbin", "/usr/local/sbin", "/sbin"}
