@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -497,6 +498,11 @@ func (a *Agent) podContainers() map[string][]string {
 }
 
 func (a *Agent) onConnect() {
+	// The CA verified on a first contact by hash is saved during the
+	// handshake: report it from this connection on.
+	if cas := a.currentTrustedCAs(); !slices.Equal(cas, a.refreshTrustedCAs()) {
+		a.pushStatus()
+	}
 	a.reporter.Republish()
 	a.events.Flush()
 	if a.o.TLSConfig != nil {

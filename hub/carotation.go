@@ -80,8 +80,17 @@ func (c *caRotation) updateAdminConf(path string) {
 	}
 }
 
-// bundle is the CA bundle of every desired state.
-func (c *caRotation) bundle() string { return string(c.cas.BundlePEM()) }
+// bundle is the CA bundle of every desired state: none on a hub whose
+// CA never rotated (devices trust the CA they pinned, and 750 bytes per
+// CA stay out of every retained state), both CAs during a rotation, the
+// active one after (so that devices drop the retired one, also those
+// that come back late).
+func (c *caRotation) bundle() string {
+	if st := c.cas.Status(); st.Next == "" && len(st.Retired) == 0 {
+		return ""
+	}
+	return string(c.cas.BundlePEM())
+}
 
 // status says where the rotation stands, device by device.
 func (c *caRotation) status() schema.CARotationStatus {

@@ -634,7 +634,8 @@ type DesiredState struct {
 	// CA trust it started with (--ca-file, --ca-hash, the CA saved at
 	// enrollment) by this bundle once the signed state is accepted, and
 	// reports the fingerprints it trusts (DeviceStatus.TrustedCAs).
-	// Empty: the hub has no CA of its own; the agent keeps its trust.
+	// Empty: the hub has no CA of its own, or its CA never rotated; the
+	// agent keeps its trust.
 	CABundle string `json:"caBundle,omitempty"`
 	// Signature is the hub's ed25519 signature over the rest of the
 	// payload, always its last member (schema/signature.go); absent from

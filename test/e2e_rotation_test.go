@@ -73,12 +73,18 @@ func TestE2ECertRotationServerCertCAAndSigningKey(t *testing.T) {
 	}
 	f.AwaitDevices(t, time.Minute, "online over TLS", func(d schema.Device) bool { return d.Status != nil && d.Status.Online }, devices...)
 	for _, a := range f.Agents {
-		// The signed desired state carried the hub's CA: that is the
-		// agent's trust from then on.
-		if got := readBundleHashes(t, a.StateDir); len(got) != 1 || got[0] != h.CAHash {
-			t.Fatalf("%s trusts %v, want the hub's CA %s", a.Device, got, h.CAHash)
+		// Verified by the hash and kept; no bundle before any rotation.
+		if _, err := os.Stat(filepath.Join(a.StateDir, "hub-ca.crt")); err != nil {
+			t.Fatalf("%s did not keep the CA it verified by hash: %v", a.Device, err)
+		}
+		if _, err := os.Stat(filepath.Join(a.StateDir, "hub-ca-bundle.crt")); !os.IsNotExist(err) {
+			t.Fatalf("%s has a CA bundle before any rotation: %v", a.Device, err)
 		}
 	}
+	awaitf(t, 30*time.Second, func() bool {
+		st := caStatus(t, h)
+		return st.Pending == 0 && !st.Rotating
+	}, "every device to report the hub's CA among the CAs it trusts")
 	f.Apply(t, webYAML("web", f.Image, map[string]string{"role": "rot"}))
 	for _, d := range devices {
 		f.AwaitContainerRunning(t, d, "web")
@@ -109,6 +115,9 @@ func TestE2ECertRotationServerCertCAAndSigningKey(t *testing.T) {
 		t.Errorf("the renewed certificate does not chain to the hub's CA: %v", err)
 	}
 	t.Logf("server certificate renewed %.0f s before the old one's end (lifetime %v)", first.NotAfter.Sub(renewedAt).Seconds(), first.NotAfter.Sub(first.NotBefore)-time.Hour)
+	if v := metric(t, h, `fleet_hub_certificate_expiry_timestamp_seconds{certificate="server"}`); v != float64(renewed.NotAfter.Unix()) {
+		t.Errorf("the server certificate's expiry metric is %v after the renewal, want %d", v, renewed.NotAfter.Unix())
+	}
 	if v := metric(t, h, "fleet_hub_server_certificate_renewals_total"); v < 1 {
 		t.Errorf("fleet_hub_server_certificate_renewals_total = %v after a renewal", v)
 	}
