@@ -61,3 +61,19 @@ func TestPrintCAStatus(t *testing.T) {
 		t.Errorf("-o xml: %v", err)
 	}
 }
+
+// TestSigningKeyRotateCommand: with no hub running on the data
+// directory, `signing-key rotate` rotates the files, as its older name
+// does.
+func TestSigningKeyRotateCommand(t *testing.T) {
+	dir := t.TempDir()
+	if _, out, err := runRoot(t, []string{"signing-key", "rotate", "--data-dir", dir}, nil); err != nil || !strings.Contains(out, "created key") {
+		t.Fatalf("first: %v %q", err, out)
+	}
+	if _, out, err := runRoot(t, []string{"signing-key", "rotate", "--data-dir", dir}, nil); err != nil || !strings.Contains(out, "signing key rotated: ") {
+		t.Fatalf("rotation: %v %q", err, out)
+	}
+	if _, _, err := runRoot(t, []string{"ca", "status", "--data-dir", dir}, nil); err == nil || !strings.Contains(err.Error(), "admin config") {
+		t.Errorf("ca status without a hub: %v", err)
+	}
+}
