@@ -61,7 +61,7 @@ func (r *certRenewer) handle(topic string, payload []byte) {
 	}
 	log := r.log.With("device", device)
 	if !r.allow(device, time.Now()) {
-		log.Warn("client certificate request ignored: one was answered less than a minute ago")
+		log.Warn("client certificate request ignored: one was signed less than a minute ago")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
@@ -71,6 +71,7 @@ func (r *certRenewer) handle(topic string, payload []byte) {
 		log.Warn("client certificate request refused", "err", err)
 		return
 	}
+	r.signed(device, time.Now())
 	b, err := json.Marshal(answer)
 	if err == nil {
 		err = r.conn.Publish(ctx, r.topics.Device(device, schema.TopicCertificate), b, false)
@@ -82,15 +83,21 @@ func (r *certRenewer) handle(topic string, payload []byte) {
 	log.Info("renewed a device's client certificate over MQTT", "expires", answer.NotAfter.Format(time.RFC3339))
 }
 
-// allow reports whether device may have a certificate now, and records it.
+// allow reports whether device may have a certificate signed now: none
+// was signed for it in the last certRenewInterval (signing is what
+// costs; a refused request costs a decode).
 func (r *certRenewer) allow(device string, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if t, ok := r.last[device]; ok && now.Sub(t) < certRenewInterval {
-		return false
-	}
+	t, ok := r.last[device]
+	return !ok || now.Sub(t) >= certRenewInterval
+}
+
+// signed records that device had a certificate signed at now.
+func (r *certRenewer) signed(device string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.last[device] = now
-	return true
 }
 
 // sign checks that device exists and that the request is a CSR for it,
