@@ -35,7 +35,7 @@ func TestHubRenewsClientCertificatesOverMQTT(t *testing.T) {
 	topics := schema.Topics{}
 	dial := func(name string) (paho.Client, chan []byte) {
 		got := make(chan []byte, 4)
-		c := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://"+h.Info().MQTTAddr).
+		c := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + h.Info().MQTTAddr).
 			SetClientID(fmt.Sprintf("%s-%016x", name, time.Now().UnixNano())).SetUsername(name).SetPassword(tokens[name]).
 			SetAutoReconnect(false).SetConnectTimeout(10 * time.Second))
 		if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
