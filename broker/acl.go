@@ -15,10 +15,10 @@ import (
 // it can match is allowed.
 //
 //   - RoleHub may do anything.
-//   - RoleDevice may subscribe to exactly {prefix}/devices/{self}/desired
-//     and {prefix}/devices/{self}/requests (no wildcards at all) and publish
-//     only to its own status, online, events, crashreports and responses
-//     topics. A device whose name is not a valid device name may do
+//   - RoleDevice may subscribe to exactly {prefix}/devices/{self}/desired,
+//     {prefix}/devices/{self}/requests and {prefix}/devices/{self}/certificate
+//     (no wildcards at all) and publish only to its own status, online,
+//     events, crashreports, responses and csr topics. A device whose name is not a valid device name may do
 //     nothing.
 //   - RoleMonitor may subscribe to {prefix}/devices/{device|+}/{status|online|events},
 //     {prefix}/deployments/{name|+}/status and Home Assistant's discovery
@@ -45,13 +45,15 @@ func Allowed(topics schema.Topics, id Identity, topic string, write bool) bool {
 		}
 		if !write {
 			return topic == topics.Device(id.Name, schema.TopicDesired) ||
-				topic == topics.Device(id.Name, schema.TopicRequests)
+				topic == topics.Device(id.Name, schema.TopicRequests) ||
+				topic == topics.Device(id.Name, schema.TopicCertificate)
 		}
 		return topic == topics.Device(id.Name, schema.TopicStatus) ||
 			topic == topics.Device(id.Name, schema.TopicOnline) ||
 			topic == topics.Device(id.Name, schema.TopicEvents) ||
 			topic == topics.Device(id.Name, schema.TopicCrashReports) ||
-			topic == topics.Device(id.Name, schema.TopicResponses)
+			topic == topics.Device(id.Name, schema.TopicResponses) ||
+			topic == topics.Device(id.Name, schema.TopicCSR)
 	case RoleBootstrap:
 		if schema.ValidateRequestID(id.Request) != nil {
 			return false // also keeps wildcards and '/' out of the topics

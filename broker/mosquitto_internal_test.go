@@ -95,14 +95,16 @@ func TestMosquittoACLFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `# Fleet MQTT access rules; generated, do not edit.
-# Devices (username = device name): own desired and requests in, own status/online/events/crashreports/responses out.
+# Devices (username = device name): own desired, requests and certificate in, own status/online/events/crashreports/responses/csr out.
 pattern read fleet/v1/devices/%u/desired
 pattern read fleet/v1/devices/%u/requests
+pattern read fleet/v1/devices/%u/certificate
 pattern write fleet/v1/devices/%u/status
 pattern write fleet/v1/devices/%u/online
 pattern write fleet/v1/devices/%u/events
 pattern write fleet/v1/devices/%u/crashreports
 pattern write fleet/v1/devices/%u/responses
+pattern write fleet/v1/devices/%u/csr
 
 user fleet.hub
 topic readwrite fleet/v1/#

@@ -82,6 +82,11 @@ type Options struct {
 	// TLSSANs are extra names (DNS names or IP addresses) of the hub's
 	// own server certificate.
 	TLSSANs []string
+	// TLSCertLifetime is how long the hub's own server certificate is
+	// valid; default one year. The hub renews it while it runs once a
+	// third of it is left (at most 30 days before its end): new
+	// connections get the new one, connected devices stay connected.
+	TLSCertLifetime time.Duration
 	// MQTTClientCerts is what the embedded broker's TLS listener asks
 	// of client certificates signed by the hub's CA: "off" (default),
 	// "optional" or "required" (broker.ClientCertMode; hub/pki.ClientCA).

@@ -72,6 +72,13 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 			}
 		})
 	}
+	if h.tls != nil {
+		// Renews the hub's own server certificate before its end.
+		r.parts.Go(func() { _ = h.tls.Run(partsCtx) })
+	}
+	if h.cas != nil {
+		r.parts.Go(func() { h.cas.run(partsCtx) }) // carotation.go
+	}
 	if h.opts.MemoryTrimInterval > 0 {
 		r.parts.Go(func() { memtrim.Run(partsCtx, h.opts.MemoryTrimInterval, h.log) })
 	}
@@ -157,6 +164,11 @@ func (h *Hub) startParts(r *runState, conn broker.Conn, listening func()) error 
 	}
 	if err := h.enroll.Subscribe(r.ctx); err != nil {
 		return err
+	}
+	if h.certRenew != nil {
+		if err := h.certRenew.Subscribe(r.ctx); err != nil {
+			return err
+		}
 	}
 	if err := h.remote.Subscribe(r.ctx); err != nil {
 		return err

@@ -628,6 +628,15 @@ type DesiredState struct {
 	// imagePullSecrets), each once, sorted by name, their values sealed to
 	// the device's own public key.
 	Secrets []SealedSecret `json:"secrets,omitempty"`
+	// CABundle is the PEM of every CA the device should trust for the
+	// hub's TLS listeners: the hub's CA and, during a CA rotation
+	// (fleet-hub ca rotate), the new one beside it. An agent replaces the
+	// CA trust it started with (--ca-file, --ca-hash, the CA saved at
+	// enrollment) by this bundle once the signed state is accepted, and
+	// reports the fingerprints it trusts (DeviceStatus.TrustedCAs).
+	// Empty: the hub has no CA of its own, or its CA never rotated; the
+	// agent keeps its trust.
+	CABundle string `json:"caBundle,omitempty"`
 	// Signature is the hub's ed25519 signature over the rest of the
 	// payload, always its last member (schema/signature.go); absent from
 	// the canonical bytes the hub stores and signs.
@@ -726,6 +735,11 @@ type DeviceStatus struct {
 	// Message explains a state the agent cannot act on (a desired state it
 	// refused, for example).
 	Message string `json:"message,omitempty"`
+	// TrustedCAs are the pins (schema.CAHash, "sha256:…") of the CAs the
+	// agent verifies the hub's TLS listeners with, sorted; empty when it
+	// knows none (a plain broker, system roots). The hub completes a CA
+	// rotation once every device lists the new CA.
+	TrustedCAs []string `json:"trustedCAs,omitempty"`
 }
 
 // AgentInfo describes the agent binary.

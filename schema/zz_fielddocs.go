@@ -204,6 +204,7 @@ func typeDocTable() map[string]typeDoc {
 				"pods":       {doc: "Pods are every pod the device should run; the agent removes the pods it runs that are not listed."},
 				"configMaps": {doc: "ConfigMaps are the ConfigMaps the pods use (env valueFrom, envFrom, configMap volumes), each once, sorted by name; absent ones the pods reference are not listed."},
 				"secrets":    {doc: "Secrets are the Secrets the pods use (env, volumes, imagePullSecrets), each once, sorted by name, their values sealed to the device's own public key."},
+				"caBundle":   {doc: "CABundle is the PEM of every CA the device should trust for the hub's TLS listeners: the hub's CA and, during a CA rotation (fleet-hub ca rotate), the new one beside it. An agent replaces the CA trust it started with (--ca-file, --ca-hash, the CA saved at enrollment) by this bundle once the signed state is accepted, and reports the fingerprints it trusts (DeviceStatus.TrustedCAs). Empty: the hub has no CA of its own, or its CA never rotated; the agent keeps its trust."},
 				"signature":  {doc: "Signature is the hub's ed25519 signature over the rest of the payload, always its last member (schema/signature.go); absent from the canonical bytes the hub stores and signs."},
 			},
 		},
@@ -267,6 +268,7 @@ func typeDocTable() map[string]typeDoc {
 				"node":               {doc: "Node holds facts about the device."},
 				"pods":               {doc: "Pods are the observed states of the desired pods."},
 				"message":            {doc: "Message explains a state the agent cannot act on (a desired state it refused, for example)."},
+				"trustedCAs":         {doc: "TrustedCAs are the pins (schema.CAHash, \"sha256:…\") of the CAs the agent verifies the hub's TLS listeners with, sorted; empty when it knows none (a plain broker, system roots). The hub completes a CA rotation once every device lists the new CA."},
 			},
 		},
 		"DiskMetrics": {

@@ -52,6 +52,8 @@ type settings struct {
 	EtcdCACert string
 	EtcdCert   string
 	EtcdKey    string
+	// TLSCertLifetime: hub.Options.
+	TLSCertLifetime time.Duration
 }
 
 // backupSettings are --backup-dir, --backup-every, --backup-keep and the
@@ -252,8 +254,9 @@ func newRootCmd(getenv func(string) string, serve serveFunc) *cobra.Command {
 		return fmt.Errorf("%w (see fleet-hub --help)", err)
 	})
 	bindFlags(root, &s)
-	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s), newMosquittoConfigCmd(&s), newRotateSigningKeyCmd(&s), newMigrateCmd())
-	root.AddCommand(newBackupCmd(&s), newRestoreCmd(&s))
+	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s), newMosquittoConfigCmd(&s),
+		newSigningKeyCmd(&s), newSigningKeyRotateCmd(&s, "rotate-signing-key"), newCACmd(&s))
+	root.AddCommand(newBackupCmd(&s), newRestoreCmd(&s), newMigrateCmd())
 	return root
 }
 
@@ -281,6 +284,7 @@ func bindFlags(root *cobra.Command, s *settings) {
 	lf.StringVar(&m.TLSAddr, "mqtts-addr", d.TLSAddr, "listen address of the embedded broker's MQTT-over-TLS listener (empty: off)")
 	lf.StringVar(&m.TLSCert, "tls-cert", "", "PEM certificate (chain) of the HTTPS and MQTT TLS listeners, reloaded on SIGHUP (default: one the hub's own CA signs)")
 	lf.StringVar(&m.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	lf.DurationVar(&s.TLSCertLifetime, "tls-cert-lifetime", 0, "lifetime of the hub's own server certificate (0: a year, 8760h); the running hub renews it once a third is left (at most 720h before its end), without a restart or a disconnect (e.g. 2m to watch it happen)")
 	lf.StringVar(&m.ClientCerts, "mqtt-client-certs", d.ClientCerts, "client certificates on the MQTT TLS listener, signed by the hub's CA (devices get one at enrollment): off, optional (one presented must be the device's own) or required (devices over TLS must present theirs; bootstrap clients and monitors need none)")
 	lf.StringVar(&m.AdvertiseURL, "advertise-mqtt-url", "", "MQTT URL devices are told to use (GET /v1/info); default derived from the listener or --broker")
 	lf.StringVar(&m.BrokerCA, "broker-ca", "", "PEM CA bundle to verify an ssl:// external broker")
@@ -341,6 +345,7 @@ func serveHub(cmd *cobra.Command, s settings) error {
 		HTTPAddr:          orOff(s.HTTPAddr),
 		HTTPSAddr:         orOff(s.HTTPSAddr),
 		TLSSANs:           s.TLSSANs,
+		TLSCertLifetime:   s.TLSCertLifetime,
 		AdvertiseHTTPURL:  s.AdvertiseHTTPURL,
 		InsecurePlaintext: s.InsecurePlaintext,
 		Logger:            log,

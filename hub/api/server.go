@@ -43,6 +43,9 @@ type Options struct {
 	// CAHash is the pin of the hub's own CA (schema.CAHash), returned
 	// with each new bootstrap token; "" for none.
 	CAHash string
+	// CAHashFunc, if set, is asked instead of CAHash for each new token
+	// (a hub whose CA rotates). Default none.
+	CAHashFunc func() string
 }
 
 // StatusSource supplies the status the hub derives from agent reports.

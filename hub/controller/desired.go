@@ -33,7 +33,8 @@ type desiredWriter struct {
 	topics     *desiredTopics
 	tombstones map[string]int64 // last generation of deleted devices
 	// held are the devices under a restore hold (restorehold.go).
-	held map[string]bool
+	held     map[string]bool
+	caBundle func() string // Options.CABundle; nil: none
 }
 
 // desiredChange is a device's new desired state, or its removal.
@@ -115,7 +116,11 @@ func (w *desiredWriter) change(name string, want []schema.Pod) (desiredChange, b
 		return desiredChange{}, false // restored: wait for the device's report
 	}
 	cfg := w.resolve(name, want)
-	current := !held && prev != nil && prev.Store == w.storeID && SamePods(prev.Pods, want)
+	bundle := ""
+	if w.caBundle != nil {
+		bundle = w.caBundle()
+	}
+	current := !held && prev != nil && prev.Store == w.storeID && SamePods(prev.Pods, want) && prev.CABundle == bundle
 	if current && cfg.same(prev) {
 		return desiredChange{}, false
 	}
@@ -135,6 +140,7 @@ func (w *desiredWriter) change(name string, want []schema.Pod) (desiredChange, b
 		Generation: gen,
 		Store:      w.storeID,
 		Pods:       want,
+		CABundle:   bundle,
 	}
 	reuse := prev
 	if prev != nil && prev.Store != w.storeID {
@@ -159,6 +165,7 @@ func newDesiredWriter(opts Options, f fleetView, cfg *configState, topics *desir
 		fleet: f, cfg: cfg, model: opts.Model, topics: topics,
 		tombstones: map[string]int64{},
 		held:       map[string]bool{},
+		caBundle:   opts.CABundle,
 	}
 	topics.held = w.isHeld
 	return w
