@@ -82,7 +82,11 @@
 //     times); the previous version runs again"; a RolledBack event says
 //     the same. A pod with no steady revision yet (a first install)
 //     crash-loops with backoff instead. Completing with exit code 0 under
-//     Never or OnFailure is not a failure.
+//     Never or OnFailure is not a failure. The steady revision is the
+//     last one that ran 30 s, whether or not it was still desired by
+//     then: a revision replaced as desired by one whose image cannot be
+//     pulled keeps running, becomes steady, and is what a later failing
+//     revision falls back to (its images are kept).
 //   - The agent deletes only images it pulled itself, and only once the
 //     device has converged: images nothing needs at once, the images of
 //     each pod's previous steady revision (kept for a fast undo) only
