@@ -52,6 +52,10 @@ type Policy struct {
 	// SteadyAfter is how long a container must run without exiting to
 	// have started (default DefaultSteadyAfter).
 	SteadyAfter time.Duration
+	// Holds are the pods whose replacement of a running older revision
+	// waits (update window, update lock; see update.go): their new
+	// images are pulled, the running version stays.
+	Holds map[string]Hold
 }
 
 func (p Policy) withDefaults() Policy {
