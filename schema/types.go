@@ -469,6 +469,27 @@ type DeploymentStatus struct {
 	// Conditions say in one line each how the rollout stands (a
 	// Progressing condition, for a Staged rollout).
 	Conditions []DeploymentCondition `json:"conditions,omitempty"`
+	// Updates counts the targeted devices by where the current revision
+	// stands on them (pulled ahead, waiting for a window or lock,
+	// switched), when any device reports it. Absent otherwise.
+	Updates *UpdateCounts `json:"updates,omitempty"`
+}
+
+// UpdateCounts count devices by the state of a revision's update on
+// them (schema.PodUpdate).
+type UpdateCounts struct {
+	// Downloading is how many devices pull the revision's images while
+	// the previous version runs.
+	Downloading int `json:"downloading"`
+	// Downloaded is how many have its images and do not run it yet.
+	Downloaded int `json:"downloaded"`
+	// Waiting is how many hold it back for their update window or lock.
+	Waiting int `json:"waiting"`
+	// Switched is how many run it.
+	Switched int `json:"switched"`
+	// WaitingUntil is the earliest time a device waiting for its
+	// update window sees it open.
+	WaitingUntil *time.Time `json:"waitingUntil,omitempty"`
 }
 
 // ---- Pods --------------------------------------------------------------------

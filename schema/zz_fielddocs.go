@@ -197,6 +197,7 @@ func typeDocTable() map[string]typeDoc {
 				"revision":           {doc: "Revision is the number of the deployment's current revision: that of its pod template in \"fleet rollout history\". 0 until the hub has recorded one."},
 				"rollout":            {doc: "Rollout is the state of a Staged rollout (absent for the other strategies): its revision, step, counts, what it waits for, and why it stopped or rolled back."},
 				"conditions":         {doc: "Conditions say in one line each how the rollout stands (a Progressing condition, for a Staged rollout)."},
+				"updates":            {doc: "Updates counts the targeted devices by where the current revision stands on them (pulled ahead, waiting for a window or lock, switched), when any device reports it. Absent otherwise."},
 			},
 		},
 		"DesiredState": {
@@ -829,6 +830,16 @@ func typeDocTable() map[string]typeDoc {
 			fields: map[string]fieldDoc{
 				"apiVersion": {doc: "APIVersion is the version of the schema the object follows: always \"fleet/v1\". Manifests must set it."},
 				"kind":       {doc: "Kind is the type of the object, such as Deployment or Device. Manifests must set it."},
+			},
+		},
+		"UpdateCounts": {
+			doc: "UpdateCounts count devices by the state of a revision's update on them (schema.PodUpdate).",
+			fields: map[string]fieldDoc{
+				"downloading":  {doc: "Downloading is how many devices pull the revision's images while the previous version runs."},
+				"downloaded":   {doc: "Downloaded is how many have its images and do not run it yet."},
+				"waiting":      {doc: "Waiting is how many hold it back for their update window or lock."},
+				"switched":     {doc: "Switched is how many run it."},
+				"waitingUntil": {doc: "WaitingUntil is the earliest time a device waiting for its update window sees it open."},
 			},
 		},
 		"UpdateLock": {
