@@ -1,6 +1,7 @@
 package test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -41,6 +42,7 @@ func TestE2EUpdateLockHoldsUpdates(t *testing.T) {
 	f.applyDeps(t, rev(1, "10m"))
 	h1 := f.PodHash(t, name)
 	c1 := f.AwaitContainerRunning(t, dev, name, h1)
+	awaitLockTaken(t, lockDir)
 	f.applyDeps(t, rev(2, "10m"))
 	h2 := f.PodHash(t, name)
 	u := awaitLockHeld(t, f, dev, name, h2)
@@ -59,6 +61,7 @@ func TestE2EUpdateLockHoldsUpdates(t *testing.T) {
 	t.Logf("switched %v after the holder released the lock", time.Since(released).Round(time.Millisecond))
 
 	// 2. The holder is killed with -9: the kernel releases its lock.
+	awaitLockTaken(t, lockDir)
 	f.applyDeps(t, rev(3, "10m"))
 	h3 := f.PodHash(t, name)
 	u = awaitLockHeld(t, f, dev, name, h3)
@@ -71,6 +74,7 @@ func TestE2EUpdateLockHoldsUpdates(t *testing.T) {
 	t.Logf("switched %v after the holder was killed", time.Since(killed).Round(time.Millisecond))
 
 	// 3. Never released: the deadline (20 s) forces the update.
+	awaitLockTaken(t, lockDir)
 	f.applyDeps(t, rev(4, "20s"))
 	h4 := f.PodHash(t, name)
 	u = awaitLockHeld(t, f, dev, name, h4)
@@ -108,4 +112,25 @@ func holderPID(t *testing.T, holder string) int {
 	}
 	pid, _ := strconv.Atoi(m[1])
 	return pid
+}
+
+// awaitLockTaken waits until the running revision's holder has taken its
+// flock on dir/updates.lock, testing it as the agent does (a
+// non-blocking flock of its own, released at once).
+func awaitLockTaken(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(e2eConverge)
+	for {
+		if f, err := os.Open(filepath.Join(dir, "updates.lock")); err == nil {
+			err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+			f.Close() // releases a lock it took
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no process took the lock on %s/updates.lock within %v", dir, e2eConverge)
+		}
+		time.Sleep(pollEvery) // poll interval
+	}
 }
