@@ -76,8 +76,10 @@ func TestE2EUpdateWindowPullsAheadAndSwitches(t *testing.T) {
 	if c := f.AwaitContainerRunning(t, dev, name, h1); c.PID != c1.PID {
 		t.Errorf("v1's task changed before the window opened: pid %d, was %d", c.PID, c1.PID)
 	}
-	if out := f.CLI(t, "get", "pods", name, "-o", "wide"); !strings.Contains(out, "waiting for window until "+until) || !strings.Contains(out, "Running") {
-		t.Errorf("fleet get pods -o wide: want v1 Running, waiting for window until %s:\n%s", until, out)
+	for _, args := range [][]string{{"get", "pods", name}, {"get", "pods", name, "-o", "wide"}} {
+		if out := f.CLI(t, args...); !strings.Contains(out, "waiting for window until "+until) || !strings.Contains(out, "Running") || !strings.Contains(out, "1/1") {
+			t.Errorf("fleet %s: want v1 1/1 Running, waiting for window until %s:\n%s", strings.Join(args, " "), until, out)
+		}
 	}
 	st := awaitRolloutLine(t, f, name, regexp.MustCompile(`\(0 downloading, 1 downloaded, 1 waiting, 0 switched: waiting for window until `+regexp.QuoteMeta(open.UTC().Format(time.RFC3339))+`\)`))
 	t.Logf("rollout status while waiting: %s", st)
