@@ -78,5 +78,9 @@ demo-down: ## stop everything `make demo` started
 arm: ## cross-build fleet-agent and fleet for arm64, armv7, armv6 into dist/ with SHA256SUMS
 	@VERSION=$(VERSION) bash arm/build.sh
 
+.PHONY: uplot
+uplot: ## fetch uPlot (UPLOT_VERSION, default 1.6.32) with npm into the dashboard's embedded assets; by hand only, never in CI
+	@sh hub/dashboard/vendor-uplot.sh
+
 clean: ## remove build output
 	rm -rf $(BIN) dist

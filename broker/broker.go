@@ -434,17 +434,18 @@ func (b *Broker) Kick(name string) int {
 }
 
 // forgetSession drops the subscriptions and queued messages of a stopped
-// client and removes it from the broker, unless its client ID has already
-// been taken by a newer client.
+// client, so a later connection under its client ID inherits nothing. It
+// leaves the entry in mochi's client list: mochi removes it when the
+// connection ends (a clean session) or hands it over to the next client
+// with that ID. Deleting it here would race that ending connection, whose
+// own delete by client ID could then remove a reconnected client's entry
+// and leave it deaf to every publish.
 func (b *Broker) forgetSession(cl *mqtt.Client) {
 	if cur, ok := b.server.Clients.Get(cl.ID); !ok || cur != cl {
 		return
 	}
 	b.server.UnsubscribeClient(cl)
 	cl.ClearInflights()
-	if cur, ok := b.server.Clients.Get(cl.ID); ok && cur == cl {
-		b.server.Clients.Delete(cl.ID)
-	}
 }
 
 // Publish publishes from the in-process client, bypassing ACLs: QoS 1 to

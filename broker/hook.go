@@ -167,13 +167,9 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 			return false
 		}
 		log.Warn("mqtt client ID held by another identity's session: its device takes it back", "holder", holder)
-		// Drop the holder's subscriptions and queue now, so nothing of its
-		// session passes to the device, but leave it in mochi's client
-		// list: mochi's own take-over then disconnects it and marks it
-		// taken over. Removing it here instead would let its ending
-		// connection delete the device's new entry by client ID.
-		b.server.UnsubscribeClient(existing)
-		existing.ClearInflights()
+		// Nothing of the holder's session passes to the device; mochi's
+		// own take-over then disconnects it and marks it taken over.
+		b.forgetSession(existing)
 	}
 
 	b.idents.Store(cl.ID, identEntry{cl: cl, id: id})

@@ -183,6 +183,10 @@ func MosquittoACLFile(topics schema.Topics, accounts []Identity) ([]byte, error)
 		switch id.Role {
 		case RoleHub:
 			fmt.Fprintf(&b, "\nuser %s\ntopic readwrite %s\n", id.Name, all)
+			if ha, ok := HomeAssistantFilter(topics); ok {
+				// Home Assistant discovery configs (--homeassistant-discovery).
+				fmt.Fprintf(&b, "topic readwrite %s\n", ha)
+			}
 		case RoleMonitor:
 			fmt.Fprintf(&b, "\nuser %s\n", id.Name)
 			// Denials are checked before grants, patterns included.

@@ -106,6 +106,7 @@ pattern write fleet/v1/devices/%u/responses
 
 user fleet.hub
 topic readwrite fleet/v1/#
+topic readwrite homeassistant/#
 
 user grafana
 topic deny fleet/v1/devices/grafana/#
@@ -113,6 +114,7 @@ topic read fleet/v1/devices/+/status
 topic read fleet/v1/devices/+/online
 topic read fleet/v1/devices/+/events
 topic read fleet/v1/deployments/+/status
+topic read homeassistant/#
 `
 	if string(acl) != want {
 		t.Fatalf("ACL file:\n%s\nwant:\n%s", acl, want)

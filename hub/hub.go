@@ -15,9 +15,12 @@ import (
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/hub/adminconf"
 	"github.com/fleetmq/fleet/hub/api"
+	"github.com/fleetmq/fleet/hub/backup"
 	"github.com/fleetmq/fleet/hub/controller"
 	"github.com/fleetmq/fleet/hub/enrollment"
 	"github.com/fleetmq/fleet/hub/fleetmodel"
+	"github.com/fleetmq/fleet/hub/history"
+	"github.com/fleetmq/fleet/hub/homeassistant"
 	"github.com/fleetmq/fleet/hub/ingest"
 	"github.com/fleetmq/fleet/hub/metrics"
 	"github.com/fleetmq/fleet/hub/pki"
@@ -73,9 +76,14 @@ type Hub struct {
 	remote      *remote.Manager
 	enroll      *enrollment.Handler
 	mqttAccount broker.MosquittoAccount
-	mosq        *mosquittoSync // nil unless MosquittoConfigDir is set (mosquitto.go)
-	signer      *pki.Signer    // signs every published desired state
-	clientCA    *pki.ClientCA  // signs devices' client certificates; nil without
+	mosq        *mosquittoSync    // nil unless MosquittoConfigDir is set (mosquitto.go)
+	signer      *pki.Signer       // signs every published desired state
+	clientCA    *pki.ClientCA     // signs devices' client certificates; nil without
+	backups     *backup.Scheduler // scheduled backups; nil without --backup-dir (backups.go)
+
+	history *history.History // what the dashboard's charts show (routes.go)
+
+	ha *homeassistant.Publisher // nil unless HomeAssistantDiscovery (homeassistant.go)
 }
 
 // Run runs a hub until ctx is done, then shuts it down cleanly.
@@ -139,7 +147,7 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 		conn:        newDeferredConn(),
 		model:       model,
 		mqttAccount: broker.MosquittoAccount{Identity: broker.Identity{Name: opts.BrokerUsername, Role: broker.RoleHub}, Password: keys.mqttPassword},
-		metrics:     newMetrics(model),
+		metrics:     newMetrics(model, keys),
 		signer:      keys.signer,
 		clientCA:    keys.clientCA,
 	}
@@ -163,6 +171,10 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	if err := h.newParts(); err != nil {
 		return nil, err
 	}
+	if h.backups, err = h.newBackupScheduler(); err != nil {
+		return nil, err
+	}
+	h.logRestore(ctx)
 	return h, nil
 }
 
@@ -312,18 +324,42 @@ func (h *Hub) newParts() (err error) {
 	if err != nil {
 		return err
 	}
+	if err := h.newHomeAssistant(); err != nil {
+		return err
+	}
 	return h.routes()
 }
 
 // newMetrics creates the hub's metrics, with the fleet gauges read from
-// the model's counts.
-func newMetrics(model *fleetmodel.Model) *metrics.Metrics {
+// the model's counts and the certificates' expiry from keys.
+func newMetrics(model *fleetmodel.Model, keys hubKeys) *metrics.Metrics {
 	return metrics.New(metrics.Gauges{
-		Devices:    func() float64 { return float64(model.DeviceCount()) },
-		Online:     func() float64 { return float64(model.OnlineCount()) },
-		Converged:  func() float64 { return float64(model.ConvergedCount()) },
-		TopReports: model.TopReports,
+		Devices:      func() float64 { return float64(model.DeviceCount()) },
+		Online:       func() float64 { return float64(model.OnlineCount()) },
+		Converged:    func() float64 { return float64(model.ConvergedCount()) },
+		TopReports:   model.TopReports,
+		Presences:    model.DevicePresences,
+		Deployments:  model.DeploymentStatuses,
+		Certificates: certificateExpiries(keys),
 	})
+}
+
+// certificateExpiries reads when the hub's certificates expire, at each
+// scrape (a renewed or reloaded certificate shows at once). A hub without
+// TLS has none; one given --tls-cert has a server certificate and no CA.
+func certificateExpiries(keys hubKeys) func() []metrics.CertificateExpiry {
+	return func() []metrics.CertificateExpiry {
+		var out []metrics.CertificateExpiry
+		if keys.tls != nil {
+			out = append(out,
+				metrics.CertificateExpiry{Certificate: metrics.CertServer, NotAfter: keys.tls.ServerNotAfter()},
+				metrics.CertificateExpiry{Certificate: metrics.CertCA, NotAfter: keys.tls.CANotAfter()})
+		}
+		if keys.clientCA != nil {
+			out = append(out, metrics.CertificateExpiry{Certificate: metrics.CertClientCA, NotAfter: keys.clientCA.NotAfter()})
+		}
+		return out
+	}
 }
 
 // newBroker creates the embedded broker, binding its listeners, and

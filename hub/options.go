@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/hub/backup"
+	"github.com/fleetmq/fleet/hub/history"
 	"github.com/fleetmq/fleet/hub/memtrim"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -30,6 +32,9 @@ const (
 	// DefaultMemoryTrimInterval is how often the hub checks for heap to
 	// give back to the OS (hub/memtrim).
 	DefaultMemoryTrimInterval = memtrim.DefaultInterval
+	// DefaultHistoryInterval is the width of one sample of the
+	// dashboard's charts (hub/history).
+	DefaultHistoryInterval = history.DefaultInterval
 )
 
 // Off, as a listen address of Options, turns that listener off.
@@ -139,11 +144,36 @@ type Options struct {
 	// back to the OS after a burst; default DefaultMemoryTrimInterval,
 	// negative: never (the Go runtime's own pace).
 	MemoryTrimInterval time.Duration
+
+	// BackupDir, if set, turns on scheduled backups (hub/backup): one
+	// every BackupEvery (default DefaultBackupEvery) into this directory,
+	// written atomically, the newest BackupKeep (default 48) kept, each
+	// encrypted with BackupKey (required). Default: none.
+	BackupDir   string
+	BackupEvery time.Duration
+	BackupKeep  int
+	BackupKey   backup.Key
+	// BackupClock is the scheduler's clock; default the real one (tests).
+	BackupClock backup.Clock
+	// HistoryInterval is the width of one sample of the dashboard's
+	// charts (hub/history): they span 288 of them; default
+	// history.DefaultInterval (5 min: 24 h).
+	HistoryInterval time.Duration
+	// HomeAssistantDiscovery publishes Home Assistant MQTT discovery
+	// configs (retained, under homeassistant/) for every device
+	// (hub/homeassistant); default off.
+	HomeAssistantDiscovery bool
 }
+
+// DefaultBackupEvery is the interval of scheduled backups.
+const DefaultBackupEvery = time.Hour
 
 func (o *Options) setDefaults() {
 	if o.DataDir == "" {
 		o.DataDir = DefaultDataDir
+	}
+	if o.BackupDir != "" && o.BackupEvery == 0 {
+		o.BackupEvery = DefaultBackupEvery
 	}
 	if o.HTTPAddr == "" {
 		o.HTTPAddr = DefaultHTTPAddr
@@ -175,6 +205,9 @@ func (o *Options) setDefaults() {
 	if o.MemoryTrimInterval == 0 {
 		o.MemoryTrimInterval = DefaultMemoryTrimInterval
 	}
+	if o.HistoryInterval == 0 {
+		o.HistoryInterval = history.DefaultInterval
+	}
 }
 
 // check refuses options that cannot work, and warns of those ignored.
@@ -183,6 +216,9 @@ func (o *Options) check() error {
 		if err := checkMQTTURL(o.Broker); err != nil {
 			return fmt.Errorf("--broker: %w", err)
 		}
+	}
+	if o.HistoryInterval < time.Second {
+		return fmt.Errorf("--history-interval %v: want a duration of at least 1s (default %v)", o.HistoryInterval, history.DefaultInterval)
 	}
 	if o.HTTPAddr == Off && o.HTTPSAddr == Off {
 		return errors.New("no API listener: give --http-addr or --https-addr")

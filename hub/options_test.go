@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPlainListenersOnlyOnLoopback(t *testing.T) {
@@ -48,5 +49,30 @@ func TestPlainListenersOnlyOnLoopback(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("refused hub left %s: %v", dir, err)
+	}
+}
+
+// TestHistoryInterval: --history-interval defaults to 5 min and refuses
+// what would not make a sample.
+func TestHistoryInterval(t *testing.T) {
+	for _, tc := range []struct {
+		in   time.Duration
+		want string // in the error; "" for none
+	}{
+		{0, ""}, {time.Second, ""}, {time.Hour, ""},
+		{-time.Second, "--history-interval -1s"}, {500 * time.Millisecond, "--history-interval 500ms"},
+	} {
+		o := Options{HistoryInterval: tc.in}
+		o.setDefaults()
+		err := o.check()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v refused: %v", tc.in, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v: error %v, want one with %q", tc.in, err, tc.want)
+		}
+		if tc.in == 0 && o.HistoryInterval != DefaultHistoryInterval {
+			t.Errorf("default history interval %v, want %v", o.HistoryInterval, DefaultHistoryInterval)
+		}
 	}
 }

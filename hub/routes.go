@@ -12,6 +12,7 @@ import (
 	"github.com/fleetmq/fleet/hub/api"
 	"github.com/fleetmq/fleet/hub/dashboard"
 	"github.com/fleetmq/fleet/hub/fleetmodel"
+	"github.com/fleetmq/fleet/hub/history"
 	"github.com/fleetmq/fleet/hub/pki"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -43,6 +44,7 @@ func (v statusView) DeploymentStatusJSON(name string) []byte {
 func (h *Hub) routes() error {
 	h.api.Handle("/v1/info", api.Methods{http.MethodGet: h.serveInfo})
 	h.api.Handle("/v1/signing-key/rotate", api.Methods{http.MethodPost: h.serveRotateSigningKey})
+	h.api.Handle("/v1/backup", api.Methods{http.MethodPost: h.serveBackup}) // backups.go, admin only
 	h.api.Handle("/v1/devices/{name}/events", api.Methods{http.MethodGet: h.serveEvents})
 	h.api.Handle("/v1/devices/{name}/certificate", api.Methods{http.MethodPost: h.serveDeviceCertificate})
 	h.api.Handle("/v1/events", api.Methods{http.MethodGet: h.serveAllEvents})
@@ -58,8 +60,12 @@ func (h *Hub) routes() error {
 	// The dashboard at /, on the API's listener and tokens. Its live
 	// streams end when the HTTP server closes the listener, first thing
 	// in its shutdown, so that the shutdown does not wait for them.
+	// The charts' history, filled from the model while the hub runs
+	// (run.go).
+	h.history = history.New(history.Options{Interval: h.opts.HistoryInterval})
 	dash, err := dashboard.New(dashboard.Options{
 		Model: h.model, Store: h.store, Logger: h.log.With("component", "dashboard"), Version: h.opts.Version,
+		History: h.history,
 	})
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleet/broker"
+	"github.com/fleetmq/fleet/hub/history"
 	"github.com/fleetmq/fleet/hub/memtrim"
 )
 
@@ -64,6 +65,13 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 		}
 	}()
 	r.parts.Go(func() { h.runAudit(partsCtx) }) // audit.go
+	if h.backups != nil {
+		r.parts.Go(func() {
+			if err := h.backups.Run(partsCtx); err != nil {
+				h.log.Error("scheduled backups stopped", "err", err)
+			}
+		})
+	}
 	if h.opts.MemoryTrimInterval > 0 {
 		r.parts.Go(func() { memtrim.Run(partsCtx, h.opts.MemoryTrimInterval, h.log) })
 	}
@@ -135,6 +143,9 @@ func (h *Hub) startExternal(r *runState) {
 	// After a reconnect the broker may have lost its retained
 	// messages (a restart without persistence): publish them all.
 	conn.OnConnect(h.ctrl.RepublishAll)
+	if h.ha != nil {
+		conn.OnConnect(h.ha.RepublishAll)
+	}
 }
 
 // startParts subscribes, calls listening, loads the controller and the
@@ -149,6 +160,11 @@ func (h *Hub) startParts(r *runState, conn broker.Conn, listening func()) error 
 	}
 	if err := h.remote.Subscribe(r.ctx); err != nil {
 		return err
+	}
+	if h.ha != nil {
+		if err := h.ha.Subscribe(r.ctx); err != nil {
+			return err
+		}
 	}
 	listening()
 	// The two loads read different keys; side by side they take the
@@ -184,6 +200,11 @@ func (h *Hub) startParts(r *runState, conn broker.Conn, listening func()) error 
 			r.errs <- err
 		}
 	})
+	// The charts' history, from the loaded model on (hub/history).
+	r.parts.Go(func() { _ = history.NewRecorder(h.history, h.model, 0).Run(r.ctx) })
+	if h.ha != nil {
+		r.parts.Go(func() { h.runHomeAssistant(r.ctx) })
+	}
 	return nil
 }
 

@@ -407,6 +407,9 @@ func privilegeRouteMatrix(t *testing.T, f *Fleet, tok roleTokens) {
 			}
 			if role.name == "monitor" {
 				for _, s := range crashSecrets {
+					if s == "logTail" && strings.HasPrefix(r.path, "/v1/openapi.") {
+						continue // the API's description names the field; it holds no data
+					}
 					if strings.Contains(body, s) {
 						t.Errorf("monitor %s %s: the answer holds %q: %.400s", r.method, r.path, s, body)
 					}
@@ -462,6 +465,8 @@ func privilegeRoutes() []privilegeRoute {
 		{"GET", "/v1/dashboard/session", "", [3]int{200, 200, 200}},
 		{"GET", "/v1/dashboard/summary", "", [3]int{200, 200, 200}},
 		{"GET", "/v1/dashboard/devices", "", [3]int{200, 200, 200}},
+		{"GET", "/v1/openapi.yaml", "", [3]int{200, 200, 200}},
+		{"GET", "/v1/openapi.json", "", [3]int{200, 200, 200}},
 		{"GET", "/v1/nope", "", [3]int{404, 404, 404}},
 		{"POST", "/v1/apply?dryRun=server", dev, [3]int{200, 403, 403}},
 		{"POST", "/v1/devices?dryRun=server", deviceYAML("pi3", nil), [3]int{201, 403, 403}},

@@ -71,6 +71,17 @@ func (p *Proxy) Partition() {
 	}
 }
 
+// Retarget forwards new connections to target from now on, as a DNS
+// name moved to another machine would, and cuts the open ones.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.Target = target
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
 // Heal lets new connections through again.
 func (p *Proxy) Heal() { p.partitioned.Store(false) }
 
@@ -150,7 +161,10 @@ func (p *Proxy) forward(client net.Conn) {
 		return
 	}
 	defer p.untrack(client)
-	upstream, err := net.DialTimeout("tcp", p.Target, 5*time.Second)
+	p.mu.Lock()
+	target := p.Target
+	p.mu.Unlock()
+	upstream, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		return // the client sees its connection close, as it would
 	}
@@ -219,5 +233,8 @@ func (p *Proxy) copy(dst io.Writer, src io.Reader, count *atomic.Int64) (int64, 
 // String describes the proxy for logs.
 func (p *Proxy) String() string {
 	a, r := p.Stats()
-	return fmt.Sprintf("proxy %s -> %s (partitioned %v, %d forwarded, %d refused)", p.Addr, p.Target, p.Partitioned(), a, r)
+	p.mu.Lock()
+	target := p.Target
+	p.mu.Unlock()
+	return fmt.Sprintf("proxy %s -> %s (partitioned %v, %d forwarded, %d refused)", p.Addr, target, p.Partitioned(), a, r)
 }

@@ -67,6 +67,12 @@ func TestSettingsPrecedence(t *testing.T) {
 			if tt.want.HTTPSAddr == "" {
 				tt.want.HTTPSAddr = hub.DefaultHTTPSAddr
 			}
+			if tt.want.Backup.Every == 0 {
+				tt.want.Backup.Every, tt.want.Backup.Keep = hub.DefaultBackupEvery, 48
+			}
+			if tt.want.HistoryInterval == 0 {
+				tt.want.HistoryInterval = hub.DefaultHistoryInterval
+			}
 			if tt.want.AuditRetention == 0 {
 				tt.want.AuditRetention, tt.want.AuditMaxBytes = store.DefaultAuditRetention, "100Mi"
 			}
@@ -177,5 +183,36 @@ func TestAuditMaxBytes(t *testing.T) {
 		if _, err := auditMaxBytes(in); err == nil || !strings.Contains(err.Error(), "--audit-max-bytes") {
 			t.Errorf("%q: %v, want an error naming the flag", in, err)
 		}
+	}
+}
+
+func TestHomeAssistantDiscoverySources(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "hub.yaml")
+	if err := os.WriteFile(file, []byte("homeassistant-discovery: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		"default off":   {nil, nil, false},
+		"flag":          {[]string{"--homeassistant-discovery"}, nil, true},
+		"env":           {nil, map[string]string{"FLEET_HUB_HOMEASSISTANT_DISCOVERY": "true"}, true},
+		"config file":   {[]string{"--config", file}, nil, true},
+		"flag off wins": {[]string{"--config", file, "--homeassistant-discovery=false"}, nil, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, out, err := runRoot(t, tc.args, tc.env)
+			if err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if got.HomeAssistantDiscovery != tc.want {
+				t.Errorf("HomeAssistantDiscovery = %v, want %v", got.HomeAssistantDiscovery, tc.want)
+			}
+		})
+	}
+	if _, out, err := runRoot(t, []string{"--homeassistant-discovery=maybe"}, nil); err == nil || !strings.Contains(err.Error()+out, "homeassistant-discovery") {
+		t.Errorf("a bad value: %v %s", err, out)
 	}
 }

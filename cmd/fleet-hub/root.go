@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/hub"
+	"github.com/fleetmq/fleet/hub/backup"
 	"github.com/fleetmq/fleet/hub/controller"
 	"github.com/fleetmq/fleet/hub/pki"
 	"github.com/fleetmq/fleet/hub/store"
@@ -37,6 +38,22 @@ type settings struct {
 	// AuditRetention and AuditMaxBytes bound the audit trail (hub.Options).
 	AuditRetention time.Duration
 	AuditMaxBytes  string
+	// Backup are the scheduled backups' flags (hub.Options.Backup*).
+	Backup backupSettings
+	// HistoryInterval is the width of one sample of the dashboard's
+	// charts (hub.Options).
+	HistoryInterval time.Duration
+	// HomeAssistantDiscovery is --homeassistant-discovery (hub.Options).
+	HomeAssistantDiscovery bool
+}
+
+// backupSettings are --backup-dir, --backup-every, --backup-keep and the
+// key to encrypt with.
+type backupSettings struct {
+	Dir   string
+	Every time.Duration
+	Keep  int
+	Key   backup.KeyFlags
 }
 
 // mqttSettings are the MQTT flags. The broker-* flags and topic-prefix are
@@ -147,6 +164,22 @@ no one can flush the trail. Entries are kept for --audit-retention (2160h)
 within --audit-max-bytes (100Mi), and form a hash chain that "fleet audit
 verify" checks.
 
+Backups: with --backup-dir DIR the hub writes an encrypted backup (the store
+at one revision, the CA, signing and Secrets keys) every --backup-every (1h)
+and keeps the newest --backup-keep (48), encrypted with
+--backup-passphrase-file (or $FLEET_BACKUP_PASSPHRASE) or to
+--backup-recipient age keys. fleet_hub_backup_last_success_timestamp_seconds
+and fleet_hub_backup_failures_total are on /metrics; a failure is also in
+the audit trail. "fleet-hub backup --to FILE" takes one now, "fleet-hub
+restore --from FILE --data-dir DIR" creates a data directory from one.
+
+Home Assistant: with --homeassistant-discovery the hub publishes MQTT
+discovery configs (retained, under homeassistant/) for every device: online,
+pods running and desired, converged, restarts, memory, disk, and temperature
+and throttling where the device reports them. They read the devices' own
+status and online topics; a monitor credential is enough for Home Assistant.
+A deleted device's entities are removed.
+
 Every flag can also be set in the environment as FLEET_HUB_<FLAG> (for
 example FLEET_HUB_DATA_DIR) or in a YAML file given with --config, whose keys
 are the flag names (data-dir: /var/lib/fleet-hub). A flag wins over the
@@ -168,8 +201,14 @@ environment, which wins over the config file.`
   fleet-hub mosquitto-config --out /etc/mosquitto/fleet
   fleet-hub --broker tcp://127.0.0.1:1883
 
+  # A backup every hour into /backups, the last 48 kept
+  fleet-hub --backup-dir /backups --backup-every 1h --backup-keep 48 --backup-passphrase-file /root/backup.pass
+
   # Settings from a file
-  fleet-hub --config /etc/fleet/hub.yaml`
+  fleet-hub --config /etc/fleet/hub.yaml
+
+  # Every device in Home Assistant (log Home Assistant in with: fleet monitor add ha)
+  fleet-hub --homeassistant-discovery`
 )
 
 func newRootCmd(getenv func(string) string, serve serveFunc) *cobra.Command {
@@ -194,6 +233,7 @@ func newRootCmd(getenv func(string) string, serve serveFunc) *cobra.Command {
 	})
 	bindFlags(root, &s)
 	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s), newMosquittoConfigCmd(&s), newRotateSigningKeyCmd(&s))
+	root.AddCommand(newBackupCmd(&s), newRestoreCmd(&s))
 	return root
 }
 
@@ -229,7 +269,16 @@ func bindFlags(root *cobra.Command, s *settings) {
 	lf.StringVar(&m.MosquittoPIDFile, "mosquitto-pid-file", "", "with --mosquitto-config-dir: Mosquitto's pid_file; the hub sends that process SIGHUP after rewriting the files")
 	lf.DurationVar(&s.AuditRetention, "audit-retention", store.DefaultAuditRetention, "how long the audit trail keeps entries (2160h: 90 days; the oldest go first; -1s: forever)")
 	lf.StringVar(&s.AuditMaxBytes, "audit-max-bytes", "100Mi", "size the audit trail may take in the store (100Mi, 1Gi; the oldest entries go first; -1: no bound)")
+	lf.DurationVar(&s.HistoryInterval, "history-interval", hub.DefaultHistoryInterval, "width of one sample of the dashboard's charts (devices online, each device's memory, disk and temperature); they keep 288 samples: 5m is 24 h")
 	lf.DurationVar(&m.ResyncInterval, "resync-interval", d.ResyncInterval, "how often the controller recomputes every device's desired state from the store")
+	b := &s.Backup
+	lf.StringVar(&b.Dir, "backup-dir", "", "write an encrypted backup of the hub (store, CA, keys) into this directory every --backup-every; empty: no scheduled backups")
+	lf.DurationVar(&b.Every, "backup-every", hub.DefaultBackupEvery, "interval of scheduled backups: what a restore can lose at most")
+	lf.IntVar(&b.Keep, "backup-keep", 48, "how many scheduled backups to keep (the oldest are removed)")
+	lf.StringVar(&b.Key.PassphraseFile, "backup-passphrase-file", "", "file holding the passphrase of scheduled backups (default: $"+backup.EnvPassphrase+")")
+	lf.StringArrayVar(&b.Key.Recipients, "backup-recipient", nil, "encrypt scheduled backups to this age public key (age1…) instead of a passphrase (repeatable)")
+	lf.StringVar(&b.Key.RecipientFile, "backup-recipient-file", "", "file of age public keys, one a line, to encrypt scheduled backups to")
+	lf.BoolVar(&s.HomeAssistantDiscovery, "homeassistant-discovery", false, "publish Home Assistant MQTT discovery configs (retained, under homeassistant/) for every device, read by a monitor credential; a deleted device's are cleared")
 	lf.DurationVar(&m.StaleAfter, "stale-after", d.StaleAfter, "0 (default): a device is online while its MQTT session is (its keepalive and last will keep the online topic true); a duration: a device not heard from for this long also counts as offline, for agents run with --status-heartbeat below it (e.g. --stale-after 3h with agents' --status-heartbeat 1h, against a broker that may lose last wills)")
 }
 
@@ -249,9 +298,20 @@ func serveHub(cmd *cobra.Command, s settings) error {
 	if err != nil {
 		return err
 	}
+	var backupKey backup.Key
+	if s.Backup.Dir != "" {
+		if backupKey, err = s.Backup.Key.Key("--backup-dir"); err != nil {
+			return err
+		}
+	}
 	return hub.Run(cmd.Context(), hub.Options{
+		BackupDir:         s.Backup.Dir,
+		BackupEvery:       s.Backup.Every,
+		BackupKeep:        s.Backup.Keep,
+		BackupKey:         backupKey,
 		AuditRetention:    s.AuditRetention,
 		AuditMaxBytes:     auditBytes,
+		HistoryInterval:   s.HistoryInterval,
 		DataDir:           s.DataDir,
 		HTTPAddr:          orOff(s.HTTPAddr),
 		HTTPSAddr:         orOff(s.HTTPSAddr),
@@ -283,6 +343,8 @@ func serveHub(cmd *cobra.Command, s settings) error {
 		MosquittoPIDFile:   m.MosquittoPIDFile,
 		ResyncInterval:     m.ResyncInterval,
 		StaleAfter:         m.StaleAfter,
+
+		HomeAssistantDiscovery: s.HomeAssistantDiscovery,
 	})
 }
 

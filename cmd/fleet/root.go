@@ -86,6 +86,7 @@ It holds contexts, one per hub, and which is current (see fleet config
 		newMonitorCmd(cli),
 		newCredentialCmd(cli),
 		newAuditCmd(cli),
+		newBackupCmd(cli),
 		newTokenCmd(cli),
 		newWaitCmd(cli),
 	} {

@@ -32,6 +32,8 @@ var monitorReads = map[string]bool{
 	"/v1/devices/{name}/events":     true,
 	"/v1/events":                    true,
 	"/v1/info":                      true,
+	"/v1/openapi.yaml":              true, // the API's description: no data
+	"/v1/openapi.json":              true,
 	"/metrics":                      true,
 	"/v1/top":                       true,
 	"/v1/devices/{device}/top":      true,
@@ -40,6 +42,11 @@ var monitorReads = map[string]bool{
 	"/v1/dashboard/devices":         true,
 	"/v1/dashboard/stream":          true,
 	"/v1/deployments/{name}/status": true,
+
+	// The dashboard's charts (hub/history).
+	"/v1/dashboard/history/online":             true,
+	"/v1/dashboard/history/devices/{name}":     true,
+	"/v1/dashboard/history/deployments/{name}": true,
 }
 
 // adminOnlyReads are the routes only an admin may GET: password hashes,
@@ -50,6 +57,7 @@ var adminOnlyReads = map[string]bool{
 	"/v1/devices/{device}/pods/{pod}/log":  true,
 	"/v1/devices/{device}/crashreports":    true,
 	"/v1/devices/{device}/pods/{pod}/exec": true,
+	"/v1/backup":                           true, // POST only; listed so no read ever opens it
 }
 
 // monitorKinds are the kinds a monitor may read through /v1/{kind}.

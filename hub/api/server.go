@@ -69,6 +69,8 @@ type Server struct {
 	agg store.AuditAggregator
 	// limiter throttles failed logins (authlimit.go).
 	limiter *ratelimit.AuthLimiter
+	// registered lists the routes as registered (routelist.go).
+	registered routeList
 }
 
 // New builds the API on the store.
@@ -141,6 +143,7 @@ func (s *Server) routes() {
 	s.revisionRoutes()
 	s.auditRoutes()
 	s.deviceKeyRoutes()
+	s.openAPIRoutes()
 	s.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		WriteStatus(w, NewStatus(http.StatusNotFound, ReasonNotFound, "no such path "+r.URL.Path, nil))
 	}))
@@ -154,11 +157,13 @@ func (s *Server) routes() {
 // Every request is recorded in the audit trail as audit.go says.
 func (s *Server) Handle(pattern string, h http.Handler) {
 	s.mux.Handle(pattern, s.authenticate(h))
+	s.registered.add(pattern, h, false)
 }
 
 // HandlePublic registers a route without authentication.
 func (s *Server) HandlePublic(pattern string, h http.Handler) {
 	s.mux.Handle(pattern, h)
+	s.registered.add(pattern, h, true)
 }
 
 // StopStreams ends every watch stream; register it with

@@ -27,6 +27,9 @@ func (s desiredStore) write(ctx context.Context, chunk []desiredChange) error {
 				if err := t.Set(store.DesiredGenerationKey(ch.name), []byte(strconv.FormatInt(ch.lastGen, 10))); err != nil {
 					return err
 				}
+				if err := releaseHold(t, ch.name); err != nil {
+					return err
+				}
 				continue
 			}
 			if err := t.Set(store.DesiredKey(ch.name), ch.raw); err != nil {
@@ -34,6 +37,11 @@ func (s desiredStore) write(ctx context.Context, chunk []desiredChange) error {
 			}
 			if ch.tomb {
 				if err := t.Delete(store.DesiredGenerationKey(ch.name)); err != nil {
+					return err
+				}
+			}
+			if ch.release {
+				if err := releaseHold(t, ch.name); err != nil {
 					return err
 				}
 			}
@@ -84,11 +92,15 @@ func (w *desiredWriter) commit(ctx context.Context, changes []desiredChange) err
 		w.model.SetDesired(len(chunk), func(i int) (string, *schema.DesiredState) { return chunk[i].name, chunk[i].ds })
 		var msgs []message
 		for _, ch := range chunk {
+			delete(w.held, ch.name)
 			if ch.ds == nil {
 				w.topics.removed(ch.name)
 				w.tombstones[ch.name] = ch.lastGen
 				w.log.Info("device removed: desired state cleared", "device", ch.name, "last_generation", ch.lastGen)
 				continue
+			}
+			if ch.release {
+				w.log.Info("restored device reported: its desired state continues above the generation it runs", "device", ch.name, "generation", ch.ds.Generation)
 			}
 			w.topics.stored(ch.name, ch.ds.Generation, ch.raw)
 			delete(w.tombstones, ch.name)

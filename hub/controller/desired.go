@@ -32,6 +32,8 @@ type desiredWriter struct {
 	model      desiredModel
 	topics     *desiredTopics
 	tombstones map[string]int64 // last generation of deleted devices
+	// held are the devices under a restore hold (restorehold.go).
+	held map[string]bool
 }
 
 // desiredChange is a device's new desired state, or its removal.
@@ -41,6 +43,7 @@ type desiredChange struct {
 	raw     []byte
 	lastGen int64 // for a removal: the tombstone
 	tomb    bool  // a tombstone existed and is now superseded
+	release bool  // the device's restore hold ends with this write
 }
 
 // replace installs the desired states' JSON and the tombstones, as loaded.
@@ -107,8 +110,12 @@ func (w *desiredWriter) writeSome(ctx context.Context, p placement, ch *changeSe
 // none, or one from another store).
 func (w *desiredWriter) change(name string, want []schema.Pod) (desiredChange, bool) {
 	prev := w.fleet.desired(name)
+	floor, held := w.restoreFloor(name)
+	if held && floor < 0 {
+		return desiredChange{}, false // restored: wait for the device's report
+	}
 	cfg := w.resolve(name, want)
-	current := prev != nil && prev.Store == w.storeID && SamePods(prev.Pods, want)
+	current := !held && prev != nil && prev.Store == w.storeID && SamePods(prev.Pods, want)
 	if current && cfg.same(prev) {
 		return desiredChange{}, false
 	}
@@ -118,6 +125,9 @@ func (w *desiredWriter) change(name string, want []schema.Pod) (desiredChange, b
 		gen = prev.Generation + 1
 	} else if tomb {
 		gen = w.tombstones[name] + 1
+	}
+	if held {
+		gen = max(gen, floor+RestoreGenerationGap) // above what the device runs or applies (restorehold.go)
 	}
 	ds := &schema.DesiredState{
 		TypeMeta:   schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDesiredState},
@@ -139,16 +149,19 @@ func (w *desiredWriter) change(name string, want []schema.Pod) (desiredChange, b
 		w.log.Error("encode desired state", "device", name, "err", err)
 		return desiredChange{}, false
 	}
-	return desiredChange{name: name, ds: ds, raw: raw, tomb: tomb}, true
+	return desiredChange{name: name, ds: ds, raw: raw, tomb: tomb, release: held}, true
 }
 
 // newDesiredWriter returns the stage that writes desired states to st.
 func newDesiredWriter(opts Options, f fleetView, cfg *configState, topics *desiredTopics) *desiredWriter {
-	return &desiredWriter{
+	w := &desiredWriter{
 		log: opts.Logger, store: desiredStore{opts.Store}, storeID: opts.Store.ID(),
 		fleet: f, cfg: cfg, model: opts.Model, topics: topics,
 		tombstones: map[string]int64{},
+		held:       map[string]bool{},
 	}
+	topics.held = w.isHeld
+	return w
 }
 
 var _ desiredModel = (*fleetmodel.Writer)(nil)

@@ -46,4 +46,7 @@
 //     label index, index.go) and to the configuration.
 //   - publish.go: the sender, which runs the publishes, and the two sets
 //     of retained topics it serves.
+//   - restorehold.go: generations never go backwards across a restore: a
+//     device restored from a backup is sent nothing until it reports,
+//     then continues above the generation it reported.
 package controller

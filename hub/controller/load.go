@@ -34,6 +34,7 @@ type snapshot struct {
 	desiredRaw map[string][]byte
 	tombstones map[string]int64
 	rollouts   map[string]*rolloutRecord
+	holds      map[string]bool // restore holds (restorehold.go)
 }
 
 // loader reads snapshots from the store; it only reads.
@@ -102,6 +103,13 @@ func (l loader) loadDesired(t *store.Txn, s *snapshot) error {
 	if s.rollouts, err = loadRollouts(t, l.log); err != nil {
 		return err
 	}
+	s.holds = map[string]bool{}
+	if err := t.Scan(store.RestoreHoldPrefix, func(key string, _ []byte) error {
+		s.holds[key[len(store.RestoreHoldPrefix):]] = true
+		return nil
+	}); err != nil {
+		return err
+	}
 	return t.Scan(store.DesiredGenerationPrefix, func(key string, val []byte) error {
 		g, err := strconv.ParseInt(string(val), 10, 64)
 		if err != nil {
@@ -132,6 +140,7 @@ func (c *Controller) load(ctx context.Context, withDesired bool) error {
 	c.cfg.replace(s.config)
 	if withDesired {
 		c.writer.replace(s.desiredRaw, s.tombstones)
+		c.writer.held = s.holds
 		c.placer.replace(s.rollouts)
 	}
 	c.listRev = s.rev

@@ -120,6 +120,11 @@ func (c *Controller) pass(ctx context.Context) {
 	}
 	reported, all := c.inbox.take()
 	c.changes.reported = reported
+	if c.writer.anyHeld(reported) {
+		// A restored device reported: place it with everything else
+		// (restorehold.go), so its new desired state is complete.
+		c.changes.full = true
+	}
 	if c.republish.Swap(false) {
 		c.writer.topics.forget()
 		c.statuses.topics.forget()

@@ -66,6 +66,8 @@ type desiredTopics struct {
 	// looks at every device (publishDesired).
 	unpublished map[string]int64
 	clears      map[string]string // topic → device: retained topics of deleted devices to clear
+	// held, if set, names the devices sent nothing (restorehold.go).
+	held func(name string) bool
 }
 
 func newDesiredTopics(s *sender, opts Options) *desiredTopics {
@@ -119,7 +121,7 @@ func (p *desiredTopics) deviceTopics(name string) []string {
 func (p *desiredTopics) publishDesired(ctx context.Context, desired iter.Seq2[string, *schema.DesiredState]) {
 	var msgs []message
 	for name, ds := range desired {
-		if p.published[name] == ds.Generation {
+		if p.published[name] == ds.Generation || p.held != nil && p.held(name) {
 			continue
 		}
 		msgs = append(msgs, p.desiredMessage(name, ds.Generation))
@@ -139,6 +141,9 @@ func (p *desiredTopics) publishUnpublished(ctx context.Context, desired func(nam
 		ds := desired(name)
 		if ds == nil || p.published[name] == ds.Generation {
 			delete(p.unpublished, name)
+			continue
+		}
+		if p.held != nil && p.held(name) {
 			continue
 		}
 		msgs = append(msgs, p.desiredMessage(name, ds.Generation))

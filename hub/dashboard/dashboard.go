@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetmq/fleet/hub/api"
 	"github.com/fleetmq/fleet/hub/fleetmodel"
+	"github.com/fleetmq/fleet/hub/history"
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -54,6 +55,9 @@ type Options struct {
 	WriteTimeout time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// History is what the charts show (GET /v1/dashboard/history/...);
+	// default an empty one, which nothing fills.
+	History *history.History
 }
 
 func (o *Options) setDefaults() {
@@ -77,6 +81,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.History == nil {
+		o.History = history.New(history.Options{Now: o.Now})
 	}
 }
 
@@ -126,8 +133,8 @@ var _ Router = (*api.Server)(nil)
 
 // Register adds the dashboard's routes: the page at / and its assets
 // under /ui/ (public: they hold no data), and under /v1/dashboard/ the
-// session, summary, devices and stream routes (bearer token, like the
-// API).
+// session, summary, devices, stream and history routes (bearer token,
+// like the API).
 func (d *Dashboard) Register(r Router) {
 	r.HandlePublic("/{$}", api.Methods{http.MethodGet: d.assets.serveIndex})
 	r.HandlePublic("/ui/{file}", api.Methods{http.MethodGet: d.assets.serveFile})
@@ -135,6 +142,9 @@ func (d *Dashboard) Register(r Router) {
 	r.Handle("/v1/dashboard/summary", api.Methods{http.MethodGet: d.serveSummary})
 	r.Handle("/v1/dashboard/devices", api.Methods{http.MethodGet: d.serveDevices})
 	r.Handle("/v1/dashboard/stream", api.Methods{http.MethodGet: d.serveStream})
+	r.Handle("/v1/dashboard/history/online", api.Methods{http.MethodGet: d.serveHistoryOnline})
+	r.Handle("/v1/dashboard/history/devices/{name}", api.Methods{http.MethodGet: d.serveHistoryDevice})
+	r.Handle("/v1/dashboard/history/deployments/{name}", api.Methods{http.MethodGet: d.serveHistoryDeployment})
 }
 
 // Stop ends every live stream (the pages reconnect) and the scans. Call

@@ -10,6 +10,17 @@
 //	GET /v1/dashboard/devices     one page of devices: search, label selector, state,
 //	                              pod, sort, offset, limit (see Query)
 //	GET /v1/dashboard/stream      server-sent events: hello, change, unauthorized, shutdown
+//	GET /v1/dashboard/history/online              devices online and offline over the last day
+//	GET /v1/dashboard/history/devices/{name}      a device's reported memory, disk, temperature
+//	GET /v1/dashboard/history/deployments/{name}  a rollout's updated, ready, failed per step
+//
+// The history routes answer what hub/history keeps (bounded, in memory;
+// see its package doc): the page's charts draw only what they answer.
+// They are drawn by static/charts.js with uPlot 1.6.32 (MIT licence,
+// static/uplot-LICENSE.txt; static/uplot.min.js and uplot.min.css are its
+// npm package's dist files, unchanged, fetched again by vendor-uplot.sh,
+// "make uplot", never in CI); app.js loads both only once a chart comes
+// into view, so the first view does not carry them.
 //
 // The /v1/dashboard routes take the API's bearer tokens, like every other
 // route; the page keeps the token in sessionStorage and sends it in the

@@ -38,6 +38,7 @@ spec:
 		"/v1/dashboard/session", "/v1/dashboard/summary", "/v1/dashboard/devices",
 		"/v1/dashboard/devices?pod=web&sort=state&limit=100",
 		"/v1/deployments", "/v1/deployments/web", "/v1/deployments/web/status", "/v1/devices",
+		"/v1/dashboard/history/online", "/v1/dashboard/history/devices/pi-1", "/v1/dashboard/history/deployments/web",
 	} {
 		resp, body := f.get(t, path, f.monitor)
 		if resp.StatusCode != http.StatusOK {

@@ -161,6 +161,10 @@ func countsVsRecount(t *testing.T, seed uint64, staleAfter time.Duration) {
 		if m.OnlineCount() != gon || m.ConvergedCount() != gconv || int64(m.DeviceCount()) != gd {
 			t.Fatalf("step %d (%s): OnlineCount, ConvergedCount or DeviceCount disagree with Counts", step, what)
 		}
+		if pd, pon, pconv := presenceCounts(m); pd != gd || pon != gon || pconv != gconv {
+			t.Fatalf("step %d (%s): DevicePresences add up to %d/%d/%d (devices/online/converged), Counts says %d/%d/%d",
+				step, what, pd, pon, pconv, gd, gon, gconv)
+		}
 	}
 }
 

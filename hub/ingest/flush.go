@@ -21,15 +21,18 @@ func (in *Ingest) wakeFlush() {
 // now. What fails stays waiting for the next flush.
 func (in *Ingest) Flush(ctx context.Context) {
 	in.mu.Lock()
-	dirty, arch, crashes := in.dirty, in.arch, in.crashes
-	if len(dirty) > 0 {
-		in.dirty = map[string]pendingStatus{}
+	// Each map taken is replaced; one left in place (empty) is not read
+	// after the unlock, where reports go on writing it.
+	var dirty map[string]pendingStatus
+	var arch, crashes map[string]string
+	if len(in.dirty) > 0 {
+		dirty, in.dirty = in.dirty, map[string]pendingStatus{}
 	}
-	if len(arch) > 0 {
-		in.arch = map[string]string{}
+	if len(in.arch) > 0 {
+		arch, in.arch = in.arch, map[string]string{}
 	}
-	if len(crashes) > 0 {
-		in.crashes = map[string]string{}
+	if len(in.crashes) > 0 {
+		crashes, in.crashes = in.crashes, map[string]string{}
 	}
 	in.mu.Unlock()
 	if len(crashes) > 0 {

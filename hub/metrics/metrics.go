@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/schema"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -80,6 +81,8 @@ type Metrics struct {
 
 	// Abuse counts refused logins and cut-off MQTT clients.
 	Abuse Abuse
+	// Backup are the scheduled backups' metrics (backup.go).
+	Backup Backup
 }
 
 // Gauges are read at scrape time from the hub's state (the fleet model,
@@ -91,6 +94,11 @@ type Gauges struct {
 	// (nil: none), exported per device and container at scrape time, so
 	// a deleted device's series vanish with it.
 	TopReports func() []*schema.TopReport
+	// Presences, Deployments and Certificates feed the per-object series
+	// of fleet.go (nil: none).
+	Presences    func() []fleetmodel.DevicePresence
+	Deployments  func() []fleetmodel.NamedDeploymentStatus
+	Certificates func() []CertificateExpiry
 }
 
 // New creates the metrics and registers them, the Go and process
@@ -159,6 +167,7 @@ func New(g Gauges) *Metrics {
 		}, []string{"op"}),
 	}
 	m.Abuse = newAbuse(reg)
+	m.Backup = newBackup(reg)
 	for _, k := range []string{KindStatus, KindOnline, KindEvents, KindUnknown} {
 		m.Malformed.WithLabelValues(k)
 		m.MQTTMessages.WithLabelValues(k)
@@ -173,7 +182,7 @@ func New(g Gauges) *Metrics {
 		m.DesiredPublishes, m.DeploymentStatusPublishes, m.StatusMessages, m.MQTTMessages,
 		m.Malformed, m.Ignored, m.APIRequestDuration, m.ReconcileDuration, m.StatusFlushes, m.DeviceKeyRefused,
 		m.RemoteRequests, m.RemoteResponsesDropped, m.RemoteOpenStreams, m.RemoteBytes,
-		newTopCollector(g.TopReports),
+		newTopCollector(g.TopReports), newFleetCollector(g),
 		gauge("fleet_devices", "Registered devices.", g.Devices),
 		gauge("fleet_devices_online", "Devices online (and not stale).", g.Online),
 		gauge("fleet_devices_converged", "Devices whose report matches their latest desired state.", g.Converged),

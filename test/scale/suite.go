@@ -99,7 +99,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.BytesSample, "bytes-sample", 100, "bytes phase: how many agents connect through the byte-counting proxy (the single-change probe is never one of them)")
 	fs.DurationVar(&o.AgentHeartbeat, "agent-heartbeat", 0, "the hollow agents' --status-heartbeat (0: none, the agent's default; 30s is what agents did before issue 31)")
 	fs.DurationVar(&o.AgentKeepAlive, "agent-keepalive", 0, "the hollow agents' MQTT keepalive (0: the agent's default, session.DefaultKeepAlive)")
-	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to report, comma-separated (converge always runs: the others need it)")
+	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to report, comma-separated (converge always runs: the others need it); restore (opt-in, last) restores the hub from an online backup under the converged fleet")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per phase")
 	fs.StringVar(&o.Markdown, "markdown", "", "also write the results into this file's \"## Scale suite\" section (BENCHMARKS.md)")
 	fs.StringVar(&o.WorkDir, "workdir", os.TempDir(), "where the run's directory (hub data, logs) is created")
@@ -161,7 +161,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
 		}
-		if !slices.Contains(allPhases, p) {
+		if !slices.Contains(allPhases, p) && p != phaseRestore {
 			return o, fmt.Errorf("-phases: unknown phase %q (have %s)", p, strings.Join(allPhases, ", "))
 		}
 		o.Phases = append(o.Phases, p)
@@ -366,6 +366,7 @@ func runOnce(ctx context.Context, o options, log *slog.Logger) (results []Result
 		{phaseBytes, s.bytes},
 		{phaseStorm, s.storm},
 		{phaseRollout, s.rollout},
+		{phaseRestore, s.restore}, // opt-in (restore.go)
 	}
 	for _, p := range phases {
 		if p.name != phaseConverge && !s.want(p.name) {

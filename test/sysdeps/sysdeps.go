@@ -51,6 +51,10 @@ var Tools = []Tool{
 	{Name: "systemd-analyze", Package: "systemd", For: "checking the agent's systemd unit"},
 	{Name: "chromium", Package: "chromium", For: "the dashboard's browser tests (driven by chromedp)"},
 	{Name: "busybox", Package: "busybox-static", For: "the test image with a shell (fleet exec tests)"},
+	{Name: "prometheus", Package: "prometheus", For: "the Prometheus alert-rule tests (a real scraper against a real hub)"},
+	{Name: "promtool", Package: "prometheus", For: "checking and unit-testing fleet-examples/prometheus/fleet-rules.yml"},
+	{Name: "node", Package: "nodejs", For: "the Node-RED example flow's test (a real Node-RED from npm)"},
+	{Name: "npm", Package: "npm", For: "installing the pinned Node-RED for its test"},
 }
 
 var sbin = []string{"/usr/sbin", "/usr/local/sbin", "/sbin"}

@@ -114,3 +114,16 @@ func TestEveryToolHasAPackageAndAReason(t *testing.T) {
 		t.Error("Path of an unlisted tool succeeded")
 	}
 }
+
+// TestPrometheusTools: the alert-rule tests find Prometheus and promtool
+// through the list, both from Debian's prometheus package (one install).
+func TestPrometheusTools(t *testing.T) {
+	got := Packages(tools("prometheus", "promtool"))
+	if want := []string{"prometheus"}; !slices.Equal(got, want) {
+		t.Errorf("packages %v, want %v", got, want)
+	}
+	p := Decide(tools("promtool"), Host{Apt: true})
+	if !strings.Contains(p.Message, "apt-get install -y --no-install-recommends prometheus") {
+		t.Errorf("a missing promtool does not give the prometheus install line:\n%s", p.Message)
+	}
+}

@@ -504,20 +504,149 @@
     return { mount() { main.replaceChildren(h('h1', { text: 'Not found' }), h('p', {}, 'No such page. ', h('a', { href: '#/', text: 'Back to the overview' }))); } };
   }
 
+  // ---- charts -------------------------------------------------------------------
+
+  // A chart draws what a history route answers (hub/history), never what
+  // the page saw itself. Its code (charts.js) and library (uPlot, about
+  // 23 KB gzipped) load only once a chart is in view: the sign-in page,
+  // the devices list and the first paint of every view never wait for
+  // them. window.fleetCharts holds, per chart, the route it drew from,
+  // that route's answer and the uPlot instance (the browser test reads
+  // them).
+  const charts = window.fleetCharts = {};
+  let kitLoading = null;
+  function loadScript(src) {
+    return new Promise((resolve, reject) => {
+      document.head.append(h('script', { src, onload: resolve, onerror: () => reject(new Error('cannot load ' + src)) }));
+    });
+  }
+  function loadChartKit() {
+    if (!kitLoading) {
+      document.head.append(h('link', { rel: 'stylesheet', href: '/ui/uplot.min.css' }));
+      kitLoading = loadScript('/ui/uplot.min.js').then(() => loadScript('/ui/charts.js')).then(() => window.fleetChartKit);
+      kitLoading.catch(() => { kitLoading = null; });
+    }
+    return kitLoading;
+  }
+
+  // chartBox is one chart of a view: made once per view and put back in
+  // each render, so its canvas survives live updates. update(url, data)
+  // gives it a history route's answer; summarize says in a sentence what
+  // it shows (the text alternative, also shown under the chart). While
+  // it is on the page and in view it asks its route again every
+  // CHART_POLL ms, since the hub samples on its own clock (every few
+  // seconds), not on the changes that make a view reload.
+  const CHART_POLL = 5000;
+  function chartBox(key, kind, title, summarize) {
+    const plotEl = h('div', { class: 'chart-plot', role: 'img', 'aria-label': title });
+    const summary = h('p', { class: 'chart-summary muted' });
+    const el = h('figure', { class: 'chart panel', 'data-chart': key }, h('figcaption', { text: title }), plotEl, summary);
+    const st = charts[key] = { kind, url: null, data: null, plot: null, error: null, redraw: () => { drawn = null; draw(); } };
+    let visible = false;
+    let drawn = null;
+    function draw() {
+      if (!visible || !st.data || drawn === st.data) return;
+      const data = st.data;
+      // Nothing to draw: the summary under it says so.
+      plotEl.hidden = !data.time.length;
+      if (!data.time.length) {
+        if (st.plot) { st.plot.destroy(); st.plot = null; }
+        plotEl.replaceChildren();
+        drawn = data;
+        return;
+      }
+      loadChartKit().then((kit) => {
+        if (st.data !== data) return; // a newer answer draws itself
+        if (!st.plot) plotEl.replaceChildren();
+        st.plot = kit.draw(plotEl, kind, data, st.plot);
+        drawn = data;
+      }, (e) => { st.error = e.message; plotEl.replaceChildren(h('p', { class: 'notice error', text: 'Chart unavailable: ' + e.message })); });
+    }
+    const seen = new IntersectionObserver((entries) => {
+      for (const e of entries) visible = e.isIntersecting;
+      draw();
+    });
+    seen.observe(el);
+    let shown = false;
+    const timer = setInterval(async () => {
+      if (el.isConnected) shown = true;
+      else if (shown) { dispose(); return; } // the view is gone
+      if (!st.url || !visible || !el.isConnected) return;
+      try { update(st.url, await api(st.url)); } catch (e) { /* the view shows connection trouble */ }
+    }, CHART_POLL);
+    function update(url, data) {
+      if (charts[key] !== st) { dispose(); return; } // another view's chart took the key
+      st.url = url; st.data = data;
+      const text = summarize(data);
+      summary.textContent = text;
+      plotEl.setAttribute('aria-label', title + ': ' + text);
+      draw();
+    }
+    let width = 0;
+    const sized = new ResizeObserver(() => {
+      if (st.plot && Math.abs(plotEl.clientWidth - width) > 8) { width = plotEl.clientWidth; drawn = null; draw(); }
+    });
+    sized.observe(plotEl);
+    function dispose() {
+      clearInterval(timer); seen.disconnect(); sized.disconnect();
+      if (st.plot && charts[key] !== st) { st.plot.destroy(); st.plot = null; }
+    }
+    return { el, update };
+  }
+  // The charts take their colours from the theme when drawn: draw them
+  // again when the system switches between light and dark.
+  matchMedia('(prefers-color-scheme: dark)').addEventListener('change', () => {
+    for (const st of Object.values(charts)) if (st.plot) st.redraw();
+  });
+  const historyURL = {
+    online: () => '/v1/dashboard/history/online',
+    device: (name) => '/v1/dashboard/history/devices/' + enc(name),
+    deployment: (name) => '/v1/dashboard/history/deployments/' + enc(name),
+  };
+  function windowText(d) { return d.windowSeconds % 3600 ? fmtDuration(d.windowSeconds) : (d.windowSeconds / 3600) + ' h'; }
+  function onlineSummary(d) {
+    const n = d.time.length;
+    if (!n) return 'No sample yet: the hub samples the fleet every few seconds.';
+    return `Now ${fmtInt(d.online[n - 1])} online, ${fmtInt(d.offline[n - 1])} offline; at most ${fmtInt(Math.max(...d.maxOffline))} offline ` +
+      `in the last ${fmtDuration(Math.min(Date.now() / 1000, d.time[n - 1] + d.intervalSeconds) - d.time[0])} (one sample per ${fmtDuration(d.intervalSeconds)}).`;
+  }
+  function rolloutSummary(d) {
+    const n = d.time.length;
+    if (!n) return 'No change recorded since the hub started.';
+    const i = n - 1;
+    return `${fmtInt(n)} change${n > 1 ? 's' : ''} since ${dateFormat.format(new Date(d.time[0] * 1000))}; now revision ${d.revision[i]}` +
+      (d.steps[i] > 1 ? `, wave ${d.step[i]} of ${d.steps[i]}` : '') + (d.phase[i] ? ` (${d.phase[i]})` : '') +
+      `: ${fmtInt(d.updated[i])} updated, ${fmtInt(d.ready[i])} ready, ${fmtInt(d.failed[i])} failed, ${fmtInt(d.pending[i])} pending.`;
+  }
+  function deviceSummary(d) {
+    const lastOf = (col) => { for (let i = col.length - 1; i >= 0; i--) if (col[i] != null) return col[i]; return null; };
+    if (!d.time.length) return 'No report yet in the last ' + windowText(d) + '.';
+    const mem = lastOf(d.memoryUsedBytes); const disk = lastOf(d.diskUsedBytes); const temp = lastOf(d.temperatureCelsius);
+    return [
+      mem == null ? 'memory not reported' : `memory ${fmtBytes(mem)} used of ${fmtBytes(d.memoryTotalBytes)}`,
+      disk == null ? 'disk not reported' : `disk ${fmtBytes(disk)} used of ${fmtBytes(d.diskTotalBytes)}`,
+      temp == null ? 'temperature not reported (it comes with fleet top)' : `temperature ${temp.toFixed(1)} °C`,
+    ].join('; ').replace(/^./, (c) => c.toUpperCase()) + ` (${fmtInt(d.time.length)} samples).`;
+  }
+
   // ---- overview -----------------------------------------------------------------
 
   function overviewView() {
+    const chart = chartBox('online', 'online', 'Devices online and offline', onlineSummary);
     const v = live('Overview', async () => {
-      const [summary, deps, events] = await Promise.all([
-        api('/v1/dashboard/summary'), api('/v1/deployments'), api('/v1/events?limit=25'),
+      const [summary, deps, events, hist] = await Promise.all([
+        api('/v1/dashboard/summary'), api('/v1/deployments'), api('/v1/events?limit=25'), api(historyURL.online()),
       ]);
-      return { summary, deps: deps.items || [], events: (events.items || []).slice().reverse() };
-    }, renderOverview);
+      return { summary, deps: deps.items || [], events: (events.items || []).slice().reverse(), hist };
+    }, (d) => {
+      chart.update(historyURL.online(), d.hist);
+      return renderOverview(d, chart);
+    });
     v.onChange = () => v.refresh();
     return v;
   }
 
-  function renderOverview({ summary, deps, events }) {
+  function renderOverview({ summary, deps, events }, chart) {
     const c = summary.counts;
     const card = (n, label, kind, href) => {
       const inner = [h('div', { class: 'n', text: fmtInt(n) }), h('div', { class: 'l', text: label })];
@@ -533,6 +662,7 @@
           card(c.stale, 'Stale', c.stale ? 'warn' : '', '#/devices?state=stale'),
           card(c.unknown, 'Never seen', '', '#/devices?state=unknown'),
           card(c.converged, 'Converged', convergedKind(c), '#/devices?state=problem'))),
+      chart.el,
       h('h2', { text: 'Deployments' }),
       table('Deployments and their rollout progress',
         ['Name', 'Strategy', 'Revision', 'Progress', h('th', { class: 'num', scope: 'col', text: 'Targeted' }), h('th', { class: 'num', scope: 'col', text: 'Updated' }),
@@ -772,18 +902,23 @@
   // ---- one device -----------------------------------------------------------------
 
   function deviceView(name) {
+    const chart = chartBox('device', 'device', 'Memory, disk and temperature, as ' + name + ' reported them', deviceSummary);
     const v = live(name, async () => {
-      const [dev, events] = await Promise.all([
+      const [dev, events, hist] = await Promise.all([
         api('/v1/devices/' + enc(name)),
         api('/v1/devices/' + enc(name) + '/events').catch((e) => { if (e.status === 404) return { items: [] }; throw e; }),
+        api(historyURL.device(name)).catch((e) => { if (e.status === 404) return null; throw e; }),
       ]);
-      return { dev, events: (events.items || []).slice().reverse() };
-    }, (d) => renderDevice(d, v));
+      return { dev, events: (events.items || []).slice().reverse(), hist };
+    }, (d) => {
+      if (d.hist) chart.update(historyURL.device(name), d.hist);
+      return renderDevice(d, v, d.hist ? chart : null);
+    });
     v.onChange = (ch) => { if (ch.allDevices || (ch.devices || []).includes(name)) v.refresh(); };
     return v;
   }
 
-  function renderDevice({ dev, events }, v) {
+  function renderDevice({ dev, events }, v, chart) {
     const st = dev.status || {};
     const state = deviceState(st);
     const m = dev.metadata;
@@ -843,6 +978,7 @@
             ['Uptime', node.uptimeSeconds ? fmtDuration(node.uptimeSeconds) : '—'],
           ]),
           h('p', { class: 'muted', text: 'Live metrics (fleet top) and crash reports appear here once the hub collects them.' }))),
+      chart ? chart.el : null,
       h('h2', { text: 'Pods' }),
       readOnly ? h('p', { class: 'muted', text: 'Read-only: your token has the monitor role, so the actions are disabled.' })
         : h('p', { class: 'muted', text: 'Fleet restarts a pod by restarting its deployment on every device it targets (fleet rollout restart): there is no single-device restart yet.' }),
@@ -855,14 +991,19 @@
   // ---- one deployment -------------------------------------------------------------
 
   function deploymentView(name) {
+    const chart = chartBox('deployment', 'rollout', 'Rollout of ' + name + ' over time: devices updated, ready and failed per wave', rolloutSummary);
     const v = live(name, async () => {
-      const [dep, revs, devs] = await Promise.all([
+      const [dep, revs, devs, hist] = await Promise.all([
         api('/v1/deployments/' + enc(name)),
         api('/v1/deployments/' + enc(name) + '/revisions').catch(() => ({ items: [] })),
         api('/v1/dashboard/devices?' + new URLSearchParams({ pod: name, sort: 'state', limit: 100 })),
+        api(historyURL.deployment(name)).catch((e) => { if (e.status === 404) return null; throw e; }),
       ]);
-      return { dep, revs: revs.items || [], devs };
-    }, (d) => renderDeployment(d, v));
+      return { dep, revs: revs.items || [], devs, hist };
+    }, (d) => {
+      if (d.hist) chart.update(historyURL.deployment(name), d.hist);
+      return renderDeployment(d, v, d.hist ? chart : null);
+    });
     v.onChange = (ch) => { if (ch.allDevices || (ch.devices || []).length || (ch.deployments || []).includes(name)) v.refresh(); };
     return v;
   }
@@ -880,7 +1021,7 @@
     return out.join(',');
   }
 
-  function renderDeployment({ dep, revs, devs }, v) {
+  function renderDeployment({ dep, revs, devs }, v, chart) {
     const name = dep.metadata.name;
     const s = dep.status || {};
     const spec = dep.spec;
@@ -962,6 +1103,7 @@
             ['Generation', String(dep.metadata.generation || 0)],
             ['Restart policy', tmpl ? tmpl.restartPolicy || 'Always' : '—'],
           ]))),
+      chart ? chart.el : null,
       h('h2', { text: 'Containers' }),
       table('Containers of ' + name, ['Name', 'Image', 'Command', 'Environment'], containers,
         tmpl ? 'No containers.' : 'Hidden: the pod template is shown to viewers and admins only.'),
