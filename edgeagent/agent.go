@@ -82,6 +82,10 @@ type Options struct {
 	// CrashLoop is the restart backoff (default 10 s doubling to 5 min,
 	// reset after 10 min running).
 	CrashLoop reconcile.CrashLoop
+	// Location is the device's time zone for update windows with
+	// timeZone device (default time.Local, from TZ or /etc/localtime);
+	// the agent reports its name in status.agent.timeZone.
+	Location *time.Location
 	// SteadyAfter is how long a container must run without exiting for
 	// its start to count (default reconcile.DefaultSteadyAfter, 30 s). A
 	// new revision of a pod whose container fails to start
@@ -408,6 +412,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		ResyncInterval: a.o.ResyncInterval,
 		CrashLoop:      a.o.CrashLoop,
 		SteadyAfter:    a.o.SteadyAfter,
+		Location:       a.o.Location,
 		ImageGCMinFree: a.o.ImageGCMinFree,
 		Retry:          a.o.RetryBackoff,
 		StopTimeout:    a.o.StopTimeout,

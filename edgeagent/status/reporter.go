@@ -353,7 +353,8 @@ func (l *reportLoop) encode(st *schema.DeviceStatus, force bool) (key, payload [
 	o := &l.r.o
 	st.TypeMeta = schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDeviceStatus}
 	st.Device = o.Device
-	st.Agent = schema.AgentInfo{Version: o.Version, OS: goruntime.GOOS, Arch: goruntime.GOARCH}
+	st.Agent = schema.AgentInfo{Version: o.Version, OS: goruntime.GOOS, Arch: goruntime.GOARCH,
+		TimeZone: ZoneName(), UTCOffset: time.Now().Format("-07:00")}
 	st.Time, st.Node = time.Time{}, nil
 	key, err := json.Marshal(st)
 	if err != nil {
