@@ -817,6 +817,11 @@ type NodeInfo struct {
 	DiskFreeBytes uint64 `json:"diskFreeBytes,omitempty"`
 	// UptimeSeconds is how long the device has been up.
 	UptimeSeconds int64 `json:"uptimeSeconds,omitempty"`
+	// TemperatureCelsius is the SoC's temperature
+	// (/sys/class/thermal/thermal_zone0), nil where there is none. A move
+	// of 5 °C or more is worth a status of its own (checked with memory
+	// and disk, every 5 minutes).
+	TemperatureCelsius *float64 `json:"temperatureCelsius,omitempty"`
 }
 
 // PodStatus is the observed state of one pod.

@@ -497,6 +497,7 @@ func typeDocTable() map[string]typeDoc {
 				"diskTotalBytes":       {doc: "DiskTotalBytes is the size of the file system that holds the agent's state directory."},
 				"diskFreeBytes":        {doc: "DiskFreeBytes is the space left on that file system."},
 				"uptimeSeconds":        {doc: "UptimeSeconds is how long the device has been up."},
+				"temperatureCelsius":   {doc: "TemperatureCelsius is the SoC's temperature (/sys/class/thermal/thermal_zone0), nil where there is none. A move of 5 °C or more is worth a status of its own (checked with memory and disk, every 5 minutes)."},
 			},
 		},
 		"NodeMetrics": {
