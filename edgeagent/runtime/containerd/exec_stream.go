@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,6 +92,12 @@ func (r *Runtime) ExecStream(ctx context.Context, id string, o runtime.ExecStrea
 func ctxErr(ctx context.Context, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return cerr
+	}
+	// The deadline travels to containerd and on to the shim, whose side
+	// of it can end a moment before ours and comes back as an Unknown
+	// error saying so: the same deadline, so the same error.
+	if _, ok := ctx.Deadline(); ok && err != nil && strings.Contains(err.Error(), context.DeadlineExceeded.Error()) {
+		return fmt.Errorf("%w (%v)", context.DeadlineExceeded, err)
 	}
 	return err
 }
