@@ -628,6 +628,10 @@ type DesiredState struct {
 	// imagePullSecrets), each once, sorted by name, their values sealed to
 	// the device's own public key.
 	Secrets []SealedSecret `json:"secrets,omitempty"`
+	// Agent, when set, is the agent release the device should run, from
+	// an AgentRollout (agentrollout.go). Agents that do not know the
+	// field ignore it.
+	Agent *DesiredAgent `json:"agent,omitempty"`
 	// Signature is the hub's ed25519 signature over the rest of the
 	// payload, always its last member (schema/signature.go); absent from
 	// the canonical bytes the hub stores and signs.
