@@ -113,6 +113,9 @@ type AgentRolloutStatus struct {
 	// LastGoodVersion is the last version whose rollout completed, which
 	// a rollback (autoRollback, fleet rollout undo) returns to.
 	LastGoodVersion string `json:"lastGoodVersion,omitempty"`
+	// LastGood is the spec of that version (its artifacts), which fleet
+	// rollout undo agentrollout/NAME gives the rollout again.
+	LastGood *AgentRolloutSpec `json:"lastGood,omitempty"`
 	// Devices are the selected devices, sorted by name.
 	Devices []AgentDeviceStatus `json:"devices,omitempty"`
 }

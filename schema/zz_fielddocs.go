@@ -67,6 +67,7 @@ func typeDocTable() map[string]typeDoc {
 				"observedGeneration": {doc: "ObservedGeneration is the generation of the spec the status is about."},
 				"rollout":            {doc: "Rollout is where the waves stand, as for a Deployment's Staged rollout; its hash is the version."},
 				"lastGoodVersion":    {doc: "LastGoodVersion is the last version whose rollout completed, which a rollback (autoRollback, fleet rollout undo) returns to."},
+				"lastGood":           {doc: "LastGood is the spec of that version (its artifacts), which fleet rollout undo agentrollout/NAME gives the rollout again."},
 				"devices":            {doc: "Devices are the selected devices, sorted by name."},
 			},
 		},

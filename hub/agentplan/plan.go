@@ -135,7 +135,7 @@ func Next(in Input) Plan {
 			Name: d.Name, Version: d.Version, Desired: desired, Phase: phase, Online: d.Online, Reason: reason,
 		})
 	}
-	out.Status.LastGoodVersion = lastGood
+	out.Status.LastGoodVersion, out.Status.LastGood = lastGood, st.LastGood
 	out.Status.ObservedGeneration = in.Rollout.Metadata.Generation
 	out.Status.Rollout = rolloutStatus(rp, st, lastGood)
 	return out
