@@ -34,6 +34,9 @@ type desiredWriter struct {
 	tombstones map[string]int64 // last generation of deleted devices
 	// held are the devices under a restore hold (restorehold.go).
 	held map[string]bool
+	// agent is the agent a device's desired state names (agents.go);
+	// nil names none.
+	agent func(device string) *schema.DesiredAgent
 }
 
 // desiredChange is a device's new desired state, or its removal.
@@ -115,7 +118,11 @@ func (w *desiredWriter) change(name string, want []schema.Pod) (desiredChange, b
 		return desiredChange{}, false // restored: wait for the device's report
 	}
 	cfg := w.resolve(name, want)
-	current := !held && prev != nil && prev.Store == w.storeID && SamePods(prev.Pods, want)
+	var agent *schema.DesiredAgent
+	if w.agent != nil {
+		agent = w.agent(name)
+	}
+	current := !held && prev != nil && prev.Store == w.storeID && SamePods(prev.Pods, want) && sameAgent(prev.Agent, agent)
 	if current && cfg.same(prev) {
 		return desiredChange{}, false
 	}
@@ -135,6 +142,7 @@ func (w *desiredWriter) change(name string, want []schema.Pod) (desiredChange, b
 		Generation: gen,
 		Store:      w.storeID,
 		Pods:       want,
+		Agent:      agent,
 	}
 	reuse := prev
 	if prev != nil && prev.Store != w.storeID {

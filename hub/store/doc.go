@@ -39,6 +39,8 @@
 //	                           size (Options.AuditRetention, AuditMaxBytes); appends do
 //	                           not bump the revision (audit.go)
 //	v1/auditanchor             seq and hash of the last pruned audit entry (auditchain.go)
+//	v1/agent-rollouts/{name}   an AgentRollout's planner state (hub/agentplan.State),
+//	                           written by the controller
 //
 // Every write goes through a Txn (Store.Write): the revision is bumped once
 // per committed transaction that changed anything, and object events carry
