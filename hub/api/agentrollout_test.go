@@ -50,6 +50,15 @@ func TestAgentRolloutAdmission(t *testing.T) {
 	if r := h.admin(t, "PUT", "/v1/agentrollouts/fleet", agentRolloutYAML("v1.0.0", "north")); r.Code != http.StatusBadRequest || !strings.Contains(string(r.Body), "version-skew policy") {
 		t.Errorf("update below the policy: %d %s, want 400", r.Code, r.Body)
 	}
+	// A monitor credential may not read them.
+	if r := h.do(t, "GET", "/v1/agentrollouts", h.Monitor, nil); r.Code != http.StatusForbidden {
+		t.Errorf("monitor GET /v1/agentrollouts: %d, want 403", r.Code)
+	}
+	// Status is the hub's: what a client sends is not stored.
+	withStatus := agentRolloutYAML("v1.3.0", "north") + "status:\n  lastGoodVersion: v1.0.0\n"
+	if r := h.admin(t, "PUT", "/v1/agentrollouts/fleet", withStatus); r.Code != http.StatusOK || strings.Contains(string(r.Body), "v1.0.0") {
+		t.Errorf("update with a status: %d %s, want 200 without the status", r.Code, r.Body)
+	}
 	// A device created by the same apply counts.
 	both := deviceYAML("pi-2", "site", "south") + "---\n" + strings.Replace(agentRolloutYAML("v1.4.0", "south"), "name: fleet", "name: south", 1)
 	if r := h.admin(t, "POST", "/v1/apply", both); r.Code != http.StatusOK {
