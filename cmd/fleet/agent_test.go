@@ -117,6 +117,13 @@ $`)
 		t.Errorf("agent status -o yaml:\n%s", out)
 	}
 	e.fails("-o name is not supported", "agent", "status", "-o", "name")
+
+	// fleet get lists them too.
+	out = e.ok("", "get", "agentrollouts", "-o", "wide")
+	if !regexp.MustCompile(`(?m)^NAME +VERSION +PHASE +STEP +UPDATED +FAILED +PENDING +AGE +SELECTOR +STRATEGY +LAST-GOOD +IMAGE\n` +
+		`fleet +v1\.4\.0 +Progressing +2/2 +3/3 +1 +1 +\S+ +<none> +Staged\S* +<none> +registry\.example\.com/fleet/agent:v1\.4\.0$`).MatchString(out) {
+		t.Errorf("get agentrollouts -o wide:\n%s", out)
+	}
 }
 
 // TestRolloutUndoAgentRollout: undo gives the rollout its last good
