@@ -53,8 +53,8 @@ type AgentRolloutSpec struct {
 	// Image is a multi-arch OCI image that holds the agent binary at
 	// /fleet-agent, such as registry.example.com/fleet/agent:v1.4.0; the
 	// agent pulls it through containerd like any image (same registry,
-	// pull secrets and mirrors). Required unless every architecture of
-	// the selected devices has an artifact with a digest.
+	// pull secrets and mirrors). It may be left out when every artifact
+	// names its own image.
 	Image string `json:"image,omitempty"`
 	// Artifacts name, per architecture, the SHA-256 of the agent binary
 	// (and optionally an image of that architecture only); the agent

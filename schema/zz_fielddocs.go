@@ -54,7 +54,7 @@ func typeDocTable() map[string]typeDoc {
 			doc: "AgentRolloutSpec says which agent release runs where.",
 			fields: map[string]fieldDoc{
 				"version":   {doc: "Version is the agent release to run, as make release stamps it: v1.4.0 (a leading v, major.minor.patch, optionally -prerelease). Required. It may be at most AgentSkewMinors (2) minor releases older than the hub, and no newer than the hub.", required: true},
-				"image":     {doc: "Image is a multi-arch OCI image that holds the agent binary at /fleet-agent, such as registry.example.com/fleet/agent:v1.4.0; the agent pulls it through containerd like any image (same registry, pull secrets and mirrors). Required unless every architecture of the selected devices has an artifact with a digest.", required: true},
+				"image":     {doc: "Image is a multi-arch OCI image that holds the agent binary at /fleet-agent, such as registry.example.com/fleet/agent:v1.4.0; the agent pulls it through containerd like any image (same registry, pull secrets and mirrors). It may be left out when every artifact names its own image."},
 				"artifacts": {doc: "Artifacts name, per architecture, the SHA-256 of the agent binary (and optionally an image of that architecture only); the agent refuses a binary whose digest differs."},
 				"selector":  {doc: "Selector picks the devices, by their labels. An empty selector matches every device; one that matches no device is refused."},
 				"strategy":  {doc: "Strategy governs how the new release reaches the devices: AllAtOnce or Staged (steps, failureThreshold, autoRollback), as for a Deployment. Defaults to AllAtOnce.", def: "AllAtOnce"},
