@@ -33,11 +33,23 @@ type agentStage struct {
 	stale   map[string]bool
 	agents  map[string]*schema.DesiredAgent // per device
 	recheck time.Time
+	// online and version are when the stage saw each device's
+	// connection, and its reported version, last change (unseen: long
+	// ago), for the planner's deadlines.
+	online  map[string]onlineMark
+	version map[string]versionMark
+}
+
+// versionMark is a device's reported agent version and since when.
+type versionMark struct {
+	version string
+	since   time.Time
 }
 
 func newAgentStage(log *slog.Logger) *agentStage {
 	return &agentStage{log: log, rollouts: map[string]*schema.AgentRollout{}, states: map[string]agentplan.State{},
-		dirty: map[string]bool{}, statuses: map[string]*schema.AgentRolloutStatus{}, stale: map[string]bool{}, agents: map[string]*schema.DesiredAgent{}}
+		dirty: map[string]bool{}, statuses: map[string]*schema.AgentRolloutStatus{}, stale: map[string]bool{}, agents: map[string]*schema.DesiredAgent{},
+		online: map[string]onlineMark{}, version: map[string]versionMark{}}
 }
 
 // active reports whether any AgentRollout exists: then every pass is a
@@ -113,7 +125,7 @@ func (s *agentStage) plan(f fleetView, now time.Time) {
 			if _, taken := s.agents[dev]; taken {
 				continue
 			}
-			devs = append(devs, agentDevice(f, dev))
+			devs = append(devs, s.device(f, dev, now))
 		}
 		p := agentplan.Next(agentplan.Input{Rollout: a, Devices: devs, State: s.states[name], Now: now})
 		if !sameJSON(p.State, s.states[name]) {
@@ -132,10 +144,17 @@ func (s *agentStage) plan(f fleetView, now time.Time) {
 			s.recheck = p.RecheckAt
 		}
 	}
+	for name := range s.online {
+		if _, ok := f.device(name); !ok {
+			delete(s.online, name)
+			delete(s.version, name)
+		}
+	}
 }
 
-// agentDevice is one device as the planner sees it.
-func agentDevice(f fleetView, name string) agentplan.Device {
+// device is one device as the planner sees it at now: a device that
+// comes back online, or changes version, is timed from then.
+func (s *agentStage) device(f fleetView, name string, now time.Time) agentplan.Device {
 	d, _ := f.device(name)
 	out := agentplan.Device{Name: name, Labels: d.Labels, Arch: d.Labels[schema.LabelArch]}
 	st, online := f.deviceState(name, d.UID)
@@ -146,6 +165,26 @@ func agentDevice(f fleetView, name string) agentplan.Device {
 			out.Arch = st.Agent.Arch
 		}
 	}
+	mark, seen := s.online[name]
+	if !seen || mark.online != online {
+		mark = onlineMark{online: online}
+		if seen {
+			mark.since = now
+		}
+		s.online[name] = mark
+	}
+	if online {
+		out.OnlineSince = mark.since
+	}
+	v, seen := s.version[name]
+	if !seen || v.version != out.Version {
+		v = versionMark{version: out.Version}
+		if seen {
+			v.since = now
+		}
+		s.version[name] = v
+	}
+	out.VersionSince = v.since
 	return out
 }
 

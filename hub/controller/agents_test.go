@@ -108,3 +108,44 @@ func TestControllerAgentRolloutRollsBack(t *testing.T) {
 	// The status is stored before the desired states are published.
 	eventually(t, "every device named A again", func() bool { a := f.agents(); return a[0] == "v1.3.0" && a[1] == "v1.3.0" })
 }
+
+// TestControllerAgentRolloutOfflineDevice: a device offline through the
+// rollout is pending, never failed; the rollout goes on without it past
+// the deadline; when it comes back it is timed from its return, so it is
+// updating, not failed, and updated once it reports the version.
+func TestControllerAgentRolloutOfflineDevice(t *testing.T) {
+	f := newStagedFleet(t, 2)
+	f.reportAgent(0, "v1.3.0")
+	// d1 reported its arch once (the hub keeps it as fleet/arch), and is
+	// offline now.
+	if _, err := f.st.Mutate(t.Context(), schema.KindDevice, f.name(1), func(o schema.Object) error {
+		o.GetMetadata().Labels[schema.LabelArch] = "arm64"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.status.mu.Lock()
+	delete(f.status.st, f.name(1))
+	f.status.mu.Unlock()
+	f.c.DeviceStatusChanged(f.name(1))
+	apply(t, f.st, agentRolloutObj("v1.4.0"))
+	eventually(t, "first wave", func() bool { return f.agents()[0] == "v1.4.0" })
+	f.reportAgent(0, "v1.4.0")
+	eventually(t, "d1 given the version while offline", func() bool { return f.agents()[1] == "v1.4.0" })
+	f.clock.Advance(11 * time.Minute)
+	eventually(t, "complete without d1", func() bool {
+		f.c.StatusChanged()
+		st := f.agentStatus()
+		return st != nil && st.Rollout != nil && st.Rollout.Phase == schema.RolloutComplete
+	})
+	if st := f.agentStatus(); st.Devices[1].Phase != schema.AgentPending || st.Rollout.Failed != 0 {
+		t.Fatalf("offline d1: phase %s, failed %d; want Pending and 0", st.Devices[1].Phase, st.Rollout.Failed)
+	}
+	f.reportAgent(1, "v1.3.0") // back online, still the old agent
+	eventually(t, "d1 updating", func() bool {
+		st := f.agentStatus()
+		return st.Devices[1].Online && st.Devices[1].Phase == schema.AgentUpdating
+	})
+	f.reportAgent(1, "v1.4.0")
+	eventually(t, "d1 updated", func() bool { return f.agentStatus().Devices[1].Phase == schema.AgentUpdated })
+}
