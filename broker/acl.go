@@ -15,15 +15,17 @@ import (
 // it can match is allowed.
 //
 //   - RoleHub may do anything.
-//   - RoleDevice may subscribe to exactly {prefix}/devices/{self}/desired
-//     and {prefix}/devices/{self}/requests (no wildcards at all) and publish
-//     only to its own status, online, events, crashreports and responses
-//     topics. A device whose name is not a valid device name may do
+//   - RoleDevice may subscribe to exactly {prefix}/devices/{self}/desired,
+//     {prefix}/devices/{self}/requests and {prefix}/devices/{self}/certificate
+//     (no wildcards at all) and publish only to its own status, online,
+//     events, crashreports, responses and csr topics. A device whose name is not a valid device name may do
 //     nothing.
-//   - RoleMonitor may subscribe to {prefix}/devices/{device|+}/{status|online|events}
-//     and {prefix}/deployments/{name|+}/status, and publishes nothing:
-//     never a device's crashreports (container logs), desired state or
-//     requests.
+//   - RoleMonitor may subscribe to {prefix}/devices/{device|+}/{status|online|events},
+//     {prefix}/deployments/{name|+}/status and Home Assistant's discovery
+//     topics (homeassistant/#, which the hub publishes with
+//     --homeassistant-discovery; not when the Fleet prefix itself lies
+//     under homeassistant/), and publishes nothing: never a device's
+//     crashreports (container logs), desired state or requests.
 //   - RoleBootstrap may publish only to {prefix}/enroll/{request}/request and
 //     subscribe only to {prefix}/enroll/{request}/response, where request is
 //     id.Request (its client ID): it can send its own enrollment request and
@@ -43,13 +45,15 @@ func Allowed(topics schema.Topics, id Identity, topic string, write bool) bool {
 		}
 		if !write {
 			return topic == topics.Device(id.Name, schema.TopicDesired) ||
-				topic == topics.Device(id.Name, schema.TopicRequests)
+				topic == topics.Device(id.Name, schema.TopicRequests) ||
+				topic == topics.Device(id.Name, schema.TopicCertificate)
 		}
 		return topic == topics.Device(id.Name, schema.TopicStatus) ||
 			topic == topics.Device(id.Name, schema.TopicOnline) ||
 			topic == topics.Device(id.Name, schema.TopicEvents) ||
 			topic == topics.Device(id.Name, schema.TopicCrashReports) ||
-			topic == topics.Device(id.Name, schema.TopicResponses)
+			topic == topics.Device(id.Name, schema.TopicResponses) ||
+			topic == topics.Device(id.Name, schema.TopicCSR)
 	case RoleBootstrap:
 		if schema.ValidateRequestID(id.Request) != nil {
 			return false // also keeps wildcards and '/' out of the topics
@@ -74,27 +78,51 @@ func Allowed(topics schema.Topics, id Identity, topic string, write bool) bool {
 }
 
 // MonitorFilters returns the widest subscription filters RoleMonitor may use:
-// every device's status, online and events topics and every deployment's
-// status topic.
+// every device's status, online and events topics, every deployment's
+// status topic and Home Assistant's discovery topics.
 func MonitorFilters(topics schema.Topics) []string {
-	return []string{
+	filters := []string{
 		topics.DeviceFilter(schema.TopicStatus),
 		topics.DeviceFilter(schema.TopicOnline),
 		topics.DeviceFilter(schema.TopicEvents),
 		topics.DeploymentStatus("+"),
 	}
+	if f, ok := HomeAssistantFilter(topics); ok {
+		filters = append(filters, f)
+	}
+	return filters
+}
+
+// HomeAssistantPrefix is the discovery prefix under which the hub
+// publishes Home Assistant MQTT discovery configs (Home Assistant's
+// default).
+const HomeAssistantPrefix = "homeassistant"
+
+// HomeAssistantFilter returns the filter of every discovery topic,
+// homeassistant/#, and false when the Fleet topic prefix lies under it
+// (a monitor must never read desired states through it).
+func HomeAssistantFilter(topics schema.Topics) (string, bool) {
+	fleet := strings.TrimSuffix(topics.Device("x", "y"), "/devices/x/y")
+	if fleet == HomeAssistantPrefix || strings.HasPrefix(fleet, HomeAssistantPrefix+"/") {
+		return "", false
+	}
+	return HomeAssistantPrefix + "/#", true
 }
 
 // covers reports whether every topic matched by filter is also matched by
-// pattern, where pattern contains only literal and '+' levels. Because '+'
-// stands for infinitely many values, a filter covered by a union of such
-// patterns is always covered by one of them, so checking each pattern alone
-// is exact.
+// pattern, where pattern contains only literal and '+' levels, or ends in
+// '#' after at least one literal level. Because '+' stands for infinitely
+// many values, a filter covered by a union of such patterns is always
+// covered by one of them, so checking each pattern alone is exact.
 func covers(pattern, filter string) bool {
 	for {
 		p, prest, pmore := strings.Cut(pattern, "/")
 		f, frest, fmore := strings.Cut(filter, "/")
 		switch {
+		case p == "#":
+			// Every topic the rest of the filter matches lies below
+			// the levels matched so far, all of which '#' matches.
+			return true
 		case strings.ContainsRune(f, '#'):
 			// '#' matches any depth, and patterns have a fixed depth.
 			return false
@@ -104,6 +132,9 @@ func covers(pattern, filter string) bool {
 			}
 		case f != p:
 			return false
+		}
+		if pmore && !fmore && prest == "#" {
+			return true // "a/#" also matches "a"
 		}
 		if pmore != fmore {
 			return false

@@ -143,12 +143,43 @@ func TestAllowedCustomPrefix(t *testing.T) {
 	}
 }
 
+func TestAllowedHomeAssistant(t *testing.T) {
+	mon := Identity{Name: "m", Role: RoleMonitor}
+	dev := Identity{Name: "pi-1", Role: RoleDevice}
+	for _, tt := range []struct {
+		topics schema.Topics
+		id     Identity
+		topic  string
+		write  bool
+		want   bool
+	}{
+		{schema.Topics{}, mon, "homeassistant/#", false, true},
+		{schema.Topics{}, mon, "homeassistant/+/+/+/config", false, true},
+		{schema.Topics{}, mon, "homeassistant/sensor/fleet_pi-1/restarts/config", false, true},
+		{schema.Topics{}, mon, "homeassistant/sensor/fleet_pi-1/restarts/config", true, false},
+		{schema.Topics{}, mon, "#", false, false},
+		{schema.Topics{}, mon, "+/#", false, false},
+		{schema.Topics{}, mon, "homeassistant", false, true}, // homeassistant/# matches it
+		{schema.Topics{}, dev, "homeassistant/#", false, false},
+		{schema.Topics{}, dev, "homeassistant/sensor/fleet_pi-1/restarts/config", true, false},
+		// A Fleet prefix under homeassistant/ would open desired states.
+		{schema.Topics{Prefix: "homeassistant/fleet"}, mon, "homeassistant/#", false, false},
+		{schema.Topics{Prefix: "homeassistant/fleet"}, mon, "homeassistant/fleet/devices/pi-1/desired", false, false},
+		{schema.Topics{Prefix: "homeassistant"}, mon, "homeassistant/devices/pi-1/desired", false, false},
+		{schema.Topics{Prefix: "homeassistant"}, mon, "homeassistant/devices/pi-1/status", false, true},
+	} {
+		if got := Allowed(tt.topics, tt.id, tt.topic, tt.write); got != tt.want {
+			t.Errorf("prefix %q: Allowed(%s, %q, write=%v) = %v, want %v", tt.topics.Prefix, tt.id.Role, tt.topic, tt.write, got, tt.want)
+		}
+	}
+}
+
 // TestAllowedFilterCoversMatches checks the subscribe rule against the
 // delivery rule: whenever a filter is allowed, every topic it matches must be
 // allowed too. Filters and topics are built from a small alphabet of levels.
 func TestAllowedFilterCoversMatches(t *testing.T) {
 	var topics schema.Topics
-	levels := []string{"fleet", "v1", "devices", "deployments", "pi-1", "desired", "status", "events", "x"}
+	levels := []string{"fleet", "v1", "devices", "deployments", "pi-1", "desired", "status", "events", "x", "homeassistant"}
 	var names []string // concrete topics of 1 to 5 levels
 	var build func(prefix string, depth int)
 	build = func(prefix string, depth int) {

@@ -70,6 +70,10 @@ type Options struct {
 	// ClientCAs verifies client certificates; required unless
 	// ClientCerts is off.
 	ClientCAs *x509.CertPool
+	// ClientCAsFunc, if set, is asked for the pool at each TLS
+	// handshake instead of ClientCAs (a hub whose CA rotates: the old CA
+	// is refused once retired). Default none.
+	ClientCAsFunc func() *x509.CertPool
 	// NoPlain turns the plain listener off (then Addr is nil); the TLS
 	// listener, or the hub's InlineConn alone, remain.
 	NoPlain bool

@@ -48,12 +48,21 @@ func clientTLSConfig(base *tls.Config, o Options) (*tls.Config, error) {
 	if base == nil || o.ClientCerts == ClientCertsOff {
 		return base, nil
 	}
-	if o.ClientCAs == nil {
+	if o.ClientCAs == nil && o.ClientCAsFunc == nil {
 		return nil, fmt.Errorf("mqtt broker: client certificates %s: Options.ClientCAs is required", o.ClientCerts)
 	}
 	cfg := base.Clone()
 	cfg.ClientAuth = tls.VerifyClientCertIfGiven
 	cfg.ClientCAs = o.ClientCAs
+	if pool := o.ClientCAsFunc; pool != nil {
+		// Each handshake verifies against the pool of the moment.
+		fixed := cfg.Clone()
+		cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			c := fixed.Clone()
+			c.ClientCAs = pool()
+			return c, nil
+		}
+	}
 	return cfg, nil
 }
 

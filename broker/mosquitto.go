@@ -156,10 +156,11 @@ func MosquittoPasswordFile(accounts []MosquittoAccount) ([]byte, error) {
 func MosquittoACLFile(topics schema.Topics, accounts []Identity) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString("# Fleet MQTT access rules; generated, do not edit.\n")
-	b.WriteString("# Devices (username = device name): own desired and requests in, own status/online/events/crashreports/responses out.\n")
+	b.WriteString("# Devices (username = device name): own desired, requests and certificate in, own status/online/events/crashreports/responses/csr out.\n")
 	fmt.Fprintf(&b, "pattern read %s\n", topics.Device("%u", schema.TopicDesired))
 	fmt.Fprintf(&b, "pattern read %s\n", topics.Device("%u", schema.TopicRequests))
-	for _, kind := range []string{schema.TopicStatus, schema.TopicOnline, schema.TopicEvents, schema.TopicCrashReports, schema.TopicResponses} {
+	fmt.Fprintf(&b, "pattern read %s\n", topics.Device("%u", schema.TopicCertificate))
+	for _, kind := range []string{schema.TopicStatus, schema.TopicOnline, schema.TopicEvents, schema.TopicCrashReports, schema.TopicResponses, schema.TopicCSR} {
 		fmt.Fprintf(&b, "pattern write %s\n", topics.Device("%u", kind))
 	}
 	for _, id := range accounts {
@@ -183,6 +184,10 @@ func MosquittoACLFile(topics schema.Topics, accounts []Identity) ([]byte, error)
 		switch id.Role {
 		case RoleHub:
 			fmt.Fprintf(&b, "\nuser %s\ntopic readwrite %s\n", id.Name, all)
+			if ha, ok := HomeAssistantFilter(topics); ok {
+				// Home Assistant discovery configs (--homeassistant-discovery).
+				fmt.Fprintf(&b, "topic readwrite %s\n", ha)
+			}
 		case RoleMonitor:
 			fmt.Fprintf(&b, "\nuser %s\n", id.Name)
 			// Denials are checked before grants, patterns included.

@@ -95,17 +95,20 @@ func TestMosquittoACLFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `# Fleet MQTT access rules; generated, do not edit.
-# Devices (username = device name): own desired and requests in, own status/online/events/crashreports/responses out.
+# Devices (username = device name): own desired, requests and certificate in, own status/online/events/crashreports/responses/csr out.
 pattern read fleet/v1/devices/%u/desired
 pattern read fleet/v1/devices/%u/requests
+pattern read fleet/v1/devices/%u/certificate
 pattern write fleet/v1/devices/%u/status
 pattern write fleet/v1/devices/%u/online
 pattern write fleet/v1/devices/%u/events
 pattern write fleet/v1/devices/%u/crashreports
 pattern write fleet/v1/devices/%u/responses
+pattern write fleet/v1/devices/%u/csr
 
 user fleet.hub
 topic readwrite fleet/v1/#
+topic readwrite homeassistant/#
 
 user grafana
 topic deny fleet/v1/devices/grafana/#
@@ -113,6 +116,7 @@ topic read fleet/v1/devices/+/status
 topic read fleet/v1/devices/+/online
 topic read fleet/v1/devices/+/events
 topic read fleet/v1/deployments/+/status
+topic read homeassistant/#
 `
 	if string(acl) != want {
 		t.Fatalf("ACL file:\n%s\nwant:\n%s", acl, want)

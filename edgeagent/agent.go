@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/fleetmq/fleet/edgeagent/clock"
 	"github.com/fleetmq/fleet/edgeagent/desired"
 	"github.com/fleetmq/fleet/edgeagent/devicekey"
+	"github.com/fleetmq/fleet/edgeagent/enroll"
 	"github.com/fleetmq/fleet/edgeagent/podconfig"
 	"github.com/fleetmq/fleet/edgeagent/reconcile"
 	"github.com/fleetmq/fleet/edgeagent/remote"
@@ -43,6 +45,10 @@ type Options struct {
 	Token string
 	// TLSConfig is used for ssl://, tls:// and mqtts:// brokers.
 	TLSConfig *tls.Config
+	// CAFile is the broker CA file the agent was given (--ca-file), if
+	// any: reported in status (trustedCAs) until the hub sends a CA
+	// bundle (enroll.CABundleFile). Default none.
+	CAFile string
 	// Topics sets the topic prefix (default fleet/v1).
 	Topics schema.Topics
 	// StateDir holds the persisted state and container logs (default
@@ -76,6 +82,10 @@ type Options struct {
 	// CrashLoop is the restart backoff (default 10 s doubling to 5 min,
 	// reset after 10 min running).
 	CrashLoop reconcile.CrashLoop
+	// Location is the device's time zone for update windows with
+	// timeZone device (default time.Local, from TZ or /etc/localtime);
+	// the agent reports its name in status.agent.timeZone.
+	Location *time.Location
 	// SteadyAfter is how long a container must run without exiting for
 	// its start to count (default reconcile.DefaultSteadyAfter, 30 s). A
 	// new revision of a pod whose container fails to start
@@ -175,6 +185,11 @@ type Agent struct {
 	// keeps the refusal status shows under its own lock.
 	mu   sync.Mutex
 	last reconcile.Status
+
+	// trustedCAs are the CA pins status reports (enroll.TrustedCAs).
+	trustedCAs atomic.Pointer[[]string]
+	// certs renews the client certificate over the session (certrenew.go).
+	certs certRenewal
 }
 
 // DefaultStatusSettleGrace is Options.StatusSettleGrace's default: a
@@ -194,6 +209,7 @@ func New(o Options) (*Agent, error) {
 	}
 	o.ensureDefaults()
 	a := &Agent{o: o, log: o.Logger.With("device", o.Device), key: o.DeviceKey}
+	a.certs.a = a
 	if a.key == nil {
 		a.key, a.keyErr = devicekey.LoadOrCreate(o.StateDir)
 		if a.keyErr != nil {
@@ -280,7 +296,7 @@ func (a *Agent) connect() error {
 	if err != nil {
 		return fmt.Errorf("edgeagent: %w", err)
 	}
-	s, err := session.New(session.Options{
+	so := session.Options{
 		Broker:    o.Broker,
 		Device:    o.Device,
 		ClientID:  clientID,
@@ -295,7 +311,12 @@ func (a *Agent) connect() error {
 		OnDesired: a.onDesired,
 		OnRequest: a.onRequest,
 		OnConnect: a.onConnect,
-	})
+	}
+	if o.TLSConfig != nil {
+		// Mutual TLS: the client certificate is renewed over the session.
+		so.OnCertificate = a.certs.onCertificate
+	}
+	s, err := session.New(so)
 	if err != nil {
 		return fmt.Errorf("edgeagent: %w", err)
 	}
@@ -391,6 +412,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		ResyncInterval: a.o.ResyncInterval,
 		CrashLoop:      a.o.CrashLoop,
 		SteadyAfter:    a.o.SteadyAfter,
+		Location:       a.o.Location,
 		ImageGCMinFree: a.o.ImageGCMinFree,
 		Retry:          a.o.RetryBackoff,
 		StopTimeout:    a.o.StopTimeout,
@@ -422,6 +444,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.session != nil {
 		wg.Go(func() { _ = a.remote.Run(ctx) })
 		wg.Go(func() { _ = a.session.Run(ctx) })
+		if a.o.TLSConfig != nil {
+			wg.Go(func() { a.certs.run(ctx) })
+		}
 	} else {
 		a.log.Info("no broker configured; running from persisted state only")
 	}
@@ -478,8 +503,20 @@ func (a *Agent) podContainers() map[string][]string {
 }
 
 func (a *Agent) onConnect() {
+	// The CA verified on a first contact by hash is saved during the
+	// handshake: report it from this connection on.
+	if cas := a.currentTrustedCAs(); !slices.Equal(cas, a.refreshTrustedCAs()) {
+		a.pushStatus()
+	}
 	a.reporter.Republish()
 	a.events.Flush()
+	if a.o.TLSConfig != nil {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			a.certs.check(ctx, true)
+		}()
+	}
 }
 
 // onDesired runs on a goroutine paho starts for the message, off paho's
@@ -494,9 +531,42 @@ func (a *Agent) onDesired(payload []byte) {
 	if v.Event != nil {
 		a.events.RecordEvent(*v.Event)
 	}
+	if v.Outcome == desired.Accepted && a.saveCABundle(v.State) {
+		v.StatusChanged = true
+	}
 	if v.StatusChanged {
 		a.pushStatus()
 	}
+}
+
+// saveCABundle keeps the CA bundle of an accepted desired state
+// (enroll.CABundleFile), the broker's trust from the next connection on,
+// and reports whether the CAs the agent trusts changed.
+func (a *Agent) saveCABundle(ds *schema.DesiredState) bool {
+	if ds == nil || ds.CABundle == "" {
+		return false
+	}
+	changed, err := enroll.SaveCABundle(a.o.StateDir, []byte(ds.CABundle))
+	if err != nil {
+		a.log.Warn("the desired state's CA bundle is unusable; keeping the CAs trusted so far", "generation", ds.Generation, "err", err)
+		a.events.Record(schema.EventWarning, "HubCABundleUnusable", "", "", err.Error())
+		return false
+	}
+	if !changed {
+		return false
+	}
+	cas := a.refreshTrustedCAs()
+	msg := "the hub's CA bundle changed: trusting " + strings.Join(cas, ", ") + " from the next connection on"
+	a.log.Info(msg, "generation", ds.Generation)
+	a.events.Record(schema.EventNormal, "HubCABundleUpdated", "", "", msg)
+	return true
+}
+
+// refreshTrustedCAs reads the CAs the agent trusts again.
+func (a *Agent) refreshTrustedCAs() []string {
+	cas := enroll.TrustedCAs(a.o.StateDir, a.o.CAFile)
+	a.trustedCAs.Store(&cas)
+	return cas
 }
 
 // count adds an admission's outcome to Stats.
@@ -532,6 +602,14 @@ func (a *Agent) onStatus(st reconcile.Status) {
 	a.pushStatus()
 }
 
+// currentTrustedCAs are the CA pins status reports.
+func (a *Agent) currentTrustedCAs() []string {
+	if p := a.trustedCAs.Load(); p != nil {
+		return *p
+	}
+	return a.refreshTrustedCAs()
+}
+
 func (a *Agent) pushStatus() {
 	a.mu.Lock()
 	st := a.last
@@ -557,5 +635,6 @@ func (a *Agent) pushStatus() {
 		PublicKey:          a.PublicKey(),
 		Pods:               pods,
 		Message:            strings.Join(msgs, "; "),
+		TrustedCAs:         a.currentTrustedCAs(),
 	})
 }

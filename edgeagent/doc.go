@@ -82,7 +82,24 @@
 //     times); the previous version runs again"; a RolledBack event says
 //     the same. A pod with no steady revision yet (a first install)
 //     crash-loops with backoff instead. Completing with exit code 0 under
-//     Never or OnFailure is not a failure.
+//     Never or OnFailure is not a failure. The steady revision is the
+//     last one that ran 30 s, whether or not it was still desired by
+//     then: a revision replaced as desired by one whose image cannot be
+//     pulled keeps running, becomes steady, and is what a later failing
+//     revision falls back to (its images are kept).
+//   - Updates happen on the site's terms (reconcile/update.go). A new
+//     revision's images are pulled as soon as it is assigned, while the
+//     running version runs. A pod with spec.updateWindow replaces a
+//     running older revision only inside its window, read in the
+//     device's zone (TZ, else /etc/localtime; reported as
+//     status.agent.timeZone) unless it names one; a pod with
+//     spec.updateLock only while no process holds a flock on a file in
+//     the lock directory the agent mounts in its containers
+//     (<state-dir>/locks/<pod> at updateLock.path), up to its deadline,
+//     then per onDeadline. A first install and a fall back to the
+//     steady revision are never held. status.pods[].update says
+//     Downloading, Downloaded, Waiting (with why and until when, who
+//     holds the lock and since when) or Switched.
 //   - The agent deletes only images it pulled itself, and only once the
 //     device has converged: images nothing needs at once, the images of
 //     each pod's previous steady revision (kept for a fast undo) only

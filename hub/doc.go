@@ -33,12 +33,14 @@
 //	admin.go     operations on a stopped hub's data directory
 //	mqtt.go      the broker's authenticator, URLs, the deferred connection
 //	mosquitto.go, audit.go, abuse.go, backlog.go: glue between parts
+//	homeassistant.go  the discovery publisher over the model's devices (opt-in)
 //
 //	hub/pki         CA, server certificate, devices' client certificates, signing key
 //	hub/enrollment  answers bootstrap clients' enrollment requests
 //	hub/mosquitto   an external Mosquitto's passwd and acl, kept in sync
 //	hub/adminconf   admin.conf and the admin credential
 //	hub/memtrim     gives the heap a burst left behind back to the OS
+//	hub/homeassistant  Home Assistant MQTT discovery configs and their publisher
 //
 // The hub must not import package client (the CLI's library);
 // deps_test.go checks. admin.conf is a config file of the CLI's flat

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/fleetmq/fleet/hub/enrollment"
 	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/hub/history"
+	"github.com/fleetmq/fleet/hub/homeassistant"
 	"github.com/fleetmq/fleet/hub/ingest"
 	"github.com/fleetmq/fleet/hub/metrics"
 	"github.com/fleetmq/fleet/hub/pki"
@@ -79,8 +79,12 @@ type Hub struct {
 	signer      *pki.Signer       // signs every published desired state
 	clientCA    *pki.ClientCA     // signs devices' client certificates; nil without
 	backups     *backup.Scheduler // scheduled backups; nil without --backup-dir (backups.go)
+	cas         *caRotation       // the hub's own CA and its rotation; nil without (carotation.go)
+	certRenew   *certRenewer      // renews client certificates over MQTT; nil without clientCA (certrenew.go)
 
 	history *history.History // what the dashboard's charts show (routes.go)
+
+	ha *homeassistant.Publisher // nil unless HomeAssistantDiscovery (homeassistant.go)
 }
 
 // Run runs a hub until ctx is done, then shuts it down cleanly.
@@ -104,15 +108,14 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	keys, err := loadKeys(opts)
+	// The store first: a hub that cannot have it (another hub holds the
+	// Badger directory, etcd has no quorum, another fleet's prefix) stops
+	// before it makes or renews any key file.
+	so, err := opts.storeOptions(log.With("component", "store"))
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(store.Options{
-		Dir: filepath.Join(opts.DataDir, "store"), Logger: log.With("component", "store"),
-		PasswordHash:   broker.MosquittoPasswordHash,
-		AuditRetention: opts.AuditRetention, AuditMaxBytes: opts.AuditMaxBytes,
-	})
+	st, err := store.Open(so)
 	if err != nil {
 		return nil, err
 	}
@@ -125,15 +128,27 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 			err = errors.Join(err, st.Close())
 		}
 	}()
+	keys, err := loadKeys(opts)
+	if err != nil {
+		return nil, err
+	}
+	if so.Etcd != nil && keys.tls != nil && keys.tls.OwnCA() {
+		if err = checkFleetCA(ctx, st, keys.tls.CAHash()); err != nil {
+			return nil, err
+		}
+	}
 	info := Info{AdminConfig: adminconf.Path(opts.DataDir), StoreID: st.ID()}
 	ln, tlsLn, err := listenAPI(opts, &info, &closers)
 	if err != nil {
 		return nil, err
 	}
+	var adminCA []byte
 	if keys.tls.OwnCA() {
 		info.CA, info.CAHash = keys.tls.CAPEM(), keys.tls.CAHash()
+		// During a CA rotation the CLI trusts both CAs.
+		adminCA = keys.tls.CAs().BundlePEM()
 	}
-	if err := adminconf.Ensure(ctx, st, info.AdminConfig, info.URL, info.CA, log); err != nil {
+	if err := adminconf.Ensure(ctx, st, info.AdminConfig, info.URL, adminCA, log); err != nil {
 		return nil, err
 	}
 	// The parts, in the order data flows: the fleet model first (the
@@ -147,6 +162,11 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 		metrics:     newMetrics(model, keys),
 		signer:      keys.signer,
 		clientCA:    keys.clientCA,
+	}
+
+	if keys.tls.OwnCA() {
+		registerRenewals(keys.tls, h.metrics.Registry)
+		h.cas = newCARotation(keys.tls.CAs(), model, func() { h.ctrl.RepublishAll() }, info.AdminConfig, h.metrics.Registry, log.With("component", "ca"))
 	}
 
 	if opts.Broker == "" {
@@ -193,7 +213,10 @@ type hubKeys struct {
 func loadKeys(opts Options) (k hubKeys, err error) {
 	if opts.HTTPSAddr != Off || opts.mqttTLS() {
 		sans := pki.ServerSANs([]string{opts.AdvertiseMQTTURL, opts.AdvertiseHTTPURL}, opts.TLSSANs)
-		if k.tls, err = pki.SetupServerTLS(opts.TLSCertFile, opts.TLSKeyFile, opts.DataDir, sans, time.Now(), opts.Logger); err != nil {
+		if k.tls, err = pki.NewServerTLS(pki.ServerTLSOptions{
+			CertFile: opts.TLSCertFile, KeyFile: opts.TLSKeyFile, DataDir: opts.DataDir, SANs: sans,
+			Lifetime: opts.TLSCertLifetime, Now: time.Now(), Logger: opts.Logger,
+		}); err != nil {
 			return k, err
 		}
 		k.tlsConfig = k.tls.Config()
@@ -227,6 +250,11 @@ func setupClientCerts(opts Options, t *pki.ServerTLS, log *slog.Logger) (*pki.Cl
 	}
 	if t == nil || (!t.OwnCA() && mode == broker.ClientCertsOff) {
 		return nil, mode, nil
+	}
+	if t.OwnCA() {
+		// One set of CAs for the server and the client certificates: a
+		// CA rotation moves both.
+		return pki.NewClientCAOf(t.CAs()), mode, nil
 	}
 	ca, err := pki.NewClientCA(opts.DataDir, log)
 	if err != nil {
@@ -279,7 +307,7 @@ func (h *Hub) newParts() (err error) {
 	reserved := func(name string) bool { return name == hubUser }
 	h.ctrl, err = controller.New(controller.Options{
 		Store: h.store, Conn: h.conn, Topics: h.opts.Topics, Logger: h.log.With("component", "controller"),
-		Model: h.model.Writer(), Metrics: h.metrics, Signer: h.signer,
+		Model: h.model.Writer(), Metrics: h.metrics, Signer: h.signer, CABundle: h.caBundle(),
 		ResyncInterval: h.opts.ResyncInterval, StatusDebounce: h.opts.StatusDebounce,
 	})
 	if err != nil {
@@ -301,6 +329,9 @@ func (h *Hub) newParts() (err error) {
 	if err != nil {
 		return err
 	}
+	if h.clientCA != nil {
+		h.certRenew = newCertRenewer(h.clientCA, h.store, h.conn, h.opts.Topics, h.log.With("component", "certs"))
+	}
 	h.enroll = enrollment.New(enrollment.Options{
 		Store: h.store, Conn: h.conn, Topics: h.opts.Topics, Logger: h.log.With("component", "enroll"),
 		Reserved: reserved, Signer: h.signer, Audit: h.auditEnroll, Certs: h.clientCA,
@@ -312,6 +343,7 @@ func (h *Hub) newParts() (err error) {
 		AuthLimiter: authLimiter(h.metrics, metrics.ListenerHTTP),
 		Reserved:    reserved,
 		CAHash:      h.info.CAHash,
+		CAHashFunc:  h.tls.CAHashFunc(),
 		BootstrapTokenDeleted: func(id string) {
 			if b != nil {
 				b.Kick(schema.BootstrapUsername(id))
@@ -321,7 +353,19 @@ func (h *Hub) newParts() (err error) {
 	if err != nil {
 		return err
 	}
+	if err := h.newHomeAssistant(); err != nil {
+		return err
+	}
 	return h.routes()
+}
+
+// caBundle is what the controller puts in every desired state's
+// caBundle: the hub's own CAs, or nothing.
+func (h *Hub) caBundle() func() string {
+	if h.cas == nil {
+		return nil
+	}
+	return h.cas.bundle
 }
 
 // newMetrics creates the hub's metrics, with the fleet gauges read from
@@ -370,7 +414,7 @@ func newBroker(opts Options, st *store.Store, keys hubKeys, info *Info, m *metri
 		OnLoginRefused: onLoginRefused,
 	}
 	if keys.clientCA != nil {
-		bo.ClientCerts, bo.ClientCAs = keys.clientCerts, keys.clientCA.Pool()
+		bo.ClientCerts, bo.ClientCAsFunc = keys.clientCerts, keys.clientCA.Pool
 	}
 	b, err := broker.New(bo)
 	if err != nil {

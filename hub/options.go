@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/fleetmq/fleet/hub/backup"
 	"github.com/fleetmq/fleet/hub/history"
 	"github.com/fleetmq/fleet/hub/memtrim"
+	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -80,6 +82,11 @@ type Options struct {
 	// TLSSANs are extra names (DNS names or IP addresses) of the hub's
 	// own server certificate.
 	TLSSANs []string
+	// TLSCertLifetime is how long the hub's own server certificate is
+	// valid; default one year. The hub renews it while it runs once a
+	// third of it is left (at most 30 days before its end): new
+	// connections get the new one, connected devices stay connected.
+	TLSCertLifetime time.Duration
 	// MQTTClientCerts is what the embedded broker's TLS listener asks
 	// of client certificates signed by the hub's CA: "off" (default),
 	// "optional" or "required" (broker.ClientCertMode; hub/pki.ClientCA).
@@ -159,6 +166,54 @@ type Options struct {
 	// charts (hub/history): they span 288 of them; default
 	// history.DefaultInterval (5 min: 24 h).
 	HistoryInterval time.Duration
+	// HomeAssistantDiscovery publishes Home Assistant MQTT discovery
+	// configs (retained, under homeassistant/) for every device
+	// (hub/homeassistant); default off.
+	HomeAssistantDiscovery bool
+	// Store is where the hub's state lives: "" or "badger" (Badger in
+	// DataDir/store), or "etcd://h1:2379,h2:2379,h3:2379" (an etcd
+	// cluster; see README "Running several hubs"). With etcd, the Secrets
+	// key, CA and signing key stay files in DataDir, the same on every hub.
+	Store string
+	// EtcdPrefix is the prefix of the fleet's keys in etcd; default
+	// store.DefaultEtcdPrefix ("/fleet/").
+	EtcdPrefix string
+	// EtcdCACertFile, EtcdCertFile and EtcdKeyFile are PEM files: the CA
+	// of the etcd members' certificates, and the hub's client certificate
+	// and key. Any of them turns TLS on.
+	EtcdCACertFile string
+	EtcdCertFile   string
+	EtcdKeyFile    string
+}
+
+// storeOptions are the options of the hub's store: Badger in
+// DataDir/store, or etcd (Store).
+func (o *Options) storeOptions(log *slog.Logger) (store.Options, error) {
+	so := store.Options{
+		Dir: filepath.Join(o.DataDir, "store"), Logger: log,
+		PasswordHash:   broker.MosquittoPasswordHash,
+		AuditRetention: o.AuditRetention, AuditMaxBytes: o.AuditMaxBytes,
+	}
+	useTLS := o.EtcdCACertFile != "" || o.EtcdCertFile != "" || o.EtcdKeyFile != ""
+	eps, err := store.ParseStoreURL(o.Store, useTLS)
+	if err != nil {
+		return so, err
+	}
+	if eps == nil {
+		if o.EtcdPrefix != "" || useTLS {
+			return so, errors.New("--etcd-prefix, --etcd-cacert, --etcd-cert and --etcd-key need --store etcd://…")
+		}
+		return so, nil
+	}
+	cfg, err := store.LoadEtcdTLS(o.EtcdCACertFile, o.EtcdCertFile, o.EtcdKeyFile)
+	if err != nil {
+		return so, err
+	}
+	if o.EtcdPrefix != "" && (!strings.HasPrefix(o.EtcdPrefix, "/") || !strings.HasSuffix(o.EtcdPrefix, "/")) {
+		return so, fmt.Errorf("--etcd-prefix %q: want a path that starts and ends with \"/\", such as /fleet/prod/", o.EtcdPrefix)
+	}
+	so.Etcd = &store.EtcdOptions{Endpoints: eps, Prefix: o.EtcdPrefix, TLS: cfg}
+	return so, nil
 }
 
 // DefaultBackupEvery is the interval of scheduled backups.
@@ -208,6 +263,9 @@ func (o *Options) setDefaults() {
 
 // check refuses options that cannot work, and warns of those ignored.
 func (o *Options) check() error {
+	if _, err := o.storeOptions(nil); err != nil {
+		return err
+	}
 	if o.Broker != "" {
 		if err := checkMQTTURL(o.Broker); err != nil {
 			return fmt.Errorf("--broker: %w", err)

@@ -51,6 +51,7 @@ func (h *Hub) routes() error {
 	h.api.Handle("/v1/mosquitto/passwd", api.Methods{http.MethodGet: h.serveMosquitto(true)})
 	h.api.Handle("/v1/mosquitto/acl", api.Methods{http.MethodGet: h.serveMosquitto(false)})
 	h.api.Handle("/metrics", api.Methods{http.MethodGet: h.metrics.Handler().ServeHTTP})
+	h.caRoutes() // carotation.go: /v1/ca, /v1/ca/rotate, /v1/ca/retire
 	// Requests to devices: logs, exec, top, crash reports. Their streams
 	// (and hijacked exec connections, which Shutdown does not wait for)
 	// end when the listener closes.
@@ -86,10 +87,14 @@ func (h *Hub) wrapListeners(wrap func(net.Listener) net.Listener) {
 }
 
 func (h *Hub) hubInfo() schema.HubInfo {
+	caHash := h.info.CAHash
+	if h.tls.OwnCA() {
+		caHash = h.tls.CAHash() // the active CA's, after a rotation too
+	}
 	return schema.HubInfo{
 		Version: h.opts.Version, Store: h.info.StoreID,
 		MQTTURL: h.info.MQTTURL, ExternalBroker: h.broker == nil,
-		MQTTPlainURL: h.info.MQTTPlainURL, HTTPSURL: h.info.HTTPSURL, CAHash: h.info.CAHash,
+		MQTTPlainURL: h.info.MQTTPlainURL, HTTPSURL: h.info.HTTPSURL, CAHash: caHash,
 		SigningKey: schema.EncodeSigningKey(h.signer.PublicKey()), SigningKeyID: h.signer.KeyID(),
 	}
 }

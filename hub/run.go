@@ -72,6 +72,13 @@ func (h *Hub) Run(ctx context.Context) (err error) {
 			}
 		})
 	}
+	if h.tls != nil {
+		// Renews the hub's own server certificate before its end.
+		r.parts.Go(func() { _ = h.tls.Run(partsCtx) })
+	}
+	if h.cas != nil {
+		r.parts.Go(func() { h.cas.run(partsCtx) }) // carotation.go
+	}
 	if h.opts.MemoryTrimInterval > 0 {
 		r.parts.Go(func() { memtrim.Run(partsCtx, h.opts.MemoryTrimInterval, h.log) })
 	}
@@ -143,6 +150,9 @@ func (h *Hub) startExternal(r *runState) {
 	// After a reconnect the broker may have lost its retained
 	// messages (a restart without persistence): publish them all.
 	conn.OnConnect(h.ctrl.RepublishAll)
+	if h.ha != nil {
+		conn.OnConnect(h.ha.RepublishAll)
+	}
 }
 
 // startParts subscribes, calls listening, loads the controller and the
@@ -155,8 +165,18 @@ func (h *Hub) startParts(r *runState, conn broker.Conn, listening func()) error 
 	if err := h.enroll.Subscribe(r.ctx); err != nil {
 		return err
 	}
+	if h.certRenew != nil {
+		if err := h.certRenew.Subscribe(r.ctx); err != nil {
+			return err
+		}
+	}
 	if err := h.remote.Subscribe(r.ctx); err != nil {
 		return err
+	}
+	if h.ha != nil {
+		if err := h.ha.Subscribe(r.ctx); err != nil {
+			return err
+		}
 	}
 	listening()
 	// The two loads read different keys; side by side they take the
@@ -194,6 +214,9 @@ func (h *Hub) startParts(r *runState, conn broker.Conn, listening func()) error 
 	})
 	// The charts' history, from the loaded model on (hub/history).
 	r.parts.Go(func() { _ = history.NewRecorder(h.history, h.model, 0).Run(r.ctx) })
+	if h.ha != nil {
+		r.parts.Go(func() { h.runHomeAssistant(r.ctx) })
+	}
 	return nil
 }
 

@@ -25,6 +25,11 @@ const (
 	// restart" to the time of the restart: a new template, so every device
 	// restarts the pod, per the deployment's strategy.
 	AnnotationRestartedAt = "fleet/restartedAt"
+	// AnnotationUpdateNow on a Deployment names the pod template hash
+	// that devices take at once, skipping spec.updateWindow: "fleet
+	// rollout restart --now" sets it (an emergency; the write is in the
+	// audit trail like any other).
+	AnnotationUpdateNow = "fleet/updateNow"
 )
 
 // Revision history limits (spec.revisionHistoryLimit).

@@ -21,6 +21,16 @@ const (
 	// there is one (Event.CrashReport): a log may hold what a monitor,
 	// which reads events, must not see.
 	TopicCrashReports = "crashreports"
+	// TopicCSR is where a device asks for a renewed client certificate
+	// (mutual TLS): a DeviceCertificateRequest, QoS 0, not retained. Only
+	// that device publishes there and only the hub reads it; the hub
+	// trusts the device's MQTT login (its token) as it trusts an
+	// enrollment.
+	TopicCSR = "csr"
+	// TopicCertificate carries the hub's answer, a DeviceCertificate, QoS
+	// 1, not retained: only the hub publishes there and only that device
+	// reads it.
+	TopicCertificate = "certificate"
 )
 
 // Payloads of the online topic.

@@ -188,6 +188,17 @@ type DeploymentSpec struct {
 	// hub keeps for "fleet rollout history" and "fleet rollout undo", from 1
 	// to 100; the oldest beyond it are deleted. Defaults to 10.
 	RevisionHistoryLimit *int32 `json:"revisionHistoryLimit,omitempty"`
+	// UpdateWindow says when a device may replace the pod, such as
+	// {schedule: "0 1 * * *", duration: 4h, timeZone: device}; outside
+	// it the device pulls the new images ahead and waits. Absent: any
+	// time. A first install is never held back; "fleet rollout restart
+	// --now" skips the window for its revision.
+	UpdateWindow *UpdateWindow `json:"updateWindow,omitempty"`
+	// UpdateLock lets the pod's containers hold off its replacement by
+	// holding a flock on a file in the directory the agent mounts at
+	// updateLock.path (/run/fleet/lock), up to a deadline, such as
+	// {deadline: 10m, onDeadline: force}. Absent: no lock.
+	UpdateLock *UpdateLock `json:"updateLock,omitempty"`
 }
 
 // LabelSelector selects by labels as a Kubernetes label selector does: a
@@ -458,6 +469,27 @@ type DeploymentStatus struct {
 	// Conditions say in one line each how the rollout stands (a
 	// Progressing condition, for a Staged rollout).
 	Conditions []DeploymentCondition `json:"conditions,omitempty"`
+	// Updates counts the targeted devices by where the current revision
+	// stands on them (pulled ahead, waiting for a window or lock,
+	// switched), when any device reports it. Absent otherwise.
+	Updates *UpdateCounts `json:"updates,omitempty"`
+}
+
+// UpdateCounts count devices by the state of a revision's update on
+// them (schema.PodUpdate).
+type UpdateCounts struct {
+	// Downloading is how many devices pull the revision's images while
+	// the previous version runs.
+	Downloading int `json:"downloading"`
+	// Downloaded is how many have its images and do not run it yet.
+	Downloaded int `json:"downloaded"`
+	// Waiting is how many hold it back for their update window or lock.
+	Waiting int `json:"waiting"`
+	// Switched is how many run it.
+	Switched int `json:"switched"`
+	// WaitingUntil is the earliest time a device waiting for its
+	// update window sees it open.
+	WaitingUntil *time.Time `json:"waitingUntil,omitempty"`
 }
 
 // ---- Pods --------------------------------------------------------------------
@@ -632,6 +664,15 @@ type DesiredState struct {
 	// an AgentRollout (agentrollout.go). Agents that do not know the
 	// field ignore it.
 	Agent *DesiredAgent `json:"agent,omitempty"`
+	// CABundle is the PEM of every CA the device should trust for the
+	// hub's TLS listeners: the hub's CA and, during a CA rotation
+	// (fleet-hub ca rotate), the new one beside it. An agent replaces the
+	// CA trust it started with (--ca-file, --ca-hash, the CA saved at
+	// enrollment) by this bundle once the signed state is accepted, and
+	// reports the fingerprints it trusts (DeviceStatus.TrustedCAs).
+	// Empty: the hub has no CA of its own, or its CA never rotated; the
+	// agent keeps its trust.
+	CABundle string `json:"caBundle,omitempty"`
 	// Signature is the hub's ed25519 signature over the rest of the
 	// payload, always its last member (schema/signature.go); absent from
 	// the canonical bytes the hub stores and signs.
@@ -683,6 +724,16 @@ type Pod struct {
 	// and annotations) and the agent recomputes it. When it changes, the
 	// agent replaces the pod's containers.
 	Hash string `json:"hash,omitempty"`
+	// UpdateWindow is the Deployment's: when the agent may replace a
+	// running older revision of the pod by this one. Not part of the
+	// hash.
+	UpdateWindow *UpdateWindow `json:"updateWindow,omitempty"`
+	// UpdateLock is the Deployment's: the lock the pod's containers may
+	// hold to delay their replacement. Not part of the hash.
+	UpdateLock *UpdateLock `json:"updateLock,omitempty"`
+	// UpdateNow says an operator asked for this revision at once ("fleet
+	// rollout restart --now"): the agent skips the update window.
+	UpdateNow bool `json:"updateNow,omitempty"`
 }
 
 // PodPhase sums up the state of a pod's containers.
@@ -730,6 +781,11 @@ type DeviceStatus struct {
 	// Message explains a state the agent cannot act on (a desired state it
 	// refused, for example).
 	Message string `json:"message,omitempty"`
+	// TrustedCAs are the pins (schema.CAHash, "sha256:…") of the CAs the
+	// agent verifies the hub's TLS listeners with, sorted; empty when it
+	// knows none (a plain broker, system roots). The hub completes a CA
+	// rotation once every device lists the new CA.
+	TrustedCAs []string `json:"trustedCAs,omitempty"`
 }
 
 // AgentInfo describes the agent binary.
@@ -741,6 +797,13 @@ type AgentInfo struct {
 	// Arch is the device's architecture, as Go names it (GOARCH): arm64, arm
 	// or amd64. The hub copies it into the device's fleet/arch label.
 	Arch string `json:"arch"`
+	// TimeZone is the device's local time zone, as the agent reads it
+	// (the TZ variable, else /etc/localtime): an IANA name such as
+	// Europe/Paris, or Local when it has none. Update windows with
+	// timeZone device are read in it.
+	TimeZone string `json:"timeZone,omitempty"`
+	// UTCOffset is the zone's current offset from UTC, such as +01:00.
+	UTCOffset string `json:"utcOffset,omitempty"`
 }
 
 // NodeInfo carries the device's facts.
@@ -758,6 +821,11 @@ type NodeInfo struct {
 	DiskFreeBytes uint64 `json:"diskFreeBytes,omitempty"`
 	// UptimeSeconds is how long the device has been up.
 	UptimeSeconds int64 `json:"uptimeSeconds,omitempty"`
+	// TemperatureCelsius is the SoC's temperature
+	// (/sys/class/thermal/thermal_zone0), nil where there is none. A move
+	// of 5 °C or more is worth a status of its own (checked with memory
+	// and disk, every 5 minutes).
+	TemperatureCelsius *float64 `json:"temperatureCelsius,omitempty"`
 }
 
 // PodStatus is the observed state of one pod.
@@ -789,7 +857,51 @@ type PodStatus struct {
 	// failed. Absent otherwise. Agents from before it report the failed
 	// revision instead: its hash, phase Failed and its containers.
 	FailedRevision *FailedRevision `json:"failedRevision,omitempty"`
+	// Update is the pod's pending update while the device holds a new
+	// revision back (pulled ahead, waiting for its window or a lock),
+	// and once it switched. Absent when no update is pending.
+	Update *PodUpdate `json:"update,omitempty"`
 }
+
+// PodUpdate is a new revision of a pod on its way onto a device.
+type PodUpdate struct {
+	// Hash is the new revision's pod hash.
+	Hash string `json:"hash"`
+	// State is Downloading (its images are being pulled), Downloaded (its
+	// images are present, it replaces the running version now), Waiting
+	// (downloaded, held back by the update window or lock) or Switched
+	// (it runs).
+	State UpdateState `json:"state"`
+	// Reason says what it waits for: UpdateWindow or UpdateLock.
+	Reason string `json:"reason,omitempty"`
+	// Until is when the window opens (Reason UpdateWindow), or the
+	// lock's deadline (UpdateLock).
+	Until *time.Time `json:"until,omitempty"`
+	// LockHolder is who holds the update lock: the lock file and the
+	// holding process, as "updates.lock: pid 1234 (app)".
+	LockHolder string `json:"lockHolder,omitempty"`
+	// LockSince is since when the agent found the lock held.
+	LockSince *time.Time `json:"lockSince,omitempty"`
+	// Message says it in one line, such as "waiting for window until
+	// 2026-01-02T01:00:00+01:00".
+	Message string `json:"message,omitempty"`
+}
+
+// UpdateState is PodUpdate.State.
+type UpdateState string
+
+const (
+	UpdateDownloading UpdateState = "Downloading"
+	UpdateDownloaded  UpdateState = "Downloaded"
+	UpdateWaiting     UpdateState = "Waiting"
+	UpdateSwitched    UpdateState = "Switched"
+)
+
+// Reasons of a waiting PodUpdate.
+const (
+	UpdateReasonWindow = "UpdateWindow"
+	UpdateReasonLock   = "UpdateLock"
+)
 
 // FailedRevision is a desired revision of a pod that failed to start on
 // the device, which runs the previous one again.

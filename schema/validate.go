@@ -272,6 +272,8 @@ func ValidateDeployment(d *Deployment) error {
 		errs.add("spec.revisionHistoryLimit", "%d: must be from 1 to %d", *n, MaxRevisionHistoryLimit)
 	}
 	validateStrategy(d.Spec.Strategy, "spec.strategy", &errs)
+	validateUpdateWindow(d.Spec.UpdateWindow, "spec.updateWindow", &errs) // window.go
+	validateUpdateLock(d.Spec.UpdateLock, "spec.updateLock", &errs)
 	validatePodSpec(&d.Spec.Template.Spec, "spec.template.spec", &errs)
 	return errs.err(KindDeployment, d.Metadata.Name)
 }
@@ -768,6 +770,8 @@ func ValidateDesiredState(d *DesiredState) error {
 		}
 		seen[d.Pods[i].Name] = true
 		validatePodSpec(&d.Pods[i].Spec, pf+".spec", &errs)
+		validateUpdateWindow(d.Pods[i].UpdateWindow, pf+".updateWindow", &errs)
+		validateUpdateLock(d.Pods[i].UpdateLock, pf+".updateLock", &errs)
 	}
 	return errs.err(KindDesiredState, d.Device)
 }

@@ -33,9 +33,11 @@ func typeDocTable() map[string]typeDoc {
 		"AgentInfo": {
 			doc: "AgentInfo describes the agent binary.",
 			fields: map[string]fieldDoc{
-				"version": {doc: "Version is the agent's release."},
-				"os":      {doc: "OS is the device's operating system, as Go names it (GOOS): linux."},
-				"arch":    {doc: "Arch is the device's architecture, as Go names it (GOARCH): arm64, arm or amd64. The hub copies it into the device's fleet/arch label."},
+				"version":   {doc: "Version is the agent's release."},
+				"os":        {doc: "OS is the device's operating system, as Go names it (GOOS): linux."},
+				"arch":      {doc: "Arch is the device's architecture, as Go names it (GOARCH): arm64, arm or amd64. The hub copies it into the device's fleet/arch label."},
+				"timeZone":  {doc: "TimeZone is the device's local time zone, as the agent reads it (the TZ variable, else /etc/localtime): an IANA name such as Europe/Paris, or Local when it has none. Update windows with timeZone device are read in it."},
+				"utcOffset": {doc: "UTCOffset is the zone's current offset from UTC, such as +01:00."},
 			},
 		},
 		"AgentPhase": {
@@ -231,6 +233,8 @@ func typeDocTable() map[string]typeDoc {
 				"strategy":             {doc: "Strategy governs how a changed template reaches the devices: all at once, or a few devices at a time."},
 				"paused":               {doc: "Paused stops the rollout of template changes: while it is true no device is moved to a new template; each keeps the pod it has. A device that has none gets the current template if a targeted device already has it, else the pod most targeted devices have, else nothing: pausing never publishes a template no device had. \"fleet rollout pause\" and \"fleet rollout resume\" set it. Defaults to false.", def: "false"},
 				"revisionHistoryLimit": {doc: "RevisionHistoryLimit is how many revisions of the pod template the hub keeps for \"fleet rollout history\" and \"fleet rollout undo\", from 1 to 100; the oldest beyond it are deleted. Defaults to 10.", def: "10"},
+				"updateWindow":         {doc: "UpdateWindow says when a device may replace the pod, such as {schedule: \"0 1 * * *\", duration: 4h, timeZone: device}; outside it the device pulls the new images ahead and waits. Absent: any time. A first install is never held back; \"fleet rollout restart --now\" skips the window for its revision."},
+				"updateLock":           {doc: "UpdateLock lets the pod's containers hold off its replacement by holding a flock on a file in the directory the agent mounts at updateLock.path (/run/fleet/lock), up to a deadline, such as {deadline: 10m, onDeadline: force}. Absent: no lock."},
 			},
 		},
 		"DeploymentStatus": {
@@ -245,6 +249,7 @@ func typeDocTable() map[string]typeDoc {
 				"revision":           {doc: "Revision is the number of the deployment's current revision: that of its pod template in \"fleet rollout history\". 0 until the hub has recorded one."},
 				"rollout":            {doc: "Rollout is the state of a Staged rollout (absent for the other strategies): its revision, step, counts, what it waits for, and why it stopped or rolled back."},
 				"conditions":         {doc: "Conditions say in one line each how the rollout stands (a Progressing condition, for a Staged rollout)."},
+				"updates":            {doc: "Updates counts the targeted devices by where the current revision stands on them (pulled ahead, waiting for a window or lock, switched), when any device reports it. Absent otherwise."},
 			},
 		},
 		"DesiredAgent": {
@@ -266,6 +271,7 @@ func typeDocTable() map[string]typeDoc {
 				"configMaps": {doc: "ConfigMaps are the ConfigMaps the pods use (env valueFrom, envFrom, configMap volumes), each once, sorted by name; absent ones the pods reference are not listed."},
 				"secrets":    {doc: "Secrets are the Secrets the pods use (env, volumes, imagePullSecrets), each once, sorted by name, their values sealed to the device's own public key."},
 				"agent":      {doc: "Agent, when set, is the agent release the device should run, from an AgentRollout (agentrollout.go). Agents that do not know the field ignore it."},
+				"caBundle":   {doc: "CABundle is the PEM of every CA the device should trust for the hub's TLS listeners: the hub's CA and, during a CA rotation (fleet-hub ca rotate), the new one beside it. An agent replaces the CA trust it started with (--ca-file, --ca-hash, the CA saved at enrollment) by this bundle once the signed state is accepted, and reports the fingerprints it trusts (DeviceStatus.TrustedCAs). Empty: the hub has no CA of its own, or its CA never rotated; the agent keeps its trust."},
 				"signature":  {doc: "Signature is the hub's ed25519 signature over the rest of the payload, always its last member (schema/signature.go); absent from the canonical bytes the hub stores and signs."},
 			},
 		},
@@ -329,6 +335,7 @@ func typeDocTable() map[string]typeDoc {
 				"node":               {doc: "Node holds facts about the device."},
 				"pods":               {doc: "Pods are the observed states of the desired pods."},
 				"message":            {doc: "Message explains a state the agent cannot act on (a desired state it refused, for example)."},
+				"trustedCAs":         {doc: "TrustedCAs are the pins (schema.CAHash, \"sha256:…\") of the CAs the agent verifies the hub's TLS listeners with, sorted; empty when it knows none (a plain broker, system roots). The hub completes a CA rotation once every device lists the new CA."},
 			},
 		},
 		"DiskMetrics": {
@@ -518,6 +525,10 @@ func typeDocTable() map[string]typeDoc {
 				"name": {doc: "Name is the object's name. Required.", required: true},
 			},
 		},
+		"LockPolicy": {
+			doc:  "LockPolicy is UpdateLock.OnDeadline.",
+			enum: []string{"force", "wait"},
+		},
 		"LogOptions": {
 			doc: "LogOptions select what a logs request returns, as kubectl logs does.",
 			fields: map[string]fieldDoc{
@@ -548,6 +559,7 @@ func typeDocTable() map[string]typeDoc {
 				"diskTotalBytes":       {doc: "DiskTotalBytes is the size of the file system that holds the agent's state directory."},
 				"diskFreeBytes":        {doc: "DiskFreeBytes is the space left on that file system."},
 				"uptimeSeconds":        {doc: "UptimeSeconds is how long the device has been up."},
+				"temperatureCelsius":   {doc: "TemperatureCelsius is the SoC's temperature (/sys/class/thermal/thermal_zone0), nil where there is none. A move of 5 °C or more is worth a status of its own (checked with memory and disk, every 5 minutes)."},
 			},
 		},
 		"NodeMetrics": {
@@ -595,10 +607,13 @@ func typeDocTable() map[string]typeDoc {
 		"Pod": {
 			doc: "Pod is one pod in a DesiredState, named after its Deployment.",
 			fields: map[string]fieldDoc{
-				"name":        {doc: "Name is the pod's name: that of the Deployment it comes from."},
-				"spec":        {doc: "Spec is the pod, as the Deployment's spec.template.spec with its defaults filled in."},
-				"annotations": {doc: "Annotations are the template's annotations (spec.template.metadata.annotations), part of the hash."},
-				"hash":        {doc: "Hash identifies the pod: the hub sets it (schema.PodHash: its spec and annotations) and the agent recomputes it. When it changes, the agent replaces the pod's containers."},
+				"name":         {doc: "Name is the pod's name: that of the Deployment it comes from."},
+				"spec":         {doc: "Spec is the pod, as the Deployment's spec.template.spec with its defaults filled in."},
+				"annotations":  {doc: "Annotations are the template's annotations (spec.template.metadata.annotations), part of the hash."},
+				"hash":         {doc: "Hash identifies the pod: the hub sets it (schema.PodHash: its spec and annotations) and the agent recomputes it. When it changes, the agent replaces the pod's containers."},
+				"updateWindow": {doc: "UpdateWindow is the Deployment's: when the agent may replace a running older revision of the pod by this one. Not part of the hash."},
+				"updateLock":   {doc: "UpdateLock is the Deployment's: the lock the pod's containers may hold to delay their replacement. Not part of the hash."},
+				"updateNow":    {doc: "UpdateNow says an operator asked for this revision at once (\"fleet rollout restart --now\"): the agent skips the update window."},
 			},
 		},
 		"PodPhase": {
@@ -628,6 +643,7 @@ func typeDocTable() map[string]typeDoc {
 				"message":        {doc: "Message says what holds the pod up, such as an image that cannot be pulled and when the agent tries again."},
 				"containers":     {doc: "Containers are the states of the pod's containers."},
 				"failedRevision": {doc: "FailedRevision is set while the agent runs an earlier revision of the pod because the desired one failed to start, and went back by itself: hash, phase, ready, restarts and containers then describe the revision that runs, and failedRevision the desired one that failed. Absent otherwise. Agents from before it report the failed revision instead: its hash, phase Failed and its containers."},
+				"update":         {doc: "Update is the pod's pending update while the device holds a new revision back (pulled ahead, waiting for its window or a lock), and once it switched. Absent when no update is pending."},
 			},
 		},
 		"PodTemplate": {
@@ -635,6 +651,18 @@ func typeDocTable() map[string]typeDoc {
 			fields: map[string]fieldDoc{
 				"metadata": {doc: "Metadata holds the template's labels."},
 				"spec":     {doc: "Spec is the pod: its containers and restart policy. Required.", required: true},
+			},
+		},
+		"PodUpdate": {
+			doc: "PodUpdate is a new revision of a pod on its way onto a device.",
+			fields: map[string]fieldDoc{
+				"hash":       {doc: "Hash is the new revision's pod hash."},
+				"state":      {doc: "State is Downloading (its images are being pulled), Downloaded (its images are present, it replaces the running version now), Waiting (downloaded, held back by the update window or lock) or Switched (it runs)."},
+				"reason":     {doc: "Reason says what it waits for: UpdateWindow or UpdateLock."},
+				"until":      {doc: "Until is when the window opens (Reason UpdateWindow), or the lock's deadline (UpdateLock)."},
+				"lockHolder": {doc: "LockHolder is who holds the update lock: the lock file and the holding process, as \"updates.lock: pid 1234 (app)\"."},
+				"lockSince":  {doc: "LockSince is since when the agent found the lock held."},
+				"message":    {doc: "Message says it in one line, such as \"waiting for window until 2026-01-02T01:00:00+01:00\"."},
 			},
 		},
 		"PortRef": {
@@ -867,6 +895,36 @@ func typeDocTable() map[string]typeDoc {
 			fields: map[string]fieldDoc{
 				"apiVersion": {doc: "APIVersion is the version of the schema the object follows: always \"fleet/v1\". Manifests must set it."},
 				"kind":       {doc: "Kind is the type of the object, such as Deployment or Device. Manifests must set it."},
+			},
+		},
+		"UpdateCounts": {
+			doc: "UpdateCounts count devices by the state of a revision's update on them (schema.PodUpdate).",
+			fields: map[string]fieldDoc{
+				"downloading":  {doc: "Downloading is how many devices pull the revision's images while the previous version runs."},
+				"downloaded":   {doc: "Downloaded is how many have its images and do not run it yet."},
+				"waiting":      {doc: "Waiting is how many hold it back for their update window or lock."},
+				"switched":     {doc: "Switched is how many run it."},
+				"waitingUntil": {doc: "WaitingUntil is the earliest time a device waiting for its update window sees it open."},
+			},
+		},
+		"UpdateLock": {
+			doc: "UpdateLock lets the pod's own containers hold off its replacement: the agent mounts a directory at Path in each container and does not replace the pod while a process holds a flock on a file in it (a crashed holder releases it). After Deadline it follows OnDeadline.",
+			fields: map[string]fieldDoc{
+				"path":       {doc: "Path is where the lock directory is mounted in the containers, an absolute path. Defaults to /run/fleet/lock.", def: "/run/fleet/lock"},
+				"deadline":   {doc: "Deadline is how long the agent waits for the lock to be released, counted from when it first found it held for a new revision, a Go duration such as 10m. Defaults to 10m.", def: "10m"},
+				"onDeadline": {doc: "OnDeadline is what the agent does once Deadline has passed: force (replace the pod although the lock is held) or wait (keep waiting for the release). Defaults to force.", def: "force"},
+			},
+		},
+		"UpdateState": {
+			doc:  "UpdateState is PodUpdate.State.",
+			enum: []string{"Downloading", "Downloaded", "Waiting", "Switched"},
+		},
+		"UpdateWindow": {
+			doc: "UpdateWindow says when a device may replace a Deployment's pod: from each time Schedule names, for Duration. Outside it a device pulls the new images ahead and keeps the running version; a device that runs nothing of the pod yet (a first install) is never held back.",
+			fields: map[string]fieldDoc{
+				"schedule": {doc: "Schedule is a 5-field cron expression (minute hour day-of-month month day-of-week), such as \"0 1 * * *\" (every night at 01:00) or \"30 22 * * 1-5\". Fields take *, numbers, ranges (1-5), lists (1,3,5) and steps (*/15, 0-30/10); day-of-week runs from 0 (Sunday) to 6, 7 being Sunday too. Required.", required: true},
+				"duration": {doc: "Duration is how long the window stays open from each start, a Go duration such as 4h or 90m, at most 24h. Required.", required: true},
+				"timeZone": {doc: "TimeZone is the zone Schedule is read in: \"device\" (the device's local time zone, which its agent reports in status.agent.timeZone) or an IANA name such as Europe/Paris. Defaults to device.", def: "device"},
 			},
 		},
 		"Volume": {

@@ -110,6 +110,8 @@ type e2eDep struct {
 	// Image replaces the test image; Strategy is spec.strategy.
 	Image    string
 	Strategy map[string]any
+	// Spec are more spec fields (updateWindow, updateLock).
+	Spec map[string]any
 }
 
 func (d e2eDep) manifest(image string) string {
@@ -139,6 +141,9 @@ func (d e2eDep) manifest(image string) string {
 	}
 	if d.Strategy != nil {
 		dep["spec"].(map[string]any)["strategy"] = d.Strategy
+	}
+	for k, v := range d.Spec {
+		dep["spec"].(map[string]any)[k] = v
 	}
 	b, err := json.Marshal(dep)
 	if err != nil {

@@ -45,6 +45,8 @@ type AgentOptions struct {
 	Join string
 	// Args are extra flags, after the harness's own (so they win).
 	Args []string
+	// Env are extra environment variables (TZ=Asia/Kolkata, say).
+	Env []string
 }
 
 // Agent is a fleet-agent process. Stopping or killing it leaves its
@@ -146,7 +148,7 @@ func (a *Agent) start(t testing.TB) {
 	), a.opts.Args...)
 	cmd := exec.Command(a.bin, args...)
 	cmd.Stdout, cmd.Stderr = a.logs, a.logs
-	cmd.Env = cleanEnv(a.StateDir + ".home")
+	cmd.Env = append(cleanEnv(a.StateDir+".home"), a.opts.Env...)
 	a.starts++
 	fmt.Fprintf(a.logs, "--- harness: starting fleet-agent (#%d) %s\n", a.starts, strings.Join(args, " "))
 	if err := cmd.Start(); err != nil {

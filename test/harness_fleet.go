@@ -70,6 +70,8 @@ type FleetOptions struct {
 	// fleet-agent process.
 	HubArgs   []string
 	AgentArgs []string
+	// AgentEnv are extra environment variables of every fleet-agent.
+	AgentEnv []string
 }
 
 // Fleet is a whole Fleet on one machine: a private containerd shared by
@@ -203,7 +205,7 @@ func StartFleet(t testing.TB, opts FleetOptions) *Fleet {
 		a := StartAgent(t, AgentOptions{
 			Device: d, Broker: url, Token: f.Token(d), HubSigningKey: f.Hub.SigningKey,
 			ContainerdSocket: f.Containerd.Socket(),
-			ResyncInterval:   opts.AgentResync, Args: opts.AgentArgs,
+			ResyncInterval:   opts.AgentResync, Args: opts.AgentArgs, Env: opts.AgentEnv,
 		})
 		a.Proxy = p
 		f.Agents = append(f.Agents, a)

@@ -145,7 +145,7 @@ func PodRow(p DevicePod, wide bool, now time.Time) []string {
 		p.Device,
 		p.Name,
 		fmt.Sprintf("%d/%d", running, len(p.Containers)),
-		PodStatusText(p),
+		PodStatusText(p) + heldUpdateText(p),
 		fmt.Sprint(p.Restarts),
 		Age(started, now),
 	}
@@ -426,4 +426,29 @@ func (p *Printer) writeWatchObject(v any) error {
 	}
 	p.events++
 	return writeYAML(p.Out, v)
+}
+
+// heldUpdateText is what the STATUS cell adds while a reachable device
+// holds a new revision back (its update window is closed, or its update
+// lock held): " (waiting for window until 2026-12-03T01:00:00+01:00)".
+func heldUpdateText(p DevicePod) string {
+	u := p.Update
+	if u == nil || u.Reason == "" || !p.Reachable || p.Deleted {
+		return ""
+	}
+	switch u.Reason {
+	case schema.UpdateReasonWindow:
+		// The device's own words carry its local time; the hub keeps
+		// times in UTC.
+		if _, rest, ok := strings.Cut(u.Message, "waiting for window until "); ok && rest != "" && !strings.ContainsAny(rest, " ;") {
+			return " (waiting for window until " + rest + ")"
+		}
+		if u.Until != nil {
+			return " (waiting for window until " + u.Until.Format(time.RFC3339) + ")"
+		}
+		return " (waiting for window)"
+	case schema.UpdateReasonLock:
+		return " (waiting for update lock)"
+	}
+	return ""
 }

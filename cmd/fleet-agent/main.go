@@ -163,6 +163,9 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	if tlsCfg != nil {
 		log.Info("broker TLS", "broker", cfg.Broker, "trust", trustSrc)
 		tlsCfg = clientCert(tlsCfg, cfg.StateDir, device, log)
+		// A CA bundle the hub sent in a signed desired state (a CA
+		// rotation) replaces that trust once saved.
+		tlsCfg = enroll.WithCABundle(tlsCfg, cfg.StateDir, cfg.brokerHost())
 	}
 
 	rtOpts, err := cfg.runtimeOptions(log)
@@ -188,6 +191,7 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 		Broker:            cfg.Broker,
 		Token:             token,
 		TLSConfig:         tlsCfg,
+		CAFile:            cfg.CA,
 		StateDir:          cfg.StateDir,
 		Topics:            schema.Topics{Prefix: cfg.TopicPrefix},
 		Runtime:           rt,

@@ -161,7 +161,7 @@ func TestDependencies(t *testing.T) {
 		if allowed[dep] {
 			continue
 		}
-		for _, banned := range []string{"github.com/dgraph-io/badger", "github.com/mochi-mqtt/server", "github.com/fleetmq/fleet/hub", "github.com/fleetmq/fleet/broker", "k8s.io/"} {
+		for _, banned := range []string{"github.com/dgraph-io/badger", "github.com/mochi-mqtt/server", "github.com/fleetmq/fleet/hub", "github.com/fleetmq/fleet/broker", "k8s.io/", "go.etcd.io/"} {
 			if strings.HasPrefix(dep, banned) {
 				t.Errorf("fleet-agent links %s", dep)
 			}

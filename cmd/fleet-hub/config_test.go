@@ -54,6 +54,10 @@ func TestSettingsPrecedence(t *testing.T) {
 		{"env alone", nil, map[string]string{"FLEET_HUB_LOG_LEVEL": "warn"}, settings{DataDir: "./fleet-data", HTTPAddr: "127.0.0.1:8080", LogLevel: "warn"}},
 		{"audit bounds", []string{"--audit-max-bytes", "1Gi"}, map[string]string{"FLEET_HUB_AUDIT_RETENTION": "24h"},
 			settings{DataDir: "./fleet-data", HTTPAddr: "127.0.0.1:8080", LogLevel: "info", AuditRetention: 24 * time.Hour, AuditMaxBytes: "1Gi"}},
+		{"etcd store", []string{"--store", "etcd://h1:2379,h2:2379", "--etcd-prefix", "/fleet/prod/", "--etcd-cacert", "ca.crt"},
+			map[string]string{"FLEET_HUB_ETCD_CERT": "hub.crt", "FLEET_HUB_ETCD_KEY": "hub.key"},
+			settings{DataDir: "./fleet-data", HTTPAddr: "127.0.0.1:8080", LogLevel: "info", Store: "etcd://h1:2379,h2:2379",
+				EtcdPrefix: "/fleet/prod/", EtcdCACert: "ca.crt", EtcdCert: "hub.crt", EtcdKey: "hub.key"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,6 +79,9 @@ func TestSettingsPrecedence(t *testing.T) {
 			}
 			if tt.want.AuditRetention == 0 {
 				tt.want.AuditRetention, tt.want.AuditMaxBytes = store.DefaultAuditRetention, "100Mi"
+			}
+			if tt.want.Store == "" {
+				tt.want.Store = "badger"
 			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got %+v, want %+v", got, tt.want)
@@ -183,5 +190,36 @@ func TestAuditMaxBytes(t *testing.T) {
 		if _, err := auditMaxBytes(in); err == nil || !strings.Contains(err.Error(), "--audit-max-bytes") {
 			t.Errorf("%q: %v, want an error naming the flag", in, err)
 		}
+	}
+}
+
+func TestHomeAssistantDiscoverySources(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "hub.yaml")
+	if err := os.WriteFile(file, []byte("homeassistant-discovery: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		"default off":   {nil, nil, false},
+		"flag":          {[]string{"--homeassistant-discovery"}, nil, true},
+		"env":           {nil, map[string]string{"FLEET_HUB_HOMEASSISTANT_DISCOVERY": "true"}, true},
+		"config file":   {[]string{"--config", file}, nil, true},
+		"flag off wins": {[]string{"--config", file, "--homeassistant-discovery=false"}, nil, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, out, err := runRoot(t, tc.args, tc.env)
+			if err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if got.HomeAssistantDiscovery != tc.want {
+				t.Errorf("HomeAssistantDiscovery = %v, want %v", got.HomeAssistantDiscovery, tc.want)
+			}
+		})
+	}
+	if _, out, err := runRoot(t, []string{"--homeassistant-discovery=maybe"}, nil); err == nil || !strings.Contains(err.Error()+out, "homeassistant-discovery") {
+		t.Errorf("a bad value: %v %s", err, out)
 	}
 }

@@ -43,6 +43,17 @@ type settings struct {
 	// HistoryInterval is the width of one sample of the dashboard's
 	// charts (hub.Options).
 	HistoryInterval time.Duration
+	// HomeAssistantDiscovery is --homeassistant-discovery (hub.Options).
+	HomeAssistantDiscovery bool
+	// Store, EtcdPrefix, EtcdCACert, EtcdCert, EtcdKey: where the state
+	// lives (hub.Options.Store…).
+	Store      string
+	EtcdPrefix string
+	EtcdCACert string
+	EtcdCert   string
+	EtcdKey    string
+	// TLSCertLifetime: hub.Options.
+	TLSCertLifetime time.Duration
 }
 
 // backupSettings are --backup-dir, --backup-every, --backup-keep and the
@@ -171,6 +182,23 @@ and fleet_hub_backup_failures_total are on /metrics; a failure is also in
 the audit trail. "fleet-hub backup --to FILE" takes one now, "fleet-hub
 restore --from FILE --data-dir DIR" creates a data directory from one.
 
+Home Assistant: with --homeassistant-discovery the hub publishes MQTT
+discovery configs (retained, under homeassistant/) for every device: online,
+pods running and desired, converged, restarts, memory, disk, and temperature
+and throttling where the device reports them. They read the devices' own
+status and online topics; a monitor credential is enough for Home Assistant.
+A deleted device's entities are removed.
+Store: by default the state is in Badger in <data-dir>/store (--store
+badger). With --store etcd://h1:2379,h2:2379,h3:2379 it lives in an etcd
+cluster instead, under --etcd-prefix (/fleet/: one cluster can hold several
+fleets), over TLS with --etcd-cacert and a client certificate --etcd-cert,
+--etcd-key. A write the API acknowledges is then committed to a quorum of
+the members. The keys stay files in <data-dir>: secrets.key (it encrypts
+Secrets in the store), ca.crt and ca.key, signing.key; every hub of a fleet
+needs the same ones, copied from the first hub. A hub remembers its fleet
+(<data-dir>/fleet-id) and refuses an etcd prefix holding another fleet, or a
+store whose Secrets another key encrypted. See README "Running several hubs".
+
 Every flag can also be set in the environment as FLEET_HUB_<FLAG> (for
 example FLEET_HUB_DATA_DIR) or in a YAML file given with --config, whose keys
 are the flag names (data-dir: /var/lib/fleet-hub). A flag wins over the
@@ -194,9 +222,15 @@ environment, which wins over the config file.`
 
   # A backup every hour into /backups, the last 48 kept
   fleet-hub --backup-dir /backups --backup-every 1h --backup-keep 48 --backup-passphrase-file /root/backup.pass
+  # Keep the state in a 3-member etcd cluster, over TLS with a client certificate
+  fleet-hub --store etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 --etcd-prefix /fleet/prod/ \
+    --etcd-cacert /etc/fleet/etcd-ca.crt --etcd-cert /etc/fleet/hub-etcd.crt --etcd-key /etc/fleet/hub-etcd.key
 
   # Settings from a file
-  fleet-hub --config /etc/fleet/hub.yaml`
+  fleet-hub --config /etc/fleet/hub.yaml
+
+  # Every device in Home Assistant (log Home Assistant in with: fleet monitor add ha)
+  fleet-hub --homeassistant-discovery`
 )
 
 func newRootCmd(getenv func(string) string, serve serveFunc) *cobra.Command {
@@ -220,8 +254,9 @@ func newRootCmd(getenv func(string) string, serve serveFunc) *cobra.Command {
 		return fmt.Errorf("%w (see fleet-hub --help)", err)
 	})
 	bindFlags(root, &s)
-	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s), newMosquittoConfigCmd(&s), newRotateSigningKeyCmd(&s))
-	root.AddCommand(newBackupCmd(&s), newRestoreCmd(&s))
+	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s), newMosquittoConfigCmd(&s),
+		newSigningKeyCmd(&s), newSigningKeyRotateCmd(&s, "rotate-signing-key"), newCACmd(&s))
+	root.AddCommand(newBackupCmd(&s), newRestoreCmd(&s), newMigrateCmd())
 	return root
 }
 
@@ -249,6 +284,7 @@ func bindFlags(root *cobra.Command, s *settings) {
 	lf.StringVar(&m.TLSAddr, "mqtts-addr", d.TLSAddr, "listen address of the embedded broker's MQTT-over-TLS listener (empty: off)")
 	lf.StringVar(&m.TLSCert, "tls-cert", "", "PEM certificate (chain) of the HTTPS and MQTT TLS listeners, reloaded on SIGHUP (default: one the hub's own CA signs)")
 	lf.StringVar(&m.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	lf.DurationVar(&s.TLSCertLifetime, "tls-cert-lifetime", 0, "lifetime of the hub's own server certificate (0: a year, 8760h); the running hub renews it once a third is left (at most 720h before its end), without a restart or a disconnect (e.g. 2m to watch it happen)")
 	lf.StringVar(&m.ClientCerts, "mqtt-client-certs", d.ClientCerts, "client certificates on the MQTT TLS listener, signed by the hub's CA (devices get one at enrollment): off, optional (one presented must be the device's own) or required (devices over TLS must present theirs; bootstrap clients and monitors need none)")
 	lf.StringVar(&m.AdvertiseURL, "advertise-mqtt-url", "", "MQTT URL devices are told to use (GET /v1/info); default derived from the listener or --broker")
 	lf.StringVar(&m.BrokerCA, "broker-ca", "", "PEM CA bundle to verify an ssl:// external broker")
@@ -258,6 +294,11 @@ func bindFlags(root *cobra.Command, s *settings) {
 	lf.DurationVar(&s.AuditRetention, "audit-retention", store.DefaultAuditRetention, "how long the audit trail keeps entries (2160h: 90 days; the oldest go first; -1s: forever)")
 	lf.StringVar(&s.AuditMaxBytes, "audit-max-bytes", "100Mi", "size the audit trail may take in the store (100Mi, 1Gi; the oldest entries go first; -1: no bound)")
 	lf.DurationVar(&s.HistoryInterval, "history-interval", hub.DefaultHistoryInterval, "width of one sample of the dashboard's charts (devices online, each device's memory, disk and temperature); they keep 288 samples: 5m is 24 h")
+	lf.StringVar(&s.Store, "store", "badger", "where the state lives: badger (in <data-dir>/store) or etcd://HOST:PORT[,HOST:PORT…] (an etcd cluster)")
+	lf.StringVar(&s.EtcdPrefix, "etcd-prefix", "", "with --store etcd://…: prefix of this fleet's keys, so one cluster holds several fleets (default "+store.DefaultEtcdPrefix+")")
+	lf.StringVar(&s.EtcdCACert, "etcd-cacert", "", "with --store etcd://…: PEM CA of the etcd members' certificates (turns TLS on)")
+	lf.StringVar(&s.EtcdCert, "etcd-cert", "", "with --store etcd://…: PEM client certificate the hub presents to etcd (with --etcd-key)")
+	lf.StringVar(&s.EtcdKey, "etcd-key", "", "with --store etcd://…: PEM private key of --etcd-cert")
 	lf.DurationVar(&m.ResyncInterval, "resync-interval", d.ResyncInterval, "how often the controller recomputes every device's desired state from the store")
 	b := &s.Backup
 	lf.StringVar(&b.Dir, "backup-dir", "", "write an encrypted backup of the hub (store, CA, keys) into this directory every --backup-every; empty: no scheduled backups")
@@ -266,6 +307,7 @@ func bindFlags(root *cobra.Command, s *settings) {
 	lf.StringVar(&b.Key.PassphraseFile, "backup-passphrase-file", "", "file holding the passphrase of scheduled backups (default: $"+backup.EnvPassphrase+")")
 	lf.StringArrayVar(&b.Key.Recipients, "backup-recipient", nil, "encrypt scheduled backups to this age public key (age1…) instead of a passphrase (repeatable)")
 	lf.StringVar(&b.Key.RecipientFile, "backup-recipient-file", "", "file of age public keys, one a line, to encrypt scheduled backups to")
+	lf.BoolVar(&s.HomeAssistantDiscovery, "homeassistant-discovery", false, "publish Home Assistant MQTT discovery configs (retained, under homeassistant/) for every device, read by a monitor credential; a deleted device's are cleared")
 	lf.DurationVar(&m.StaleAfter, "stale-after", d.StaleAfter, "0 (default): a device is online while its MQTT session is (its keepalive and last will keep the online topic true); a duration: a device not heard from for this long also counts as offline, for agents run with --status-heartbeat below it (e.g. --stale-after 3h with agents' --status-heartbeat 1h, against a broker that may lose last wills)")
 }
 
@@ -303,6 +345,7 @@ func serveHub(cmd *cobra.Command, s settings) error {
 		HTTPAddr:          orOff(s.HTTPAddr),
 		HTTPSAddr:         orOff(s.HTTPSAddr),
 		TLSSANs:           s.TLSSANs,
+		TLSCertLifetime:   s.TLSCertLifetime,
 		AdvertiseHTTPURL:  s.AdvertiseHTTPURL,
 		InsecurePlaintext: s.InsecurePlaintext,
 		Logger:            log,
@@ -330,6 +373,13 @@ func serveHub(cmd *cobra.Command, s settings) error {
 		MosquittoPIDFile:   m.MosquittoPIDFile,
 		ResyncInterval:     m.ResyncInterval,
 		StaleAfter:         m.StaleAfter,
+
+		HomeAssistantDiscovery: s.HomeAssistantDiscovery,
+		Store:                  s.Store,
+		EtcdPrefix:             s.EtcdPrefix,
+		EtcdCACertFile:         s.EtcdCACert,
+		EtcdCertFile:           s.EtcdCert,
+		EtcdKeyFile:            s.EtcdKey,
 	})
 }
 

@@ -24,6 +24,7 @@ func TestDependencies(t *testing.T) {
 	}
 	forbidden := []string{
 		"github.com/dgraph-io/badger",
+		"go.etcd.io/",
 		"github.com/mochi-mqtt/",
 		"github.com/eclipse/paho.mqtt.golang",
 		"github.com/containerd/",

@@ -57,6 +57,10 @@ exited successfully counts as done).
 A line is printed each time the progress changes: devices updated (running
 the new pod), ready, failed (the pod fails on an online device; see
 "fleet describe device NAME") and pending (on their way, or offline).
+When devices pull the new revision ahead (always, and outside a
+spec.updateWindow or while an update lock is held), the line ends with
+"(N downloading, N downloaded, N waiting, N switched: waiting for window
+until TIME)".
 
 An offline device holds the rollout until it reconnects and converges;
 --timeout bounds the wait. The exit status is 0 once the rollout is
@@ -278,7 +282,11 @@ func rolloutProgress(d *schema.Deployment) (string, bool) {
 	}
 	if d.Spec.Strategy.Type == schema.StrategyStaged && s.Targeted > 0 {
 		if r := stagedRollout(d); r != nil {
-			return stagedProgress(name, r)
+			msg, done := stagedProgress(name, r)
+			if !done {
+				msg += updateProgress(s.Updates)
+			}
+			return msg, done
 		}
 		return fmt.Sprintf("Waiting for deployment %q revision %d rollout to be planned...", name, s.Revision), false
 	}
@@ -295,7 +303,21 @@ func rolloutProgress(d *schema.Deployment) (string, bool) {
 	if s.Pending > 0 {
 		msg += fmt.Sprintf(", %d pending", s.Pending)
 	}
-	return msg + "...", false
+	return msg + "..." + updateProgress(s.Updates), false
+}
+
+// updateProgress is the line's part on pulled-ahead updates: devices
+// downloading, downloaded, waiting for their window or lock (until
+// when) and switched.
+func updateProgress(u *schema.UpdateCounts) string {
+	if u == nil {
+		return ""
+	}
+	msg := fmt.Sprintf(" (%d downloading, %d downloaded, %d waiting, %d switched", u.Downloading, u.Downloaded, u.Waiting, u.Switched)
+	if u.Waiting > 0 && u.WaitingUntil != nil {
+		msg += ": waiting for window until " + u.WaitingUntil.Format(time.RFC3339)
+	}
+	return msg + ")"
 }
 
 func plural(n int, one, many string) string {

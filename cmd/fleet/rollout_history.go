@@ -294,7 +294,8 @@ func runRolloutPause(ctx context.Context, cli *cliContext, args []string, pause 
 }
 
 func newRolloutRestartCmd(cli *cliContext) *cobra.Command {
-	return &cobra.Command{
+	var now bool
+	cmd := &cobra.Command{
 		Use:   "restart (deployment NAME | deployment/NAME)",
 		Short: "Restart a deployment's pod on every device",
 		Long: `Restart a deployment's pod on every device it targets.
@@ -305,19 +306,30 @@ a new revision, and every device replaces the pod's containers per the
 deployment's strategy (all at once, or maxUnavailable at a time). The image
 is not pulled again unless its imagePullPolicy is Always.
 
-A paused deployment cannot be restarted: resume it first.`,
+A paused deployment cannot be restarted: resume it first.
+
+--now is for emergencies: the devices take the new revision at once,
+skipping the deployment's spec.updateWindow (update locks still apply).
+The deployment gets the annotation fleet/updateNow naming the new
+revision's hash; the write is in the audit trail ("fleet audit").`,
 		Example: `  # Restart the pod everywhere (to reread a file on the devices, say)
   fleet rollout restart deployment/web
-  fleet rollout status deployment/web`,
+  fleet rollout status deployment/web
+
+  # An urgent fix must not wait for tonight's update window
+  fleet apply -f web.yaml
+  fleet rollout restart deployment/web --now`,
 		Args:              cobra.RangeArgs(1, 2),
 		ValidArgsFunction: cli.completeResources,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runRolloutRestart(cmd.Context(), cli, args)
+			return runRolloutRestart(cmd.Context(), cli, args, now)
 		},
 	}
+	cmd.Flags().BoolVar(&now, "now", false, "replace the pod at once on every device, skipping spec.updateWindow (audited)")
+	return cmd
 }
 
-func runRolloutRestart(ctx context.Context, cli *cliContext, args []string) error {
+func runRolloutRestart(ctx context.Context, cli *cliContext, args []string, now bool) error {
 	name, err := rolloutDeployment("restart", args)
 	if err != nil {
 		return err
@@ -339,14 +351,24 @@ func runRolloutRestart(ctx context.Context, cli *cliContext, args []string) erro
 		if m.Annotations == nil {
 			m.Annotations = map[string]string{}
 		}
-		if m.Annotations[schema.AnnotationRestartedAt] == at {
-			return false, nil // restarted this very second already
-		}
+		changed := m.Annotations[schema.AnnotationRestartedAt] != at // else restarted this very second already
 		m.Annotations[schema.AnnotationRestartedAt] = at
-		return true, nil
+		if now {
+			if d.Metadata.Annotations == nil {
+				d.Metadata.Annotations = map[string]string{}
+			}
+			hash := schema.TemplateHash(d.Spec.Template)
+			changed = changed || d.Metadata.Annotations[schema.AnnotationUpdateNow] != hash
+			d.Metadata.Annotations[schema.AnnotationUpdateNow] = hash
+		}
+		return changed, nil
 	})
 	if err != nil {
 		return err
+	}
+	if now {
+		fmt.Fprintf(cli.stdout(), "deployment/%s restarted now (update window skipped)\n", name)
+		return nil
 	}
 	fmt.Fprintf(cli.stdout(), "deployment/%s restarted\n", name)
 	return nil

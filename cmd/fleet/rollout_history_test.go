@@ -111,6 +111,14 @@ func TestRolloutPauseResumeRestart(t *testing.T) {
 	if out := e.ok("", "describe", "deployment", "web"); !strings.Contains(out, "Revision:") {
 		t.Errorf("describe does not show the revision:\n%s", out)
 	}
+	// --now: the new revision skips the update window.
+	if out := e.ok("", "rollout", "restart", "deployment/web", "--now"); out != "deployment/web restarted now (update window skipped)\n" {
+		t.Errorf("restart --now: %q", out)
+	}
+	d = e.hub.Deployment("web")
+	if got, want := d.Metadata.Annotations[schema.AnnotationUpdateNow], schema.TemplateHash(d.Spec.Template); got != want {
+		t.Errorf("restart --now: annotation %s = %q, want the new template's hash %q", schema.AnnotationUpdateNow, got, want)
+	}
 }
 
 func TestRolloutSubcommandsHelp(t *testing.T) {

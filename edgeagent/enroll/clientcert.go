@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/fleetmq/fleet/edgeagent/state"
 )
@@ -134,9 +135,10 @@ func HasClientCert(stateDir string) bool {
 // certificate of stateDir (ClientCertFile, ClientKeyFile) when the broker
 // asks for one. The files are read at each handshake: a certificate
 // saved or renewed later is used from the next connection on. Without
-// them the agent presents none (the broker decides whether it may
-// connect); a certificate that does not load fails the handshake with
-// the reason. A nil cfg stays nil (a plain broker).
+// them, or with an expired certificate, the agent presents none (the
+// broker decides whether it may connect: with optional client
+// certificates the token alone); a certificate that does not load fails
+// the handshake with the reason. A nil cfg stays nil (a plain broker).
 func WithClientCert(cfg *tls.Config, stateDir string) *tls.Config {
 	if cfg == nil {
 		return nil
@@ -150,6 +152,12 @@ func WithClientCert(cfg *tls.Config, stateDir string) *tls.Config {
 		cert, err := tls.LoadX509KeyPair(certPath, keyPath)
 		if err != nil {
 			return nil, fmt.Errorf("client certificate %s: %w", certPath, err)
+		}
+		if cert.Leaf != nil && time.Now().After(cert.Leaf.NotAfter) {
+			// An expired certificate fails every handshake: present
+			// none, and let the token alone decide (the broker's
+			// --mqtt-client-certs=optional admits it).
+			return &tls.Certificate{}, nil
 		}
 		return &cert, nil
 	}

@@ -73,6 +73,19 @@ func TestClientCertFiles(t *testing.T) {
 	if err != nil || len(c.Certificate) != 1 || string(c.Certificate[0]) != string(der) {
 		t.Fatalf("with a certificate: %v", err)
 	}
+	// An expired certificate is not presented: the token alone decides.
+	expired, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(4), Subject: pkix.Name{CommonName: "pi-1"},
+		NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: time.Now().Add(-time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
+		ca, csr.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := SaveClientCert(dir, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: expired})); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := cfg.GetClientCertificate(nil); err != nil || len(c.Certificate) != 0 {
+		t.Fatalf("an expired certificate is presented: %d certificate(s), %v", len(c.Certificate), err)
+	}
 	// A certificate for another key is refused.
 	otherKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	der2, _ := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "pi-1"},

@@ -326,7 +326,7 @@ func diffContainers(desired []schema.Pod, observed []runtime.Container, probes p
 			plan.History[k] = rec
 		}
 	}
-	removes, replaces := holdUnprepared(m.removes, d.replaces, d.held, plan.History)
+	removes, replaces := holdUnprepared(m.removes, d.replaces, d.held, plan.History, pol.Holds)
 	plan.Actions = slices.Concat(removes, d.kills, replaces, d.creates, d.starts)
 	return plan
 }
@@ -522,15 +522,18 @@ func (d *containerDiff) wait(k state.Key, id string, until time.Time, reason str
 // too: a pod is ready to be replaced only when no replacing container is
 // missing from the creates. held are the Prepare actions of unprepared
 // new containers that init containers hold back: they hold their pod too,
-// and are kept.
-func holdUnprepared(removes, replaces, held []Action, hist state.History) ([]Action, []Action) {
+// and are kept. A pod in holds (its update window is closed, or its
+// update lock held: see update.go) is never ready: its new images are
+// pulled ahead and the running version stays.
+func holdUnprepared(removes, replaces, held []Action, hist state.History, holds map[string]Hold) ([]Action, []Action) {
 	if len(replaces) == 0 && len(removes) == 0 && len(held) == 0 {
 		return removes, replaces
 	}
 	ready := map[string]bool{}
 	for _, a := range slices.Concat(replaces, held) {
 		if _, seen := ready[a.Key.Pod]; !seen {
-			ready[a.Key.Pod] = true
+			_, hold := holds[a.Key.Pod]
+			ready[a.Key.Pod] = !hold
 		}
 		ready[a.Key.Pod] = ready[a.Key.Pod] && hist[a.Key].Prepared
 	}

@@ -190,6 +190,9 @@ func gcInputs(desired []schema.Pod, observed []runtime.Container, plan Plan) ([]
 		if r.Steady != nil {
 			addPod(r.Steady.Pod)
 		}
+		if r.Current != nil {
+			addPod(r.Current.Pod) // may become steady while it runs
+		}
 		if r.Previous != nil {
 			for _, c := range podContainers(r.Previous.Pod) {
 				undo = append(undo, UndoImage{Image: c.Image, Since: r.Previous.Since})

@@ -109,6 +109,14 @@ type Options struct {
 	// volumes.Manager on State's directory). See workload.go.
 	DeviceKey podconfig.Key
 	Volumes   *volumes.Manager
+
+	// Location is the device's time zone, in which update windows with
+	// timeZone device are read (default time.Local: the TZ variable, else
+	// /etc/localtime). LockRoot is the directory holding each pod's
+	// update lock directory (default State's root, "locks"). See
+	// update.go.
+	Location *time.Location
+	LockRoot string
 }
 
 func (o *Options) ensureDefaults() {
@@ -153,6 +161,12 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.MaxParallel <= 0 {
 		o.MaxParallel = 4
+	}
+	if o.Location == nil {
+		o.Location = time.Local
+	}
+	if o.LockRoot == "" && o.State != nil {
+		o.LockRoot = filepath.Join(o.State.Root(), "locks")
 	}
 	if o.Seed == 0 {
 		o.Seed = rand.Uint64()
@@ -202,6 +216,9 @@ type Reconciler struct {
 
 	exitWake chan struct{}
 	ready    chan struct{}
+
+	updates *updateGate     // update windows and locks (update.go)
+	holds   map[string]Hold // the last pass's
 }
 
 type worker struct {
@@ -252,6 +269,7 @@ func New(o Options) (*Reconciler, error) {
 		r.hist = state.History{}
 	}
 	r.wl = newWorkloads(o)
+	r.updates = &updateGate{loc: o.Location, lockRoot: o.LockRoot, seen: map[string]lockSeen{}}
 	r.probes = newProbes(o)
 	r.rollouts = checkRollouts(r.rollouts, r.log)
 	if d := o.Desired; d != nil && o.Agent.Store == d.Store && o.Agent.AppliedGeneration <= d.Generation {
@@ -400,7 +418,9 @@ func (r *Reconciler) pass(ctx context.Context) (time.Time, bool) {
 	}
 
 	observed = r.beforeDiff(observed)
-	plan := Diff(r.pods, observed, r.probes.Results(), r.hist, r.rollouts, now, Policy{CrashLoop: r.o.CrashLoop, SteadyAfter: r.o.SteadyAfter})
+	holds, holdWake := r.updates.holds(r.pods, observed, r.rollouts, now, r.o.Events)
+	r.logHolds(holds)
+	plan := Diff(r.pods, observed, r.probes.Results(), r.hist, r.rollouts, now, Policy{CrashLoop: r.o.CrashLoop, SteadyAfter: r.o.SteadyAfter, Holds: holds})
 	if !r.adopted {
 		r.adopted = true
 		r.logAdoption(observed, plan)
@@ -432,6 +452,9 @@ func (r *Reconciler) pass(ctx context.Context) (time.Time, bool) {
 	}
 	r.persist()
 	next, hasNext := plan.NextWake()
+	if !holdWake.IsZero() && (!hasNext || holdWake.Before(next)) {
+		next, hasNext = holdWake, true
+	}
 	r.dispatch(ctx, plan, now, func(t time.Time) {
 		if !hasNext || t.Before(next) {
 			next, hasNext = t, true
@@ -861,8 +884,56 @@ func (r *Reconciler) report(observed []runtime.Container, now time.Time, listErr
 		busy[p] = true
 	}
 	st.Pods = PodStatuses(r.pods, observed, r.probes.Results(), r.hist, r.rollouts, busy, now, listErr)
+	if listErr == nil {
+		r.addUpdates(st.Pods, observed, busy, now)
+	}
 	if listErr != nil {
 		st.Message = "cannot list containers: " + listErr.Error()
 	}
 	r.o.OnStatus(st)
+}
+
+// logHolds logs and records the pods whose replacement starts or stops
+// being held back, and keeps holds for the status.
+func (r *Reconciler) logHolds(holds map[string]Hold) {
+	for pod, h := range holds {
+		if old, ok := r.holds[pod]; !ok || old.Reason != h.Reason {
+			r.log.Info("pod update held back", "pod", pod, "reason", h.Reason, "until", h.Until, "detail", h.Message)
+			if h.Reason == schema.UpdateReasonWindow {
+				r.o.Events.Record(schema.EventNormal, "WaitingForWindow", pod, "", "new revision downloaded or downloading; "+h.Message)
+			}
+		}
+	}
+	for pod, old := range r.holds {
+		if _, ok := holds[pod]; !ok {
+			r.log.Info("pod update no longer held back", "pod", pod, "was", old.Reason)
+		}
+	}
+	r.holds = holds
+}
+
+// addUpdates adds each desired pod's pending update to its status
+// (updateStatus).
+func (r *Reconciler) addUpdates(pods []schema.PodStatus, observed []runtime.Container, busy map[string]bool, now time.Time) {
+	var byKey map[state.Key]runtime.Container
+	for i, p := range r.pods {
+		if i >= len(pods) || pods[i].FailedRevision != nil {
+			continue
+		}
+		hash := podHash(p)
+		pending := pendingReplace(p, hash, observed)
+		var hold *Hold
+		var running *schema.PodStatus
+		if h, ok := r.holds[p.Name]; ok && pending {
+			hold = &h
+			if rev := runningRevision(p.Name, hash, observed, r.rollouts); rev != nil {
+				if byKey == nil {
+					byKey = observedByKey(observed)
+				}
+				ps := podStatus(*rev, byKey, r.probes.Results(), r.hist, busy, now, nil)
+				running = &ps
+			}
+		}
+		pods[i] = updateStatus(pods[i], p, hash, pending, preparedRevision(p, hash, r.hist), hold, running)
+	}
 }

@@ -52,6 +52,10 @@ type Policy struct {
 	// SteadyAfter is how long a container must run without exiting to
 	// have started (default DefaultSteadyAfter).
 	SteadyAfter time.Duration
+	// Holds are the pods whose replacement of a running older revision
+	// waits (update window, update lock; see update.go): their new
+	// images are pulled, the running version stays.
+	Holds map[string]Hold
 }
 
 func (p Policy) withDefaults() Policy {
@@ -121,8 +125,115 @@ func Diff(desired []schema.Pod, observed []runtime.Container, probes probe.Resul
 	}
 	plan.Pods = pods
 	plan.Rollouts = ro
+	recordCurrent(&plan, observed)
 	markSteady(&plan, observed, back, now, pol)
+	markCurrentSteady(&plan, observed, now, pol)
 	return plan
+}
+
+// recordCurrent remembers, per pod of plan.Pods, the revision the agent
+// runs or is starting (state.Rollout.Current) while it is not the steady
+// one: a revision that has containers, or that the plan creates or
+// starts. A revision the plan only prepares (its images are pulled while
+// the running one stays) leaves Current as it is.
+func recordCurrent(plan *Plan, observed []runtime.Container) {
+	started := map[string]string{} // pod → hash with containers or starts
+	for _, c := range observed {
+		if c.PodHash != "" && c.PodHash == plan.Hashes[c.Pod] {
+			started[c.Pod] = c.PodHash
+		}
+	}
+	for _, a := range plan.Actions {
+		switch a.Kind {
+		case Create, Start, Restart:
+			started[a.Key.Pod] = a.Key.Hash
+		}
+	}
+	for _, p := range plan.Pods {
+		hash := plan.Hashes[p.Name]
+		if started[p.Name] != hash {
+			continue
+		}
+		r := plan.Rollouts[p.Name]
+		switch {
+		case r.Steady != nil && r.Steady.Pod.Hash == hash:
+			r.Current = nil
+		case r.Current != nil && r.Current.Pod.Hash == hash:
+			continue
+		default:
+			sp := p
+			sp.Hash = hash
+			r.Current = &state.Revision{Pod: sp}
+		}
+		if r.IsZero() {
+			delete(plan.Rollouts, p.Name)
+		} else {
+			plan.Rollouts[p.Name] = r
+		}
+	}
+}
+
+// markCurrentSteady makes steady a pod's Current revision that is no
+// longer the one the agent wants to run but still runs, because the
+// wanted one is not ready to replace it (its image cannot be pulled yet,
+// say), once every one of its containers has run SteadyAfter. The
+// revision that ran steadily is then what a failing later revision falls
+// back to, and its images are kept, whatever was desired meanwhile.
+func markCurrentSteady(plan *Plan, observed []runtime.Container, now time.Time, pol Policy) {
+	byKey := observedByKey(observed)
+	for _, p := range plan.Pods {
+		r := plan.Rollouts[p.Name]
+		cur := r.Current
+		if cur == nil || cur.Pod.Hash == plan.Hashes[p.Name] || (r.Steady != nil && r.Steady.Pod.Hash == cur.Pod.Hash) {
+			continue
+		}
+		at, ok := steadyAt(cur.Pod, byKey, pol)
+		if !ok {
+			continue
+		}
+		if at.After(now) {
+			if plan.SteadyCheck.IsZero() || at.Before(plan.SteadyCheck) {
+				plan.SteadyCheck = at
+			}
+			continue
+		}
+		st := Steadied{Pod: p.Name, Hash: cur.Pod.Hash}
+		if r.Steady != nil {
+			r.Previous = r.Steady
+			st.Previous = r.Steady.Pod.Hash
+		}
+		r.Steady = &state.Revision{Pod: cur.Pod, Since: now}
+		r.Current = nil
+		plan.Rollouts[p.Name] = r
+		plan.Steadied = append(plan.Steadied, st)
+	}
+}
+
+// steadyAt returns when revision p (its Hash set) is steady judging by its
+// observed containers alone: the latest start of its containers plus
+// SteadyAfter. ok is false when one of its containers is not running (an
+// init container excepted, and one that completed with code 0 under a
+// policy that does not restart it).
+func steadyAt(p schema.Pod, byKey map[state.Key]runtime.Container, pol Policy) (time.Time, bool) {
+	var at time.Time
+	for _, c := range p.Spec.Containers {
+		ctr, ok := byKey[state.Key{Pod: p.Name, Container: c.Name, Hash: p.Hash}]
+		if !ok {
+			return time.Time{}, false
+		}
+		switch {
+		case ctr.State == runtime.StateExited && ctr.ExitCode == 0 && p.Spec.RestartPolicy != "" && p.Spec.RestartPolicy != schema.RestartAlways:
+			continue
+		case ctr.State != runtime.StateRunning:
+			return time.Time{}, false
+		case ctr.StartedAt.IsZero():
+			continue // running since an unknown time: adopted, count it
+		}
+		if t := ctr.StartedAt.Add(pol.SteadyAfter); t.After(at) {
+			at = t
+		}
+	}
+	return at, true
 }
 
 // pruneRollouts returns the rollout records of the desired pods, without
@@ -286,6 +397,7 @@ func markSteady(plan *Plan, observed []runtime.Container, back map[string]bool, 
 		}
 		r.Steady = &state.Revision{Pod: sp, Since: now}
 		r.Failed = nil
+		r.Current = nil
 		plan.Rollouts[p.Name] = r
 		plan.Steadied = append(plan.Steadied, st)
 	}
@@ -320,7 +432,7 @@ func shortHash(h string) string {
 func checkRollouts(ro state.Rollouts, log *slog.Logger) state.Rollouts {
 	out := make(state.Rollouts, len(ro))
 	for name, r := range ro {
-		for _, rev := range []**state.Revision{&r.Steady, &r.Previous} {
+		for _, rev := range []**state.Revision{&r.Steady, &r.Previous, &r.Current} {
 			if *rev == nil {
 				continue
 			}

@@ -185,6 +185,25 @@ func TestDiffRollout(t *testing.T) {
 			rolled:   "steady job " + shortHash(schema.PodSpecHash(job2.Spec)) + " after " + shortHash(schema.PodSpecHash(job1.Spec)),
 		},
 		{
+			name:     "last good: a revision replaced as desired before it was steady becomes steady while it runs",
+			desired:  []schema.Pod{v2},
+			observed: []runtime.Container{ctr(key(v1, "c0"), runtime.StateRunning)},
+			hist:     state.History{key(v2, "c0"): {Failures: 2, Reason: ReasonErrImagePull, RetryAt: t0.Add(time.Minute)}},
+			rollouts: state.Rollouts{"web": {Current: steadyRev(v1, time.Time{})}},
+			want:     "wait web/c0 ImagePullBackOff 1m0s",
+			rolled:   "steady web " + shortHash(h1),
+		},
+		{
+			name:     "last good: a crashing later revision goes back to it",
+			desired:  []schema.Pod{v3},
+			observed: []runtime.Container{quickExit(key(v3, "c0"), 1, time.Second)},
+			hist:     state.History{key(v3, "c0"): {ExitSeen: true, LastExitAt: t0.Add(-time.Minute), Delay: 20 * time.Second, Restarts: 2, FailedStarts: 2, Prepared: true}},
+			rollouts: state.Rollouts{"web": {Steady: steadyRev(v1, t0.Add(-time.Minute)), Current: steadyRev(v3, time.Time{})}},
+			want:     "remove web/c0 (RevisionFailed); create web/c0 replace",
+			rolled:   "rollback web to " + shortHash(h1) + ": CrashLoopBackOff (container c0: exit code 1, 3 times)",
+			failed:   schema.PodSpecHash(v3.Spec),
+		},
+		{
 			name:     "running for SteadyAfter makes the revision steady",
 			desired:  []schema.Pod{v2},
 			observed: []runtime.Container{ctr(key(v2, "c0"), runtime.StateRunning)},
@@ -340,4 +359,86 @@ func TestCheckRollouts(t *testing.T) {
 	if len(out) != 1 || out["web"].Steady == nil || out["web"].Previous != nil {
 		t.Fatalf("checkRollouts = %+v", out)
 	}
+}
+
+// TestDiffLastGoodSequence is the hole issue 44 found, pass by pass: v1
+// starts; an update to a tag that cannot be pulled arrives before v1 has
+// run SteadyAfter (v1 keeps running); v1 then runs on; a crashing v3 is
+// applied. v1 is the steady revision by then, so the device goes back to
+// it, keeps its image, and remembers v3 as failed.
+func TestDiffLastGoodSequence(t *testing.T) {
+	v1 := pod("web", schema.RestartAlways, "app:1")
+	v2 := pod("web", schema.RestartAlways, "app:missing")
+	v3 := pod("web", schema.RestartAlways, "app:crash")
+	h1, h3 := schema.PodSpecHash(v1.Spec), schema.PodSpecHash(v3.Spec)
+	pol := Policy{SteadyAfter: 30 * time.Second}
+	run := func(k state.Key, since time.Time) runtime.Container {
+		c := ctr(k, runtime.StateRunning)
+		c.StartedAt = since
+		return c
+	}
+	// v1 is created and runs for 5 s.
+	p := Diff([]schema.Pod{v1}, nil, nil, nil, nil, t0, pol)
+	if got := summary(p); got != "create web/c0" {
+		t.Fatalf("v1: %s", got)
+	}
+	v1run := run(key(v1, "c0"), t0)
+	p = Diff([]schema.Pod{v1}, []runtime.Container{v1run}, nil, p.History, p.Rollouts, t0.Add(5*time.Second), pol)
+	if c := p.Rollouts["web"].Current; c == nil || c.Pod.Hash != h1 {
+		t.Fatalf("v1 started: current = %+v, want v1", c)
+	}
+	// v2 arrives at 10 s; its image cannot be pulled: v1 runs on.
+	now := t0.Add(10 * time.Second)
+	p = Diff([]schema.Pod{v2}, []runtime.Container{v1run}, nil, p.History, p.Rollouts, now, pol)
+	if got := summary(p); got != "prepare web/c0" {
+		t.Fatalf("v2 arrives: %s", got)
+	}
+	hist := p.History.Clone()
+	hist[key(v2, "c0")] = state.Record{Failures: 1, Reason: ReasonErrImagePull, RetryAt: now.Add(time.Hour)}
+	p = Diff([]schema.Pod{v2}, []runtime.Container{v1run}, nil, hist, p.Rollouts, now, pol)
+	if !p.SteadyCheck.Equal(t0.Add(30*time.Second)) || len(p.Steadied) != 0 {
+		t.Fatalf("v2 unpullable at 10 s: steady check %v, steadied %v; want v1 checked at 30 s", p.SteadyCheck, p.Steadied)
+	}
+	// At 30 s v1, no longer desired, has run SteadyAfter: it is steady.
+	p = Diff([]schema.Pod{v2}, []runtime.Container{v1run}, nil, p.History, p.Rollouts, t0.Add(30*time.Second), pol)
+	if r := p.Rollouts["web"]; r.Steady == nil || r.Steady.Pod.Hash != h1 || r.Current != nil {
+		t.Fatalf("at 30 s: rollout %+v, want v1 steady", r)
+	}
+	if needed, _ := gcInputs([]schema.Pod{v2}, nil, p); !containsString(needed, "app:1") {
+		t.Fatalf("image GC keeps %v, want v1's image app:1 among them", needed)
+	}
+	// v3 arrives an hour later; it is pulled, replaces v1, crashes three times.
+	now = t0.Add(time.Hour)
+	p = Diff([]schema.Pod{v3}, []runtime.Container{v1run}, nil, p.History, p.Rollouts, now, pol)
+	hist = p.History.Clone()
+	hist[key(v3, "c0")] = state.Record{Prepared: true}
+	p = Diff([]schema.Pod{v3}, []runtime.Container{v1run}, nil, hist, p.Rollouts, now, pol)
+	if got := summary(p); got != "remove web/c0 (SpecChanged); create web/c0 replace" {
+		t.Fatalf("v3 prepared: %s", got)
+	}
+	for i := range 3 {
+		now = now.Add(time.Minute)
+		c := quickExit(key(v3, "c0"), 1, time.Second)
+		c.StartedAt, c.FinishedAt = now.Add(-time.Second), now
+		p = Diff([]schema.Pod{v3}, []runtime.Container{c}, nil, p.History, p.Rollouts, now, pol)
+		if i < 2 && len(p.RolledBack) != 0 {
+			t.Fatalf("exit %d: rolled back early", i+1)
+		}
+	}
+	r := p.Rollouts["web"]
+	if len(p.RolledBack) != 1 || p.RolledBack[0].To != h1 || r.Failed == nil || r.Failed.Hash != h3 {
+		t.Fatalf("after v3 crashed 3 times: rolled back %+v, rollout %+v; want back to v1, v3 failed", p.RolledBack, r)
+	}
+	if got := summary(p); got != "remove web/c0 (RevisionFailed); create web/c0 replace" || p.Pods[0].Spec.Containers[0].Image != "app:1" {
+		t.Fatalf("way back: %s, runs %s", got, p.Pods[0].Spec.Containers[0].Image)
+	}
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
 }

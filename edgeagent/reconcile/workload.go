@@ -309,6 +309,16 @@ func (r *Reconciler) containerSpec(a Action, setup bool) (runtime.ContainerSpec,
 			spec.Labels[k] = v
 		}
 	}
+	if p != nil && p.UpdateLock != nil {
+		dir := r.updates.lockDir(a.Key.Pod)
+		if setup {
+			var err error
+			if dir, err = r.updates.ensureLockDir(a.Key.Pod); err != nil {
+				return fail(err)
+			}
+		}
+		spec.Mounts = append(spec.Mounts, schema.Mount{HostPath: dir, MountPath: p.UpdateLock.LockPath()})
+	}
 	if len(c.VolumeMounts) == 0 {
 		return spec, nil
 	}

@@ -39,12 +39,7 @@ func ReadNode(ctx context.Context, stateDir string, rt runtime.Runtime) schema.N
 			n.ImageDisk = &schema.DiskMetrics{Path: d.Path, TotalBytes: d.Total, FreeBytes: d.Free}
 		}
 	}
-	if b, err := os.ReadFile("/sys/class/thermal/thermal_zone0/temp"); err == nil {
-		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
-			c := float64(v) / 1000
-			n.TemperatureCelsius = &c
-		}
-	}
+	n.TemperatureCelsius = ni.TemperatureCelsius
 	if p, err := exec.LookPath("vcgencmd"); err == nil {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		out, err := exec.CommandContext(cctx, p, "get_throttled").Output()

@@ -87,6 +87,12 @@ type Options struct {
 	// like OnDesired: on a goroutine paho starts for the message. It must
 	// not block for long. Nil: the topic is not subscribed.
 	OnRequest func(payload []byte)
+	// OnCertificate receives every payload on the device's certificate
+	// topic (schema.TopicCertificate: the hub's answer to a client
+	// certificate request), like OnRequest. Nil: the topic is not
+	// subscribed. A broker that refuses that one subscription (a hub
+	// that predates it) does not fail the connection.
+	OnCertificate func(payload []byte)
 	// OnConnect runs after each successful connect, once subscribed and
 	// with "online" sent (its acknowledgement may still be on its way):
 	// what it publishes reaches the broker after "online". It must not
@@ -102,6 +108,7 @@ type Session struct {
 	log           *slog.Logger
 	desiredTopic  string
 	requestsTopic string
+	certTopic     string
 	onlineTopic   string
 
 	mu     sync.Mutex
@@ -167,6 +174,7 @@ func New(o Options) (*Session, error) {
 		log:           o.Logger,
 		desiredTopic:  o.Topics.Device(o.Device, schema.TopicDesired),
 		requestsTopic: o.Topics.Device(o.Device, schema.TopicRequests),
+		certTopic:     o.Topics.Device(o.Device, schema.TopicCertificate),
 		onlineTopic:   o.Topics.Device(o.Device, schema.TopicOnline),
 	}, nil
 }
@@ -190,6 +198,29 @@ func (s *Session) Publish(ctx context.Context, topic string, retained bool, payl
 		return fmt.Errorf("publish %s: %w", topic, ErrNotConnected)
 	}
 	tok := c.Publish(topic, 1, retained, payload)
+	select {
+	case <-tok.Done():
+		if err := tok.Error(); err != nil {
+			return fmt.Errorf("publish %s: %w", topic, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("publish %s: %w", topic, ctx.Err())
+	}
+}
+
+// PublishQoS0 sends payload at QoS 0, not retained, and waits until paho
+// wrote it: for a request the caller repeats anyway, which a broker
+// whose ACL predates its topic may drop without ending the session. It
+// fails at once with ErrNotConnected while offline.
+func (s *Session) PublishQoS0(ctx context.Context, topic string, payload []byte) error {
+	s.mu.Lock()
+	c := s.client
+	s.mu.Unlock()
+	if c == nil {
+		return fmt.Errorf("publish %s: %w", topic, ErrNotConnected)
+	}
+	tok := c.Publish(topic, 0, false, payload)
 	select {
 	case <-tok.Done():
 		if err := tok.Error(); err != nil {
@@ -323,6 +354,9 @@ func (s *Session) onConnect(ctx context.Context, c mqtt.Client, epoch uint64) er
 	if s.o.OnRequest != nil {
 		topics[s.requestsTopic] = 1
 	}
+	if s.o.OnCertificate != nil {
+		topics[s.certTopic] = 1
+	}
 	sub := c.SubscribeMultiple(topics, func(_ mqtt.Client, m mqtt.Message) {
 		switch m.Topic() {
 		case s.desiredTopic:
@@ -331,6 +365,10 @@ func (s *Session) onConnect(ctx context.Context, c mqtt.Client, epoch uint64) er
 			if s.o.OnRequest != nil {
 				s.o.OnRequest(m.Payload())
 			}
+		case s.certTopic:
+			if s.o.OnCertificate != nil {
+				s.o.OnCertificate(m.Payload())
+			}
 		}
 	})
 	if err := wait(ctx, sub, s.o.OpTimeout); err != nil {
@@ -338,6 +376,10 @@ func (s *Session) onConnect(ctx context.Context, c mqtt.Client, epoch uint64) er
 	}
 	if st, ok := sub.(*mqtt.SubscribeToken); ok {
 		for topic, code := range st.Result() {
+			if code >= 0x80 && topic == s.certTopic {
+				s.log.Warn("the broker refused the certificate topic: client certificates are not renewed over MQTT on this hub", "topic", topic)
+				continue
+			}
 			if code >= 0x80 {
 				return fmt.Errorf("subscribe %s: refused by broker (code %#x)", topic, code)
 			}

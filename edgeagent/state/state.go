@@ -121,16 +121,23 @@ func (h History) Clone() History {
 // Steady is what the agent goes back to, Previous the steady revision
 // before it (its images are kept for a fast undo), Failed a desired
 // revision that failed to start and is not retried until the desired
-// revision changes. Revisions and failures are values: they are replaced,
-// never modified in place.
+// revision changes. Current is the revision the agent last started, while
+// it is not steady yet: it becomes steady once it has run long enough,
+// whether or not it is still the desired one by then (a newer revision
+// whose image cannot be pulled leaves it running). Since of Current is
+// when the agent first started it. Revisions and failures are values:
+// they are replaced, never modified in place.
 type Rollout struct {
 	Steady   *Revision `json:"steady,omitempty"`
 	Previous *Revision `json:"previous,omitempty"`
 	Failed   *Failure  `json:"failed,omitempty"`
+	Current  *Revision `json:"current,omitempty"`
 }
 
 // IsZero reports whether r remembers nothing.
-func (r Rollout) IsZero() bool { return r.Steady == nil && r.Previous == nil && r.Failed == nil }
+func (r Rollout) IsZero() bool {
+	return r.Steady == nil && r.Previous == nil && r.Failed == nil && r.Current == nil
+}
 
 // Revision is one revision of a pod that ran steadily.
 type Revision struct {

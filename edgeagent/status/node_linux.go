@@ -15,7 +15,8 @@ import (
 
 // ReadNodeInfo reads the device's facts: hostname, memory from
 // /proc/meminfo, disk of the filesystem holding dir, uptime from
-// /proc/uptime. Facts it cannot read are left zero.
+// /proc/uptime, the SoC's temperature from the first thermal zone. Facts
+// it cannot read are left zero.
 func ReadNodeInfo(dir string) *schema.NodeInfo {
 	n := &schema.NodeInfo{}
 	n.Hostname, _ = os.Hostname()
@@ -25,6 +26,7 @@ func ReadNodeInfo(dir string) *schema.NodeInfo {
 	if b, err := os.ReadFile("/proc/uptime"); err == nil {
 		n.UptimeSeconds = parseUptime(b)
 	}
+	n.TemperatureCelsius = ReadTemperature()
 	if dir != "" {
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(dir, &st); err == nil {
@@ -34,6 +36,17 @@ func ReadNodeInfo(dir string) *schema.NodeInfo {
 		}
 	}
 	return n
+}
+
+// ReadTemperature reads the SoC's temperature in °C from
+// /sys/class/thermal/thermal_zone0/temp (millidegrees), nil where there
+// is none.
+func ReadTemperature() *float64 {
+	b, err := os.ReadFile("/sys/class/thermal/thermal_zone0/temp")
+	if err != nil {
+		return nil
+	}
+	return parseMillidegrees(b)
 }
 
 func parseMeminfo(b []byte) (total, avail uint64) {

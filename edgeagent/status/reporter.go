@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	goruntime "runtime"
 	"sync"
@@ -134,7 +135,8 @@ func (r *Reporter) resetHeartbeat(t clock.Timer) {
 // NodeMoved reports whether the node figures moved enough since they
 // were last sent to be worth a status: another host name or size, a
 // reboot, free memory moved by a tenth of the total, free disk by a
-// twentieth. Uptime alone never is (the hub ages it from the status time).
+// twentieth, the temperature by 5 °C (or it appeared or went). Uptime
+// alone never is (the hub ages it from the status time).
 func NodeMoved(sent, now *schema.NodeInfo) bool {
 	switch {
 	case sent == nil || now == nil:
@@ -145,7 +147,16 @@ func NodeMoved(sent, now *schema.NodeInfo) bool {
 		return true
 	}
 	return absDiff(sent.MemoryAvailBytes, now.MemoryAvailBytes) >= now.MemoryTotalBytes/10 && now.MemoryTotalBytes > 0 ||
-		absDiff(sent.DiskFreeBytes, now.DiskFreeBytes) >= now.DiskTotalBytes/20 && now.DiskTotalBytes > 0
+		absDiff(sent.DiskFreeBytes, now.DiskFreeBytes) >= now.DiskTotalBytes/20 && now.DiskTotalBytes > 0 ||
+		temperatureMoved(sent.TemperatureCelsius, now.TemperatureCelsius)
+}
+
+// temperatureMoved: a temperature appeared, went, or moved by 5 °C.
+func temperatureMoved(sent, now *float64) bool {
+	if sent == nil || now == nil {
+		return (sent == nil) != (now == nil)
+	}
+	return math.Abs(*sent-*now) >= 5
 }
 
 func absDiff(a, b uint64) uint64 {
@@ -353,7 +364,8 @@ func (l *reportLoop) encode(st *schema.DeviceStatus, force bool) (key, payload [
 	o := &l.r.o
 	st.TypeMeta = schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDeviceStatus}
 	st.Device = o.Device
-	st.Agent = schema.AgentInfo{Version: o.Version, OS: goruntime.GOOS, Arch: goruntime.GOARCH}
+	st.Agent = schema.AgentInfo{Version: o.Version, OS: goruntime.GOOS, Arch: goruntime.GOARCH,
+		TimeZone: ZoneName(), UTCOffset: time.Now().Format("-07:00")}
 	st.Time, st.Node = time.Time{}, nil
 	key, err := json.Marshal(st)
 	if err != nil {

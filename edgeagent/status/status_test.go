@@ -715,6 +715,7 @@ func TestNodeMoved(t *testing.T) {
 		{"disk by a twentieth", func(n *schema.NodeInfo) { n.DiskFreeBytes += 100 }, true},
 		{"reboot", func(n *schema.NodeInfo) { n.UptimeSeconds = 5 }, true},
 		{"hostname", func(n *schema.NodeInfo) { n.Hostname = "pi2" }, true},
+		{"temperature appears", func(n *schema.NodeInfo) { n.TemperatureCelsius = ptr(51.0) }, true},
 	} {
 		n := base
 		c.edit(&n)
@@ -725,7 +726,30 @@ func TestNodeMoved(t *testing.T) {
 	if NodeMoved(nil, nil) || !NodeMoved(nil, &base) {
 		t.Error("nil figures")
 	}
+	warm := base
+	warm.TemperatureCelsius = ptr(50.0)
+	for _, c := range []struct {
+		now  *float64
+		want bool
+	}{{ptr(54.9), false}, {ptr(45.1), false}, {ptr(55.0), true}, {ptr(45.0), true}, {nil, true}} {
+		n := warm
+		n.TemperatureCelsius = c.now
+		if got := NodeMoved(&warm, &n); got != c.want {
+			t.Errorf("temperature 50 → %v: NodeMoved = %v, want %v", c.now, got, c.want)
+		}
+	}
 }
+
+func TestParseMillidegrees(t *testing.T) {
+	if c := parseMillidegrees([]byte("48312\n")); c == nil || *c != 48.312 {
+		t.Errorf("48312: got %v, want 48.312", c)
+	}
+	if c := parseMillidegrees([]byte("hot")); c != nil {
+		t.Errorf("hot: got %v, want nil", *c)
+	}
+}
+
+func ptr(f float64) *float64 { return &f }
 
 // TestFailedPublishRetriedOnce: a status that could not be published
 // (not connected yet) is retried after PublishTimeout; once the

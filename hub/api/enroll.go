@@ -110,6 +110,9 @@ func (s *Server) createBootstrapToken(w http.ResponseWriter, r *http.Request) {
 	out := bootstrapTokenJSON(bt, time.Now())
 	out.Token = token
 	out.CAHash = s.opts.CAHash
+	if s.opts.CAHashFunc != nil {
+		out.CAHash = s.opts.CAHashFunc()
+	}
 	w.Header().Set("Cache-Control", "no-store")
 	WriteJSON(w, http.StatusCreated, out)
 }

@@ -48,6 +48,9 @@ type Options struct {
 	// AgentRollout's spec.version against (schema.CheckAgentSkew);
 	// default schema.BuildVersion().
 	HubVersion string
+	// CAHashFunc, if set, is asked instead of CAHash for each new token
+	// (a hub whose CA rotates). Default none.
+	CAHashFunc func() string
 }
 
 // StatusSource supplies the status the hub derives from agent reports.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/fleetmq/fleet/hub/fleetmodel"
 	"github.com/fleetmq/fleet/schema"
@@ -44,6 +45,7 @@ type depAgg struct {
 	hash   string
 	status schema.DeploymentStatus
 	cat    map[string]category // the devices it targets
+	upd    map[string]updateMark
 }
 
 // countAll counts every deployment's status afresh and publishes what
@@ -111,11 +113,15 @@ func (a *statusAggregator) rebuild(dep *schema.Deployment) {
 		hash:   schema.TemplateHash(dep.Spec.Template),
 		status: schema.DeploymentStatus{ObservedGeneration: dep.Metadata.Generation, Revision: depRevision(dep)},
 		cat:    make(map[string]category, len(names)),
+		upd:    map[string]updateMark{},
 	}
 	for _, name := range names {
 		cat := a.categoryOf(dep.Metadata.Name, g.hash, name)
 		g.cat[name] = cat
 		countDevice(&g.status, cat, 1)
+		if m, ok := a.updateOf(dep.Metadata.Name, g.hash, name); ok {
+			g.upd[name] = m
+		}
 	}
 	a.aggs[dep.Metadata.Name] = g
 }
@@ -131,10 +137,14 @@ func (a *statusAggregator) update(dep *schema.Deployment, name string) {
 		countDevice(&g.status, old, -1)
 		delete(g.cat, name)
 	}
+	delete(g.upd, name)
 	if d, ok := a.fleet.device(name); ok && dep.Spec.Selector.Matches(d.Labels) {
 		cat := a.categoryOf(dep.Metadata.Name, g.hash, name)
 		g.cat[name] = cat
 		countDevice(&g.status, cat, 1)
+		if m, ok := a.updateOf(dep.Metadata.Name, g.hash, name); ok {
+			g.upd[name] = m
+		}
 	}
 }
 
@@ -158,8 +168,64 @@ func (a *statusAggregator) publish(ctx context.Context, names []string) {
 			continue
 		}
 		status := a.ports.withConflict(name, a.rollouts.decorate(name, g.status))
+		status.Updates = countUpdates(g.upd)
 		a.model.SetDeploymentStatus(name, status)
 		live = append(live, namedStatus{name, status})
 	}
 	a.topics.publishDeploymentStatuses(ctx, live, gone)
+}
+
+// updateMark is where a deployment's current revision stands on one
+// device that reports its update (schema.PodUpdate).
+type updateMark struct {
+	state   schema.UpdateState
+	waiting bool
+	until   time.Time
+}
+
+// updateOf reads device's report of pod depName's update to hash.
+func (a *statusAggregator) updateOf(depName, hash, device string) (updateMark, bool) {
+	d, _ := a.fleet.device(device)
+	st, _ := a.fleet.deviceState(device, d.UID)
+	if st == nil {
+		return updateMark{}, false
+	}
+	for i := range st.Pods {
+		p := &st.Pods[i]
+		if p.Name != depName || p.Update == nil || p.Update.Hash != hash {
+			continue
+		}
+		m := updateMark{state: p.Update.State, waiting: p.Update.Reason != ""}
+		if p.Update.Until != nil && p.Update.Reason == schema.UpdateReasonWindow {
+			m.until = *p.Update.Until
+		}
+		return m, true
+	}
+	return updateMark{}, false
+}
+
+// countUpdates sums the marks up; nil when there are none.
+func countUpdates(marks map[string]updateMark) *schema.UpdateCounts {
+	if len(marks) == 0 {
+		return nil
+	}
+	var c schema.UpdateCounts
+	for _, m := range marks {
+		switch m.state {
+		case schema.UpdateDownloading:
+			c.Downloading++
+		case schema.UpdateDownloaded, schema.UpdateWaiting:
+			c.Downloaded++
+		case schema.UpdateSwitched:
+			c.Switched++
+		}
+		if m.waiting {
+			c.Waiting++
+			if !m.until.IsZero() && (c.WaitingUntil == nil || m.until.Before(*c.WaitingUntil)) {
+				t := m.until
+				c.WaitingUntil = &t
+			}
+		}
+	}
+	return &c
 }

@@ -325,6 +325,10 @@ func templatePod(dep *schema.Deployment, hash string) schema.Pod {
 	if m := dep.Spec.Template.Metadata; m != nil && len(m.Annotations) > 0 {
 		p.Annotations = m.Annotations
 	}
+	// When the agent may replace an older revision by this one (not in
+	// the hash: a new window changes no pod).
+	p.UpdateWindow, p.UpdateLock = dep.Spec.UpdateWindow, dep.Spec.UpdateLock
+	p.UpdateNow = p.UpdateWindow != nil && dep.Metadata.Annotations[schema.AnnotationUpdateNow] == hash
 	return p
 }
 

@@ -66,6 +66,10 @@ type Options struct {
 	// keeps the canonical (unsigned) JSON. Default: none, states are
 	// published unsigned.
 	Signer DesiredSigner
+	// CABundle, if set, gives the PEM every desired state carries as
+	// caBundle (the hub's CAs, two during a CA rotation); a change is
+	// picked up by the next full pass (RepublishAll). Default none.
+	CABundle func() string
 	// Metrics, if set, receives the publish counters and pass durations.
 	Metrics *metrics.Metrics
 	// ResyncInterval is how often everything is re-read from the store

@@ -33,7 +33,8 @@ type desiredWriter struct {
 	topics     *desiredTopics
 	tombstones map[string]int64 // last generation of deleted devices
 	// held are the devices under a restore hold (restorehold.go).
-	held map[string]bool
+	held     map[string]bool
+	caBundle func() string // Options.CABundle; nil: none
 	// agent is the agent a device's desired state names (agents.go);
 	// nil names none.
 	agent func(device string) *schema.DesiredAgent
@@ -118,11 +119,15 @@ func (w *desiredWriter) change(name string, want []schema.Pod) (desiredChange, b
 		return desiredChange{}, false // restored: wait for the device's report
 	}
 	cfg := w.resolve(name, want)
+	bundle := ""
+	if w.caBundle != nil {
+		bundle = w.caBundle()
+	}
 	var agent *schema.DesiredAgent
 	if w.agent != nil {
 		agent = w.agent(name)
 	}
-	current := !held && prev != nil && prev.Store == w.storeID && SamePods(prev.Pods, want) && sameAgent(prev.Agent, agent)
+	current := !held && prev != nil && prev.Store == w.storeID && SamePods(prev.Pods, want) && prev.CABundle == bundle && sameAgent(prev.Agent, agent)
 	if current && cfg.same(prev) {
 		return desiredChange{}, false
 	}
@@ -142,6 +147,7 @@ func (w *desiredWriter) change(name string, want []schema.Pod) (desiredChange, b
 		Generation: gen,
 		Store:      w.storeID,
 		Pods:       want,
+		CABundle:   bundle,
 		Agent:      agent,
 	}
 	reuse := prev
@@ -167,6 +173,7 @@ func newDesiredWriter(opts Options, f fleetView, cfg *configState, topics *desir
 		fleet: f, cfg: cfg, model: opts.Model, topics: topics,
 		tombstones: map[string]int64{},
 		held:       map[string]bool{},
+		caBundle:   opts.CABundle,
 	}
 	topics.held = w.isHeld
 	return w

@@ -44,6 +44,10 @@ type rolloutRecord struct {
 	// AssignedAt is when each device was given the revision, while the
 	// rollout is not final.
 	AssignedAt map[string]time.Time `json:"assignedAt,omitempty"`
+	// WindowOpensAt is, for each device that reported holding the
+	// revision back for its update window, when the window opens: its
+	// progress deadline counts from then.
+	WindowOpensAt map[string]time.Time `json:"windowOpensAt,omitempty"`
 	// StartedAt is when the rollout of this revision started.
 	StartedAt time.Time `json:"startedAt,omitzero"`
 	// Condition is the Progressing condition's reason, and ConditionAt
@@ -267,8 +271,31 @@ func (s *stagedRollouts) device(depName, hash string, d *DeviceView, rec *rollou
 	}
 	if out.Revision == hash {
 		out.Ready, out.ReadyChangedAt, out.Failed, out.Reason = podHealth(d.Status, depName, hash, now)
+		if at, ok := windowOpensAt(d.Status, depName, hash); ok && !rec.WindowOpensAt[d.Name].Equal(at) {
+			if rec.WindowOpensAt == nil {
+				rec.WindowOpensAt = map[string]time.Time{}
+			}
+			rec.WindowOpensAt[d.Name] = at
+			s.dirty[depName] = true
+		}
+		out.WindowOpensAt = rec.WindowOpensAt[d.Name]
 	}
 	return out
+}
+
+// windowOpensAt reads from a device's report when its update window
+// lets it switch pod depName to hash, while it holds it back.
+func windowOpensAt(st *schema.DeviceStatus, depName, hash string) (time.Time, bool) {
+	if st == nil {
+		return time.Time{}, false
+	}
+	for i := range st.Pods {
+		u := st.Pods[i].Update
+		if st.Pods[i].Name == depName && u != nil && u.Hash == hash && u.Reason == schema.UpdateReasonWindow && u.Until != nil {
+			return u.Until.UTC(), true
+		}
+	}
+	return time.Time{}, false
 }
 
 // failReasons are the container reasons that fail a revision on a device.
@@ -382,7 +409,7 @@ func (s *stagedRollouts) record(dep *schema.Deployment, rec *rolloutRecord, plan
 		}
 	}
 	if next.Phase.Final() {
-		rec.AssignedAt = nil
+		rec.AssignedAt, rec.WindowOpensAt = nil, nil
 		if !rec.OutcomeDone && rec.Revision > 0 {
 			w := outcomeWrite{deployment: name, revision: rec.Revision, outcome: schema.OutcomeComplete}
 			if next.Phase != schema.RolloutComplete {

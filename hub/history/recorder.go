@@ -123,6 +123,7 @@ func (r *Recorder) recordDevice(d fleetmodel.DeviceRef, st *schema.DeviceStatus,
 		h.recordDeviceLocked(s, t, oldest, DeviceReport{
 			MemoryTotalBytes: n.MemoryTotalBytes, MemoryAvailableBytes: n.MemoryAvailBytes,
 			DiskTotalBytes: n.DiskTotalBytes, DiskFreeBytes: n.DiskFreeBytes,
+			TemperatureCelsius: n.TemperatureCelsius,
 		})
 	}
 	if top != nil && top.Time.UnixNano() != s.topAt {

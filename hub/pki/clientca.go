@@ -1,7 +1,6 @@
 package pki
 
 import (
-	"crypto"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -23,32 +22,36 @@ const clientCertValidity = 365 * 24 * time.Hour
 // The embedded broker verifies client certificates against it
 // (--mqtt-client-certs).
 type ClientCA struct {
-	cert *x509.Certificate
-	key  crypto.Signer
-	pem  []byte
-	now  func() time.Time
+	cas *CAs
+	now func() time.Time
 }
 
 // NewClientCA loads the hub's CA from dataDir, creating it if there is
 // none yet (a hub with --tls-cert and --tls-key has no CA of its own
 // until client certificates are asked for).
 func NewClientCA(dataDir string, log *slog.Logger) (*ClientCA, error) {
-	ca, key, caPEM, err := EnsureCA(dataDir, time.Now(), log)
+	cas, err := LoadCAs(dataDir, time.Now(), log)
 	if err != nil {
 		return nil, fmt.Errorf("client certificates: %w", err)
 	}
-	return &ClientCA{cert: ca, key: key, pem: caPEM, now: time.Now}, nil
+	return NewClientCAOf(cas), nil
 }
 
-// PEM is the CA's certificate, PEM-encoded, as devices are given it.
-func (c *ClientCA) PEM() []byte { return c.pem }
+// NewClientCAOf signs with the active CA of cas (the one ServerTLS
+// shares).
+func NewClientCAOf(cas *CAs) *ClientCA { return &ClientCA{cas: cas, now: time.Now} }
 
-// Pool is the CA as a pool for the broker's ClientCAs.
-func (c *ClientCA) Pool() *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AddCert(c.cert)
-	return p
-}
+// CAs are the CAs the ClientCA signs with.
+func (c *ClientCA) CAs() *CAs { return c.cas }
+
+// PEM is every CA devices are to trust (CAs.BundlePEM), PEM-encoded, as
+// devices are given it.
+func (c *ClientCA) PEM() []byte { return c.cas.BundlePEM() }
+
+// Pool is the CAs whose client certificates the broker accepts: the
+// active one and, during a rotation, the next (CAs.Pool). Ask again at
+// each handshake: a completed rotation drops the old CA.
+func (c *ClientCA) Pool() *x509.CertPool { return c.cas.Pool() }
 
 // ParseCSR decodes a PEM certificate signing request, checks its
 // signature and that it is for device (CommonName). Errors wrap
@@ -80,9 +83,10 @@ func (c *ClientCA) Sign(csr *x509.CertificateRequest, device string) ([]byte, ti
 		return nil, time.Time{}, fmt.Errorf("client certificate of %s: serial number: %w", device, err)
 	}
 	now := c.now()
+	ca, caKey := c.cas.Active()
 	notAfter := now.Add(clientCertValidity)
-	if notAfter.After(c.cert.NotAfter) {
-		notAfter = c.cert.NotAfter
+	if notAfter.After(ca.NotAfter) {
+		notAfter = ca.NotAfter
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
@@ -92,7 +96,7 @@ func (c *ClientCA) Sign(csr *x509.CertificateRequest, device string) ([]byte, ti
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, csr.PublicKey, c.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, csr.PublicKey, caKey)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("client certificate of %s: sign: %w", device, err)
 	}

@@ -29,18 +29,21 @@ func (t *ServerTLS) ServerNotAfter() time.Time {
 	return leaf.NotAfter
 }
 
-// CANotAfter is when the hub's own CA expires (zero without one).
+// CANotAfter is when the hub's own active CA expires (zero without
+// one); after a CA rotation, the new CA's end.
 func (t *ServerTLS) CANotAfter() time.Time {
-	if t == nil || t.ca == nil {
+	if t == nil || t.cas == nil {
 		return time.Time{}
 	}
-	return t.ca.NotAfter
+	ca, _ := t.cas.Active()
+	return ca.NotAfter
 }
 
-// NotAfter is when the CA of client certificates expires.
+// NotAfter is when the active CA of client certificates expires.
 func (c *ClientCA) NotAfter() time.Time {
-	if c == nil || c.cert == nil {
+	if c == nil || c.cas == nil {
 		return time.Time{}
 	}
-	return c.cert.NotAfter
+	ca, _ := c.cas.Active()
+	return ca.NotAfter
 }

@@ -1,6 +1,8 @@
 package pki
 
 import (
+	"bytes"
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -20,6 +22,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,16 +58,91 @@ const (
 )
 
 // ServerTLS is what the hub's TLS listeners present: a server
-// certificate, swapped atomically on reload, and the CA that signed it
-// when the hub made its own (no CA with --tls-cert/--tls-key).
+// certificate, swapped atomically on reload or renewal, and the CAs that
+// sign it when the hub made its own (none with --tls-cert/--tls-key).
 type ServerTLS struct {
-	ca    *x509.Certificate
-	caPEM []byte
+	cas *CAs // nil with a given certificate
 
 	// certFile and keyFile are the given certificate, reloaded by reload;
 	// "" for the hub's own.
 	certFile, keyFile string
 	cert              atomic.Pointer[tls.Certificate]
+
+	// The hub's own certificate: where it lives, what it names, how long
+	// it lasts, and the clock that says when to renew it.
+	dir      string
+	sans     []string
+	lifetime time.Duration
+	log      *slog.Logger
+	now      func() time.Time
+	after    func(time.Duration) <-chan time.Time
+	kick     chan struct{} // the CAs changed
+	renewMu  sync.Mutex
+	renewals atomic.Int64
+}
+
+// ServerTLSOptions configure NewServerTLS.
+type ServerTLSOptions struct {
+	// CertFile and KeyFile are a given certificate (--tls-cert,
+	// --tls-key); both or neither. Default none: the hub's own.
+	CertFile, KeyFile string
+	// DataDir holds the hub's CA and own certificate.
+	DataDir string
+	// SANs are the names the own certificate carries (ServerSANs).
+	SANs []string
+	// Lifetime of the own certificate (--tls-cert-lifetime); default one
+	// year. It is renewed once a third of it is left (at most 30 days
+	// before its end), while the hub runs (Run).
+	Lifetime time.Duration
+	// CAs sign the own certificate; default: LoadCAs(DataDir).
+	CAs *CAs
+	// Now is the time of the first check; default time.Now().
+	Now    time.Time
+	Logger *slog.Logger
+}
+
+// NewServerTLS loads the given certificate, or makes sure the hub's CA
+// and a current server certificate for o.SANs exist in o.DataDir.
+func NewServerTLS(o ServerTLSOptions) (*ServerTLS, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now.IsZero() {
+		o.Now = time.Now()
+	}
+	if o.Lifetime <= 0 {
+		o.Lifetime = serverValidity
+	}
+	t := &ServerTLS{dir: o.DataDir, sans: o.SANs, lifetime: o.Lifetime, log: o.Logger,
+		now: time.Now, after: time.After, kick: make(chan struct{}, 1)}
+	switch {
+	case o.CertFile != "" && o.KeyFile != "":
+		t.certFile, t.keyFile = o.CertFile, o.KeyFile
+		if err := t.Reload(); err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		return t, nil
+	case o.CertFile != "" || o.KeyFile != "":
+		return nil, errors.New("tls: give both --tls-cert and --tls-key")
+	}
+	t.cas = o.CAs
+	if t.cas == nil {
+		cas, err := LoadCAs(o.DataDir, o.Now, o.Logger)
+		if err != nil {
+			return nil, err
+		}
+		t.cas = cas
+	}
+	if _, err := t.RenewIfDue(o.Now); err != nil {
+		return nil, err
+	}
+	t.cas.OnChange(func() {
+		select {
+		case t.kick <- struct{}{}:
+		default:
+		}
+	})
+	return t, nil
 }
 
 // Config is the server TLS configuration of every TLS listener: TLS 1.2
@@ -93,48 +171,135 @@ func (t *ServerTLS) Reload() error {
 	return nil
 }
 
+// renewWindow is how long before its end a certificate of lifetime is
+// renewed: a third of it, at most renewBefore.
+func renewWindow(lifetime time.Duration) time.Duration {
+	return min(renewBefore, lifetime/3)
+}
+
+// Leaf is the server certificate presented now.
+func (t *ServerTLS) Leaf() *x509.Certificate {
+	c := t.cert.Load()
+	if c == nil {
+		return nil
+	}
+	return c.Leaf
+}
+
+// Renewals counts the server certificates issued since the hub started
+// (the first one included when there was none).
+func (t *ServerTLS) Renewals() int64 { return t.renewals.Load() }
+
+// NextRenewal is when the hub's own certificate is due for renewal (the
+// zero time with a given certificate).
+func (t *ServerTLS) NextRenewal() time.Time {
+	leaf := t.Leaf()
+	if t.cas == nil || leaf == nil {
+		return time.Time{}
+	}
+	return leaf.NotAfter.Add(-renewWindow(t.lifetime))
+}
+
+// RenewIfDue issues a new own certificate when the current one is within
+// its renewal window at now, is not signed by the active CA (after a CA
+// rotation) or lacks a name; the next handshake presents it, connections
+// already up are not touched. It reports whether it issued one.
+func (t *ServerTLS) RenewIfDue(now time.Time) (bool, error) {
+	if t.cas == nil {
+		return false, nil
+	}
+	t.renewMu.Lock()
+	defer t.renewMu.Unlock()
+	ca, caKey := t.cas.Active()
+	cert, issued, err := ensureServerCert(t.dir, ca, caKey, t.sans, now, t.lifetime, t.log)
+	if err != nil {
+		return false, err
+	}
+	if cur := t.cert.Load(); cur == nil || issued || !bytes.Equal(cur.Certificate[0], cert.Certificate[0]) {
+		t.cert.Store(&cert)
+	}
+	if issued {
+		t.renewals.Add(1)
+	}
+	return issued, nil
+}
+
+// Run renews the hub's own certificate when it is due, and at once
+// after a CA rotation completes, until ctx is done. A failed renewal is
+// retried after a tenth of the lifetime (at most a minute). With a given
+// certificate it only waits for ctx.
+func (t *ServerTLS) Run(ctx context.Context) error {
+	if t.cas == nil {
+		<-ctx.Done()
+		return nil
+	}
+	wait := t.NextRenewal().Sub(t.now())
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.after(max(wait, 0)):
+		case <-t.kick:
+		}
+		issued, err := t.RenewIfDue(t.now())
+		switch {
+		case err != nil:
+			t.log.Error("renew the hub's server certificate", "err", err)
+			wait = min(t.lifetime/10, time.Minute)
+			continue
+		case issued:
+			leaf := t.Leaf()
+			t.log.Info("renewed the hub's server certificate; new connections get it, connected clients keep theirs",
+				"expires", leaf.NotAfter.Format(time.RFC3339), "ca_hash", t.CAHash())
+		}
+		wait = t.NextRenewal().Sub(t.now())
+	}
+}
+
 // CertFile is the given certificate's file (--tls-cert), "" for the
 // hub's own.
 func (t *ServerTLS) CertFile() string { return t.certFile }
 
 // OwnCA reports whether the hub made its own CA (no --tls-cert).
-func (t *ServerTLS) OwnCA() bool { return t != nil && t.ca != nil }
+func (t *ServerTLS) OwnCA() bool { return t != nil && t.cas != nil }
+
+// CAs are the hub's own CAs; nil with a given certificate.
+func (t *ServerTLS) CAs() *CAs {
+	if t == nil {
+		return nil
+	}
+	return t.cas
+}
 
 // CAPEM is the PEM of the hub's own CA; nil without one.
-func (t *ServerTLS) CAPEM() []byte { return t.caPEM }
+func (t *ServerTLS) CAPEM() []byte {
+	if t == nil || t.cas == nil {
+		return nil
+	}
+	return t.cas.ActivePEM()
+}
 
 // CAHash is the CA's pin for bootstrap tokens, "" without an own CA.
 func (t *ServerTLS) CAHash() string {
-	if t == nil || t.ca == nil {
+	if t == nil || t.cas == nil {
 		return ""
 	}
-	return schema.CAHash(t.ca)
+	ca, _ := t.cas.Active()
+	return schema.CAHash(ca)
+}
+
+// CAHashFunc returns CAHash as a function, nil without an own CA.
+func (t *ServerTLS) CAHashFunc() func() string {
+	if !t.OwnCA() {
+		return nil
+	}
+	return t.CAHash
 }
 
 // SetupServerTLS loads the given certificate, or makes sure the hub's CA
-// and a current server certificate for sans exist in dataDir.
+// and a current server certificate (one year) for sans exist in dataDir.
 func SetupServerTLS(certFile, keyFile, dataDir string, sans []string, now time.Time, log *slog.Logger) (*ServerTLS, error) {
-	switch {
-	case certFile != "" && keyFile != "":
-		t := &ServerTLS{certFile: certFile, keyFile: keyFile}
-		if err := t.Reload(); err != nil {
-			return nil, fmt.Errorf("tls: %w", err)
-		}
-		return t, nil
-	case certFile != "" || keyFile != "":
-		return nil, errors.New("tls: give both --tls-cert and --tls-key")
-	}
-	ca, caKey, caPEM, err := EnsureCA(dataDir, now, log)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := ensureServerCert(dataDir, ca, caKey, sans, now, log)
-	if err != nil {
-		return nil, err
-	}
-	t := &ServerTLS{ca: ca, caPEM: caPEM}
-	t.cert.Store(&cert)
-	return t, nil
+	return NewServerTLS(ServerTLSOptions{CertFile: certFile, KeyFile: keyFile, DataDir: dataDir, SANs: sans, Now: now, Logger: log})
 }
 
 // EnsureCA loads the hub's CA from dataDir, creating it (ECDSA P-256,
@@ -190,9 +355,10 @@ func EnsureCA(dataDir string, now time.Time, log *slog.Logger) (*x509.Certificat
 }
 
 // ensureServerCert returns the server certificate in dataDir when it is
-// signed by ca, covers every name of sans and has more than renewBefore
-// left; else it issues a new one (1 year, never past the CA's end).
-func ensureServerCert(dataDir string, ca *x509.Certificate, caKey crypto.Signer, sans []string, now time.Time, log *slog.Logger) (tls.Certificate, error) {
+// signed by ca, covers every name of sans and has more than its renewal
+// window left (renewWindow of lifetime); else it issues a new one
+// (lifetime long, never past the CA's end) and reports so.
+func ensureServerCert(dataDir string, ca *x509.Certificate, caKey crypto.Signer, sans []string, now time.Time, lifetime time.Duration, log *slog.Logger) (tls.Certificate, bool, error) {
 	certPath, keyPath := filepath.Join(dataDir, ServerCertName), filepath.Join(dataDir, ServerKeyName)
 	certPEM, certErr := os.ReadFile(certPath)
 	keyPEM, keyErr := os.ReadFile(keyPath)
@@ -204,24 +370,24 @@ func ensureServerCert(dataDir string, ca *x509.Certificate, caKey crypto.Signer,
 			reason = err.Error()
 		case cert.CheckSignatureFrom(ca) != nil:
 			reason = "not signed by the hub's CA"
-		case now.Add(renewBefore).After(cert.NotAfter):
-			reason = "expires on " + cert.NotAfter.Format(time.DateOnly)
+		case !now.Add(renewWindow(lifetime)).Before(cert.NotAfter):
+			reason = "expires at " + cert.NotAfter.Format(time.RFC3339)
 		case !coversSANs(cert, sans):
 			reason = "names changed"
 		default:
 			pair, err := tls.X509KeyPair(certPEM, keyPEM)
 			if err == nil {
-				return pair, nil
+				return pair, false, nil
 			}
 			reason = err.Error()
 		}
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("hub certificate: generate key: %w", err)
+		return tls.Certificate{}, false, fmt.Errorf("hub certificate: generate key: %w", err)
 	}
 	dns, ips := splitSANs(sans)
-	notAfter := now.Add(serverValidity)
+	notAfter := now.Add(lifetime)
 	if notAfter.After(ca.NotAfter) {
 		notAfter = ca.NotAfter
 	}
@@ -240,19 +406,20 @@ func ensureServerCert(dataDir string, ca *x509.Certificate, caKey crypto.Signer,
 	}
 	cert, certPEM, keyPEM, err := issue(tmpl, ca, key, caKey)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("hub certificate: %w", err)
+		return tls.Certificate{}, false, fmt.Errorf("hub certificate: %w", err)
 	}
 	// Chain: the server certificate, then the CA, so that a client
 	// pinning the CA by hash sees it in the handshake.
 	chainPEM := append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})...)
 	if err := store.WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
-		return tls.Certificate{}, fmt.Errorf("hub certificate: write %s: %w", keyPath, err)
+		return tls.Certificate{}, false, fmt.Errorf("hub certificate: write %s: %w", keyPath, err)
 	}
 	if err := store.WriteFileAtomic(certPath, chainPEM, 0o644); err != nil {
-		return tls.Certificate{}, fmt.Errorf("hub certificate: write %s: %w", certPath, err)
+		return tls.Certificate{}, false, fmt.Errorf("hub certificate: write %s: %w", certPath, err)
 	}
-	log.Info("issued the hub's server certificate", "cert", certPath, "why", reason, "expires", cert.NotAfter.Format(time.DateOnly), "names", strings.Join(sans, ","))
-	return tls.X509KeyPair(chainPEM, keyPEM)
+	log.Info("issued the hub's server certificate", "cert", certPath, "why", reason, "expires", cert.NotAfter.Format(time.RFC3339), "names", strings.Join(sans, ","), "ca_hash", schema.CAHash(ca))
+	pair, err := tls.X509KeyPair(chainPEM, keyPEM)
+	return pair, err == nil, err
 }
 
 // issue signs tmpl with parentKey (self-signed when parent is nil) and

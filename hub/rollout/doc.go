@@ -50,6 +50,10 @@
 // running when the new one cannot start) and, below the failure
 // threshold, does not hold the rollout back.
 //
+// Update windows. A device that reports holding the new revision back for
+// its update window (Device.WindowOpensAt) is pending until the window
+// opens, never failed, and its progress deadline counts from the opening.
+//
 // Offline devices. An offline device is pending, never failed, whatever
 // it reported before. An offline device that has not proved healthy holds
 // the rollout back at most progressDeadlineSeconds after it was given the

@@ -74,6 +74,11 @@ type Device struct {
 	// ("ImagePullBackOff").
 	Failed bool
 	Reason string
+	// WindowOpensAt is when the device's update window lets it switch to
+	// Revision, once it has reported holding Revision back for its
+	// window (zero: it never did). Until then the device is pending,
+	// never failed; its progress deadline counts from then.
+	WindowOpensAt time.Time
 }
 
 // Input is everything a plan depends on.
@@ -273,6 +278,10 @@ func (p *planner) judge(d *Device) verdict {
 		}
 		return verdict{h: offlinePending}
 	}
+	if !d.Ready && p.now.Before(d.WindowOpensAt) {
+		// Outside its update window: pending, its images pulled ahead.
+		return verdict{h: starting, at: d.WindowOpensAt}
+	}
 	if d.Failed {
 		return verdict{h: failed, reason: cmp.Or(d.Reason, "failed")}
 	}
@@ -282,7 +291,7 @@ func (p *planner) judge(d *Device) verdict {
 		}
 		return verdict{h: warming, at: readyAt}
 	}
-	since := latest(assigned, d.OnlineSince, d.ReadyChangedAt)
+	since := latest(assigned, d.OnlineSince, d.ReadyChangedAt, d.WindowOpensAt)
 	if deadline := since.Add(p.deadline); p.now.Before(deadline) {
 		return verdict{h: starting, at: deadline}
 	}

@@ -65,6 +65,13 @@ func since(d Device, at time.Duration) Device {
 	return d
 }
 
+// window is d holding the new revision back for its update window,
+// which opens (or opened) at t0+at.
+func window(d Device, at time.Duration) Device {
+	d.WindowOpensAt = t0.Add(at)
+	return d
+}
+
 // summary renders a plan compactly for comparison; times are relative
 // to t0.
 func summary(p Plan) string {
@@ -246,6 +253,18 @@ func TestNext(t *testing.T) {
 			devices: []Device{since(onNew(online("a"), -time.Hour), -m), online("b")},
 			state:   atStep(0, -time.Hour),
 			want:    "Progressing 1/3 new=[a] added=[] ready=0 failed=0 pending=2 | step 1 of 3: 1 device to become healthy (1 starting) until +9m0s | recheck +9m0s",
+		},
+		{
+			name:    "a device outside its update window is pending, not failed, past its deadline",
+			devices: []Device{window(onNew(online("a"), -time.Hour), 2*time.Hour), online("b")},
+			state:   atStep(0, -time.Hour),
+			want:    "Progressing 1/3 new=[a] added=[] ready=0 failed=0 pending=2 | step 1 of 3: 1 device to become healthy (1 starting) until +2h0m0s | recheck +2h0m0s",
+		},
+		{
+			name:    "a device's deadline counts from its window opening",
+			devices: []Device{window(onNew(online("a"), -time.Hour), -3*m), online("b")},
+			state:   atStep(0, -time.Hour),
+			want:    "Progressing 1/3 new=[a] added=[] ready=0 failed=0 pending=2 | step 1 of 3: 1 device to become healthy (1 starting) until +7m0s | recheck +7m0s",
 		},
 		{
 			name:    "a device whose readiness flaps gets a whole deadline from the flap",

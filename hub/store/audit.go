@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
-
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -71,7 +69,7 @@ func (s *Store) AppendAudit(ctx context.Context, e schema.AuditEntry) (schema.Au
 	a := &s.audit
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := s.loadAuditLocked(); err != nil {
+	if err := s.loadAuditLocked(ctx); err != nil {
 		return e, err
 	}
 	e.Seq = a.next
@@ -93,14 +91,16 @@ func (s *Store) AppendAudit(ctx context.Context, e schema.AuditEntry) (schema.Au
 	if pos.first == e.Seq {
 		pos.firstTime = e.Time
 	}
-	err = s.db.Update(func(b *badger.Txn) error {
-		if err := b.Set([]byte(key), val); err != nil {
+	start := pos
+	err = engineUpdate(ctx, s.eng, func(b engineTxn) error {
+		pos = start
+		if err := b.set(key, val); err != nil {
 			return err
 		}
 		return a.prune(b, &pos, e.Seq+1, s.now())
 	})
 	if err != nil {
-		return e, fmt.Errorf("append audit entry %d: %w", e.Seq, badgerErr(err))
+		return e, fmt.Errorf("append audit entry %d: %w", e.Seq, err)
 	}
 	a.set(pos)
 	a.next, a.lastHash = e.Seq+1, e.Hash
@@ -118,16 +118,20 @@ func (s *Store) PruneAudit(ctx context.Context) error {
 	a := &s.audit
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := s.loadAuditLocked(); err != nil {
+	if err := s.loadAuditLocked(ctx); err != nil {
 		return err
 	}
 	pos := a.position()
 	if !a.due(pos, s.now()) {
 		return nil
 	}
-	err := s.db.Update(func(b *badger.Txn) error { return a.prune(b, &pos, a.next, s.now()) })
+	start := pos
+	err := engineUpdate(ctx, s.eng, func(b engineTxn) error {
+		pos = start
+		return a.prune(b, &pos, a.next, s.now())
+	})
 	if err != nil {
-		return fmt.Errorf("prune audit trail: %w", badgerErr(err))
+		return fmt.Errorf("prune audit trail: %w", err)
 	}
 	a.set(pos)
 	return nil
@@ -135,13 +139,13 @@ func (s *Store) PruneAudit(ctx context.Context) error {
 
 // loadAuditLocked finds the oldest and newest entries, the trail's size
 // and the chain's anchor on first use.
-func (s *Store) loadAuditLocked() error {
+func (s *Store) loadAuditLocked(ctx context.Context) error {
 	a := &s.audit
 	if a.loaded {
 		return nil
 	}
 	var legacy bool
-	err := s.db.View(func(b *badger.Txn) error {
+	err := engineView(ctx, s.eng, func(b engineTxn) error {
 		anchor, err := readAnchor(b)
 		if err != nil {
 			return err
@@ -182,8 +186,8 @@ func (s *Store) loadAuditLocked() error {
 	}
 	if legacy {
 		anchor := schema.AuditAnchor{Seq: a.next - 1}
-		if err := s.db.Update(func(b *badger.Txn) error { return writeAnchor(b, anchor) }); err != nil {
-			return fmt.Errorf("start the audit chain: %w", badgerErr(err))
+		if err := engineUpdate(ctx, s.eng, func(b engineTxn) error { return writeAnchor(b, anchor) }); err != nil {
+			return fmt.Errorf("start the audit chain: %w", err)
 		}
 		a.anchor = anchor
 	}
@@ -192,25 +196,22 @@ func (s *Store) loadAuditLocked() error {
 }
 
 // auditEnd returns the seq of the oldest (or, reverse, the newest) entry.
-func auditEnd(b *badger.Txn, reverse bool) (uint64, bool, error) {
-	opts := badger.DefaultIteratorOptions
-	opts.PrefetchValues = false
-	opts.Prefix = []byte(prefixAudit)
-	opts.Reverse = reverse
-	it := b.NewIterator(opts)
-	defer it.Close()
-	seek := []byte(prefixAudit)
-	if reverse {
-		seek = append(seek, 0xff)
-	}
-	for it.Seek(seek); it.Valid(); it.Next() {
-		seq, err := strconv.ParseUint(strings.TrimPrefix(string(it.Item().Key()), prefixAudit), 10, 64)
+func auditEnd(b engineTxn, reverse bool) (uint64, bool, error) {
+	var seq uint64
+	var found bool
+	errFound := errors.New("found")
+	err := b.scan(prefixAudit, reverse, func(key string, _ []byte) error {
+		n, err := strconv.ParseUint(strings.TrimPrefix(key, prefixAudit), 10, 64)
 		if err != nil {
-			return 0, false, fmt.Errorf("audit key %q: %w", it.Item().Key(), err)
+			return fmt.Errorf("audit key %q: %w", key, err)
 		}
-		return seq, true, nil
+		seq, found = n, true
+		return errFound
+	})
+	if err != nil && !errors.Is(err, errFound) {
+		return 0, false, err
 	}
-	return 0, false, nil
+	return seq, found, nil
 }
 
 // AuditQuery filters Audit.
@@ -231,33 +232,26 @@ func (s *Store) Audit(ctx context.Context, q AuditQuery) ([]schema.AuditEntry, e
 	defer s.release()
 	out := []schema.AuditEntry{}
 	errEnough := errors.New("enough")
-	err := s.db.View(func(b *badger.Txn) error {
-		opts := badger.DefaultIteratorOptions
-		opts.Prefix = []byte(prefixAudit)
-		opts.Reverse = true
-		opts.PrefetchSize = 64
-		it := b.NewIterator(opts)
-		defer it.Close()
-		for it.Seek(append([]byte(prefixAudit), 0xff)); it.Valid(); it.Next() {
+	err := engineView(ctx, s.eng, func(b engineTxn) error {
+		return b.scan(prefixAudit, true, func(key string, v []byte) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			var e schema.AuditEntry
-			err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &e) })
-			if err != nil {
+			if err := json.Unmarshal(v, &e); err != nil {
 				// A damaged entry is left out, not a reason to hide the rest.
-				s.log.Warn("audit entry does not decode", "key", string(it.Item().Key()), "err", err)
-				continue
+				s.log.Warn("audit entry does not decode", "key", key, "err", err)
+				return nil
 			}
 			if (!q.Since.IsZero() && e.Time.Before(q.Since)) || (q.Actor != "" && e.Actor != q.Actor) {
-				continue
+				return nil
 			}
 			out = append(out, e)
 			if q.Limit > 0 && len(out) >= q.Limit {
 				return errEnough
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil && !errors.Is(err, errEnough) {
 		return nil, fmt.Errorf("read audit trail: %w", err)

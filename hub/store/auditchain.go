@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
-
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -51,52 +49,47 @@ func chainEntry(e *schema.AuditEntry) ([]byte, error) {
 	return json.Marshal(e)
 }
 
-func readAnchor(b *badger.Txn) (schema.AuditAnchor, error) {
+func readAnchor(b engineTxn) (schema.AuditAnchor, error) {
 	var a schema.AuditAnchor
-	item, err := b.Get([]byte(keyAuditAnchor))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return a, nil
-	}
-	if err != nil {
+	v, ok, err := b.get(keyAuditAnchor)
+	if err != nil || !ok {
 		return a, err
 	}
-	err = item.Value(func(v []byte) error { return json.Unmarshal(v, &a) })
-	if err != nil {
+	if err := json.Unmarshal(v, &a); err != nil {
 		return a, fmt.Errorf("audit anchor: %w", err)
 	}
 	return a, nil
 }
 
-func writeAnchor(b *badger.Txn, a schema.AuditAnchor) error {
+func writeAnchor(b engineTxn, a schema.AuditAnchor) error {
 	v, err := json.Marshal(a)
 	if err != nil {
 		return err
 	}
-	return b.Set([]byte(keyAuditAnchor), v)
+	return b.set(keyAuditAnchor, v)
 }
 
 // readAuditEntry reads entry seq.
-func readAuditEntry(b *badger.Txn, seq uint64) (schema.AuditEntry, error) {
+func readAuditEntry(b engineTxn, seq uint64) (schema.AuditEntry, error) {
 	var e schema.AuditEntry
-	item, err := b.Get([]byte(AuditKey(seq)))
+	v, ok, err := b.get(AuditKey(seq))
 	if err != nil {
 		return e, err
 	}
-	return e, item.Value(func(v []byte) error { return json.Unmarshal(v, &e) })
+	if !ok {
+		return e, fmt.Errorf("audit entry %d: %w", seq, ErrNotFound)
+	}
+	return e, json.Unmarshal(v, &e)
 }
 
 // auditBytes is the size of the trail's keys and values.
-func auditBytes(b *badger.Txn) (int64, error) {
-	opts := badger.DefaultIteratorOptions
-	opts.PrefetchValues = false
-	opts.Prefix = []byte(prefixAudit)
-	it := b.NewIterator(opts)
-	defer it.Close()
+func auditBytes(b engineTxn) (int64, error) {
 	var n int64
-	for it.Rewind(); it.Valid(); it.Next() {
-		n += int64(len(it.Item().Key())) + it.Item().ValueSize()
-	}
-	return n, nil
+	err := b.scan(prefixAudit, false, func(key string, val []byte) error {
+		n += int64(len(key) + len(val))
+		return nil
+	})
+	return n, err
 }
 
 // auditPos is what a pruning transaction changes, applied to the
@@ -126,24 +119,20 @@ func (a *auditLog) due(p auditPos, now time.Time) bool {
 // prune deletes, in b, the oldest entries past the age or size bound,
 // never the newest (next-1), and moves the anchor to the last one it
 // deletes.
-func (a *auditLog) prune(b *badger.Txn, p *auditPos, next uint64, now time.Time) error {
+func (a *auditLog) prune(b engineTxn, p *auditPos, next uint64, now time.Time) error {
 	if !a.due(*p, now) {
 		return nil
 	}
 	anchor := p.anchor
 	for n := 0; n < maxAuditTrim && p.first+1 < next; n++ {
-		key := []byte(AuditKey(p.first))
-		item, err := b.Get(key)
-		if errors.Is(err, badger.ErrKeyNotFound) {
+		key := AuditKey(p.first)
+		val, ok, err := b.get(key)
+		if err != nil {
+			return err
+		}
+		if !ok {
 			p.first++ // a gap: VerifyAudit names it
 			continue
-		}
-		if err != nil {
-			return err
-		}
-		val, err := item.ValueCopy(nil)
-		if err != nil {
-			return err
 		}
 		var e schema.AuditEntry
 		decodeErr := json.Unmarshal(val, &e)
@@ -153,7 +142,7 @@ func (a *auditLog) prune(b *badger.Txn, p *auditPos, next uint64, now time.Time)
 			p.firstTime = e.Time
 			break
 		}
-		if err := b.Delete(key); err != nil {
+		if err := b.del(key); err != nil {
 			return err
 		}
 		if p.first > anchor.Seq {
@@ -185,7 +174,7 @@ func (s *Store) VerifyAudit(ctx context.Context) (schema.AuditVerification, erro
 	// Appends wait: the trail is read at one point.
 	s.audit.mu.Lock()
 	defer s.audit.mu.Unlock()
-	err := s.db.View(func(b *badger.Txn) error {
+	err := engineView(ctx, s.eng, func(b engineTxn) error {
 		anchor, err := readAnchor(b)
 		if err != nil {
 			v.Broken = &schema.AuditBreak{Reason: "the anchor (hash of the last pruned entry) does not decode: " + err.Error()}
@@ -209,37 +198,33 @@ func (s *Store) VerifyAudit(ctx context.Context) (schema.AuditVerification, erro
 }
 
 // verifyChain walks the entries oldest first.
-func verifyChain(ctx context.Context, b *badger.Txn, v *schema.AuditVerification) error {
-	opts := badger.DefaultIteratorOptions
-	opts.Prefix = []byte(prefixAudit)
-	opts.PrefetchSize = 64
-	it := b.NewIterator(opts)
-	defer it.Close()
+func verifyChain(ctx context.Context, b engineTxn, v *schema.AuditVerification) error {
 	want, prev := v.Anchor.Seq+1, v.Anchor.Hash
-	for it.Rewind(); it.Valid(); it.Next() {
+	// errBroken stops the walk at the first break (v.Broken says which).
+	errBroken := errors.New("broken")
+	err := b.scan(prefixAudit, false, func(key string, val []byte) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		key := string(it.Item().Key())
 		seq, err := strconv.ParseUint(strings.TrimPrefix(key, prefixAudit), 10, 64)
 		if err != nil {
 			v.Broken = &schema.AuditBreak{Reason: fmt.Sprintf("key %q is no audit entry's", key)}
-			return nil
+			return errBroken
 		}
 		if seq <= v.Anchor.Seq {
 			v.Unchained++ // older than the chain
-			continue
+			return nil
 		}
 		brk := func(format string, a ...any) error {
 			v.Broken = &schema.AuditBreak{Seq: seq, Reason: fmt.Sprintf(format, a...)}
-			return nil
+			return errBroken
 		}
 		if seq != want {
 			v.Broken = &schema.AuditBreak{Seq: want, Reason: fmt.Sprintf("missing: the next entry kept is %d", seq)}
-			return nil
+			return errBroken
 		}
 		var e schema.AuditEntry
-		if err := it.Item().Value(func(b []byte) error { return json.Unmarshal(b, &e) }); err != nil {
+		if err := json.Unmarshal(val, &e); err != nil {
 			return brk("does not decode: %v", err)
 		}
 		if e.Seq != seq {
@@ -261,6 +246,10 @@ func verifyChain(ctx context.Context, b *badger.Txn, v *schema.AuditVerification
 		v.Entries++
 		v.LastSeq, v.Head = seq, e.Hash
 		want, prev = seq+1, e.Hash
+		return nil
+	})
+	if errors.Is(err, errBroken) {
+		return nil
 	}
-	return nil
+	return err
 }

@@ -52,19 +52,22 @@ type SnapshotInfo struct {
 }
 
 // Snapshot writes every key of the store, as of one revision, to w,
-// while the store keeps serving reads and writes: it reads one Badger
-// read transaction, whose snapshot is a single committed revision
-// (Badger's own DB.Backup streams with one transaction per goroutine, so
-// writes committed during it could land in part). It is the only part of
-// backups that knows the engine.
+// while the store keeps serving reads and writes: it reads one engine
+// read transaction, whose snapshot is a single committed revision on
+// Badger and on etcd alike (Badger's own DB.Backup streams with one
+// transaction per goroutine, so writes committed during it could land in
+// part).
 func (s *Store) Snapshot(ctx context.Context, w io.Writer) (SnapshotInfo, error) {
 	info := SnapshotInfo{StoreID: s.id, Objects: map[string]int{}}
 	if err := s.acquire(ctx); err != nil {
 		return info, err
 	}
 	defer s.release()
-	b := s.db.NewTransaction(false)
-	defer b.Discard()
+	b, err := s.eng.begin(ctx, false)
+	if err != nil {
+		return info, fmt.Errorf("snapshot: %w", err)
+	}
+	defer b.discard()
 	rev, err := readRevision(b)
 	if err != nil {
 		return info, fmt.Errorf("snapshot: read revision: %w", err)
@@ -74,25 +77,21 @@ func (s *Store) Snapshot(ctx context.Context, w io.Writer) (SnapshotInfo, error)
 	if _, err := io.WriteString(cw, SnapshotMagic); err != nil {
 		return info, fmt.Errorf("snapshot: %w", err)
 	}
-	it := b.NewIterator(badger.IteratorOptions{PrefetchValues: false})
-	defer it.Close()
-	var val []byte
-	for it.Rewind(); it.Valid(); it.Next() {
+	err = b.scan("", false, func(key string, val []byte) error {
 		if info.Keys%1024 == 0 && ctx.Err() != nil {
-			return info, fmt.Errorf("snapshot: %w", ctx.Err())
+			return ctx.Err()
 		}
-		item := it.Item()
-		key := item.Key()
-		if val, err = item.ValueCopy(val[:0]); err != nil {
-			return info, fmt.Errorf("snapshot: read %s: %w", key, err)
-		}
-		if err := writeRecord(cw, key, val); err != nil {
-			return info, fmt.Errorf("snapshot: %w", err)
+		if err := writeRecord(cw, []byte(key), val); err != nil {
+			return err
 		}
 		info.Keys++
-		if res, ok := objectResource(string(key)); ok {
+		if res, ok := objectResource(key); ok {
 			info.Objects[res]++
 		}
+		return nil
+	})
+	if err != nil {
+		return info, fmt.Errorf("snapshot: %w", err)
 	}
 	var end [2 * binary.MaxVarintLen64]byte
 	n := binary.PutUvarint(end[:], 0)

@@ -1,5 +1,5 @@
 // Package store is the hub's durable state: a Badger database with sync
-// writes, a store-wide revision counter, Fleet objects (Devices,
+// writes (or, for several hubs, an etcd cluster: engine.go), a store-wide revision counter, Fleet objects (Devices,
 // Deployments, ConfigMaps, Secrets) with Kubernetes-style metadata, hashed
 // device and operator tokens, and an in-process change feed (Watch).
 //
@@ -14,6 +14,9 @@
 //	v1/meta/revision           uint64, big-endian: bumped inside every write transaction
 //	v1/meta/store-id           random UUID created on first open (DesiredState.Store)
 //	v1/meta/secret-key-id      ID of the key in Options.SecretKeyFile that seals Secrets
+//	v1/meta/commit-id          etcd only: random ID of the last commit (or a fence), so a
+//	                           commit whose answer was lost (leader change) is found
+//	                           applied, or fenced off for good
 //	v1/objects/{resource}/{n}  object JSON; resource is "devices", "deployments",
 //	                           "configmaps" or "secrets" (a Secret: its public form
 //	                           with "keys", and "encrypted": its values sealed, see
@@ -41,9 +44,25 @@
 //	v1/auditanchor             seq and hash of the last pruned audit entry (auditchain.go)
 //	v1/agent-rollouts/{name}   an AgentRollout's planner state (hub/agentplan.State),
 //	                           written by the controller
+//	v1/fleet-ca                with etcd: hash of the CA every hub of the fleet presents
+//	                           (hub/fleetca.go)
 //
 // Every write goes through a Txn (Store.Write): the revision is bumped once
 // per committed transaction that changed anything, and object events carry
 // that revision. Writes are serialised inside the process, so the revision
 // order is the commit order and the order in which watchers see events.
+//
+// # Engines
+//
+// The logic above sits on a small engine (engine.go): Badger in Options.Dir
+// (engine_badger.go, sync writes), or an etcd cluster under a key prefix
+// (engine_etcd.go, Options.Etcd), with the same keys. An etcd transaction
+// reads at one etcd revision and commits as one etcd transaction that
+// compares the mod revisions of what it read and that no other commit came
+// after its snapshot; the store revision stays the counter above (strictly
+// increasing, store-wide), not etcd's own. A commit acknowledged is
+// committed to a quorum; one whose answer was lost is settled (applied, or
+// fenced off and run again). Watch, the token cache and the device index
+// are fed by this process's writes: one hub writes a prefix at a time.
+// hub/store/storetest checks every guarantee on both engines.
 package store

@@ -25,4 +25,9 @@ var (
 	ErrLocked = errors.New("store locked")
 	// ErrTooLarge: one transaction would exceed what Badger commits at once.
 	ErrTooLarge = errors.New("transaction too large")
+	// ErrForeignStore: the engine (an etcd prefix) holds another fleet's
+	// store, or keys that are no Fleet store's.
+	ErrForeignStore = errors.New("not this fleet's store")
+	// ErrUnavailable: the engine (etcd) could not be reached in time.
+	ErrUnavailable = errors.New("store unavailable")
 )

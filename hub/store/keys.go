@@ -9,8 +9,10 @@ import (
 
 // Key prefixes of layout version 1 (see the package doc).
 const (
-	keyRevision       = "v1/meta/revision"
-	keyStoreID        = "v1/meta/store-id"
+	keyRevision = "v1/meta/revision"
+	keyStoreID  = "v1/meta/store-id"
+	// keyCommitID: the random ID of the last etcd commit (engine_etcd.go).
+	keyCommitID       = "v1/meta/commit-id"
 	prefixMeta        = "v1/meta/"
 	prefixObjects     = "v1/objects/"
 	prefixDesired     = "v1/desired/"

@@ -56,7 +56,7 @@ func TestApplyGenerationAndResourceVersion(t *testing.T) {
 	lastRV := ""
 	for _, st := range steps {
 		before := revision(t, s)
-		maxVer := s.db.MaxVersion()
+		maxVer := s.eng.(*badgerEngine).db.MaxVersion()
 		d := newDeployment("web", "nginx:1")
 		st.mutate(d)
 		got, action, err := s.Apply(ctx, d, false)
@@ -76,7 +76,7 @@ func TestApplyGenerationAndResourceVersion(t *testing.T) {
 				t.Errorf("%s: revision %d -> %d, resourceVersion %s; want one bump", st.name, before, after, md.ResourceVersion)
 			}
 		} else {
-			if after != before || md.ResourceVersion != lastRV || s.db.MaxVersion() != maxVer {
+			if after != before || md.ResourceVersion != lastRV || s.eng.(*badgerEngine).db.MaxVersion() != maxVer {
 				t.Errorf("%s: wrote something: revision %d -> %d, resourceVersion %s (was %s)", st.name, before, after, md.ResourceVersion, lastRV)
 			}
 		}

@@ -8,16 +8,12 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	badger "github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/options"
 )
 
-// Options configure a Store. Only Dir is required.
+// Options configure a Store. Only Dir (or Etcd) is required.
 type Options struct {
 	// Dir is the Badger directory; it is created if missing.
 	Dir string
@@ -51,6 +47,10 @@ type Options struct {
 	// oldest entries go first; default DefaultAuditMaxBytes, negative: no
 	// bound.
 	AuditMaxBytes int64
+	// Etcd, if set, keeps the store in an etcd cluster (engine_etcd.go)
+	// instead of Badger; Dir is then only where SecretKeyFile and the
+	// fleet ID file default to (its parent directory).
+	Etcd *EtcdOptions
 }
 
 func (o *Options) setDefaults() {
@@ -78,11 +78,21 @@ func (o *Options) setDefaults() {
 	if o.SecretKeyFile == "" && o.Dir != "" {
 		o.SecretKeyFile = filepath.Join(filepath.Dir(filepath.Clean(o.Dir)), SecretKeyFileName)
 	}
+	if o.Etcd != nil {
+		e := *o.Etcd
+		if e.Prefix == "" {
+			e.Prefix = DefaultEtcdPrefix
+		}
+		if e.FleetIDFile == "" && o.SecretKeyFile != "" {
+			e.FleetIDFile = filepath.Join(filepath.Dir(o.SecretKeyFile), FleetIDFileName)
+		}
+		o.Etcd = &e
+	}
 }
 
-// Store is the hub's Badger-backed state. It is safe for concurrent use.
+// Store is the hub's state, over Badger or etcd. It is safe for concurrent use.
 type Store struct {
-	db  *badger.DB
+	eng engine
 	log *slog.Logger
 	id  string
 	now func() time.Time
@@ -108,64 +118,71 @@ type Store struct {
 	secretKey *secretKey
 	// audit is the audit trail's position (audit.go).
 	audit auditLog
-
-	gcStop chan struct{}
-	gcDone chan struct{}
 }
 
-// badgerOptions keeps Badger small: about 11 MB of RSS instead of hundreds,
-// and every acknowledged write on disk.
-func badgerOptions(dir string, log *slog.Logger) badger.Options {
-	return badger.DefaultOptions(dir).
-		WithSyncWrites(true).
-		WithMemTableSize(8 << 20).
-		WithNumMemtables(2).
-		WithValueLogFileSize(16 << 20).
-		WithBlockCacheSize(8 << 20).
-		WithIndexCacheSize(0).
-		WithCompression(options.None).
-		WithNumVersionsToKeep(1).
-		// Must stay within 15 % of MemTableSize (1.2 MB here).
-		WithValueThreshold(1 << 20).
-		WithNumCompactors(2).
-		WithNumLevelZeroTables(2).
-		WithNumLevelZeroTablesStall(8).
-		WithNumGoroutines(2).
-		WithMetricsEnabled(false).
-		WithLogger(badgerLogger{log.With("component", "badger")})
-}
+// openTimeout bounds each step of Open that reads or writes the engine.
+const openTimeout = 30 * time.Second
 
-// Open opens (or creates) the store in opts.Dir and starts its value-log
-// garbage collector. Close it when done.
+// Open opens (or creates) the store: in Badger under opts.Dir, or, with
+// opts.Etcd, in an etcd cluster under its prefix. Close it when done.
 func Open(opts Options) (*Store, error) {
 	opts.setDefaults()
-	if opts.Dir == "" {
-		return nil, errors.New("open store: no directory")
-	}
-	db, err := badger.Open(badgerOptions(opts.Dir, opts.Logger))
-	if err != nil {
-		if strings.Contains(err.Error(), "directory lock") {
-			return nil, fmt.Errorf("open store %s: another process (a running fleet-hub?) holds it: %w: %w", opts.Dir, ErrLocked, err)
+	var eng engine
+	var err error
+	if opts.Etcd != nil {
+		if opts.SecretKeyFile == "" {
+			return nil, errors.New("open store: etcd: give Dir (the hub's data dir/store) or SecretKeyFile: the key that seals Secrets is a file of each hub")
 		}
-		return nil, fmt.Errorf("open store %s: %w", opts.Dir, err)
+		eng, err = openEtcd(*opts.Etcd, opts.Logger)
+	} else {
+		if opts.Dir == "" {
+			return nil, errors.New("open store: no directory")
+		}
+		eng, err = openBadger(opts.Dir, opts.GCInterval, opts.Logger)
+	}
+	if err != nil {
+		return nil, err
 	}
 	s := &Store{
-		db:     db,
-		log:    opts.Logger,
-		now:    opts.Now,
-		auth:   newAuthCache(),
-		gcStop: make(chan struct{}),
+		eng:  eng,
+		log:  opts.Logger,
+		now:  opts.Now,
+		auth: newAuthCache(),
 
 		passwordHash: opts.PasswordHash,
-		gcDone:       make(chan struct{}),
 		audit:        auditLog{retention: opts.AuditRetention, maxBytes: opts.AuditMaxBytes},
 	}
-	rev, err := s.bootstrap()
+	if err := s.load(opts); err != nil {
+		return nil, errors.Join(err, eng.close())
+	}
+	return s, nil
+}
+
+// load checks the store's identity and key and builds the in-memory
+// indexes.
+func (s *Store) load(opts Options) error {
+	var idFile, pinned string
+	if opts.Etcd != nil {
+		idFile = opts.Etcd.FleetIDFile
+		var err error
+		if pinned, err = readFleetID(idFile); err != nil {
+			return err
+		}
+	}
+	rev, err := s.bootstrap(pinned)
 	if err != nil {
-		return nil, errors.Join(err, db.Close())
+		return err
+	}
+	if pinned != "" && pinned != s.id {
+		return pinFleetID(idFile, pinned, s.id, opts.Etcd.Prefix)
 	}
 	if err := s.openSecretKey(opts.SecretKeyFile); err != nil {
-		return nil, errors.Join(err, db.Close())
+		return err
+	}
+	if opts.Etcd != nil {
+		if err := pinFleetID(idFile, pinned, s.id, opts.Etcd.Prefix); err != nil {
+			return err
+		}
 	}
 	s.maxRev.Store(rev)
 	s.feed = newFeed(rev, opts.WatchRing, opts.WatchQueue)
@@ -176,40 +193,37 @@ func Open(opts Options) (*Store, error) {
 	loading.Go(func() { authErr = s.auth.load(s) })
 	uidErr := s.loadDeviceUIDs()
 	loading.Wait()
-	if err := errors.Join(authErr, uidErr); err != nil {
-		return nil, errors.Join(err, db.Close())
-	}
-	if opts.GCInterval > 0 {
-		go s.gcLoop(opts.GCInterval)
-	} else {
-		close(s.gcDone)
-	}
-	return s, nil
+	return errors.Join(authErr, uidErr)
 }
 
 // bootstrap creates the store ID on first open and returns the revision.
-func (s *Store) bootstrap() (uint64, error) {
+// A hub pinned to a fleet (pinned, its ID) never creates a new store.
+func (s *Store) bootstrap(pinned string) (uint64, error) {
 	var rev uint64
-	err := s.db.Update(func(txn *badger.Txn) error {
-		item, err := txn.Get([]byte(keyStoreID))
-		switch {
-		case errors.Is(err, badger.ErrKeyNotFound):
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	err := engineUpdate(ctx, s.eng, func(txn engineTxn) error {
+		v, ok, err := txn.get(keyStoreID)
+		if err != nil {
+			return err
+		}
+		if ok {
+			s.id = string(v)
+		} else {
+			if err := checkEmpty(txn); err != nil {
+				return err
+			}
+			if pinned != "" {
+				return fmt.Errorf("the store is empty, but this hub belongs to fleet %s: check --etcd-prefix (or remove the hub's %s to start a new fleet): %w", pinned, FleetIDFileName, ErrForeignStore)
+			}
 			id, err := newUUID()
 			if err != nil {
 				return err
 			}
 			s.id = id
-			if err := txn.Set([]byte(keyStoreID), []byte(id)); err != nil {
+			if err := txn.set(keyStoreID, []byte(id)); err != nil {
 				return err
 			}
-		case err != nil:
-			return err
-		default:
-			v, err := item.ValueCopy(nil)
-			if err != nil {
-				return err
-			}
-			s.id = string(v)
 		}
 		rev, err = readRevision(txn)
 		return err
@@ -220,20 +234,30 @@ func (s *Store) bootstrap() (uint64, error) {
 	return rev, nil
 }
 
+// checkEmpty refuses to create a store where keys are already: an etcd
+// prefix that holds something other than a Fleet store.
+func checkEmpty(txn engineTxn) error {
+	var found string
+	errFound := errors.New("found")
+	err := txn.scan("", false, func(key string, _ []byte) error {
+		found = key
+		return errFound
+	})
+	if errors.Is(err, errFound) {
+		return fmt.Errorf("the store holds key %q but no %s: it is not a Fleet store (another application's data, or a prefix of another fleet?): %w", found, keyStoreID, ErrForeignStore)
+	}
+	return err
+}
+
 // openSecretKey loads (or, for a store that has none recorded, creates)
 // the key that seals Secrets, and checks that it is the one the store's
 // Secrets were sealed with.
 func (s *Store) openSecretKey(path string) error {
 	var recorded string
-	err := s.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get([]byte(keySecretKeyID))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		v, err := item.ValueCopy(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	err := engineView(ctx, s.eng, func(txn engineTxn) error {
+		v, _, err := txn.get(keySecretKeyID)
 		recorded = string(v)
 		return err
 	})
@@ -243,19 +267,29 @@ func (s *Store) openSecretKey(path string) error {
 	key, err := loadSecretKey(path, recorded == "", s.log)
 	if err != nil {
 		if recorded != "" {
-			return fmt.Errorf("open store: the store's Secrets are encrypted with key %s, kept in %s: restore that file: %w", recorded, path, err)
+			return fmt.Errorf("open store: the store's Secrets are encrypted with key %s, kept in %s: restore that file (or, for another hub of the fleet, copy it from the first hub): %w", recorded, path, err)
 		}
 		return fmt.Errorf("open store: %w", err)
 	}
 	switch recorded {
 	case key.id:
 	case "":
-		err := s.db.Update(func(txn *badger.Txn) error { return txn.Set([]byte(keySecretKeyID), []byte(key.id)) })
+		err := engineUpdate(ctx, s.eng, func(txn engineTxn) error {
+			// Another hub may have recorded its key meanwhile.
+			v, ok, err := txn.get(keySecretKeyID)
+			if err != nil {
+				return err
+			}
+			if ok && string(v) != key.id {
+				return fmt.Errorf("%s holds key %s, but the store's Secrets are encrypted with key %s (recorded by another hub): give every hub the same file: %w", path, key.id, v, ErrSecretKey)
+			}
+			return txn.set(keySecretKeyID, []byte(key.id))
+		})
 		if err != nil {
 			return fmt.Errorf("open store: record secret key id: %w", err)
 		}
 	default:
-		return fmt.Errorf("open store: %s holds key %s, but the store's Secrets are encrypted with key %s: restore its file: %w", path, key.id, recorded, ErrSecretKey)
+		return fmt.Errorf("open store: %s holds key %s, but the store's Secrets are encrypted with key %s: restore its file (every hub of a fleet needs the same one): %w", path, key.id, recorded, ErrSecretKey)
 	}
 	s.secretKey = key
 	return nil
@@ -270,13 +304,8 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	close(s.gcStop)
-	<-s.gcDone
 	s.feed.close()
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("close store: %w", err)
-	}
-	return nil
+	return s.eng.close()
 }
 
 // ID is the store's random identity, created on first open. It goes into
@@ -308,47 +337,15 @@ func (s *Store) acquire(ctx context.Context) error {
 
 func (s *Store) release() { s.mu.RUnlock() }
 
-func (s *Store) gcLoop(interval time.Duration) {
-	defer close(s.gcDone)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.gcStop:
-			return
-		case <-t.C:
-		}
-		// Each successful run rewrites one value-log file; stop when there
-		// is nothing left worth rewriting.
-		for range 16 {
-			err := s.db.RunValueLogGC(0.5)
-			if err != nil {
-				if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
-					s.log.Warn("value log gc failed", "err", err)
-				}
-				break
-			}
-		}
-	}
-}
-
-func readRevision(txn *badger.Txn) (uint64, error) {
-	item, err := txn.Get([]byte(keyRevision))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return 0, nil
-	}
-	if err != nil {
+func readRevision(txn engineTxn) (uint64, error) {
+	v, ok, err := txn.get(keyRevision)
+	if err != nil || !ok {
 		return 0, err
 	}
-	var rev uint64
-	err = item.Value(func(v []byte) error {
-		if len(v) != 8 {
-			return fmt.Errorf("revision key holds %d bytes, want 8", len(v))
-		}
-		rev = binary.BigEndian.Uint64(v)
-		return nil
-	})
-	return rev, err
+	if len(v) != 8 {
+		return 0, fmt.Errorf("revision key holds %d bytes, want 8", len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
 }
 
 func encodeRevision(rev uint64) []byte {
@@ -365,18 +362,3 @@ func newUUID() (string, error) {
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
 }
-
-// badgerLogger routes Badger's warnings and errors to slog and drops its
-// informational chatter.
-type badgerLogger struct{ l *slog.Logger }
-
-func (b badgerLogger) Errorf(f string, a ...any) {
-	b.l.Error(strings.TrimSpace(fmt.Sprintf(f, a...)))
-}
-
-func (b badgerLogger) Warningf(f string, a ...any) {
-	b.l.Warn(strings.TrimSpace(fmt.Sprintf(f, a...)))
-}
-
-func (badgerLogger) Infof(string, ...any)  {}
-func (badgerLogger) Debugf(string, ...any) {}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	badger "github.com/dgraph-io/badger/v4"
 )
 
 // maxAttempts bounds the retries of a transaction that Badger refused with
@@ -16,7 +14,7 @@ const maxAttempts = 16
 // Keys are strings in the v1/ layout (see the package doc).
 type Txn struct {
 	s        *Store
-	b        *badger.Txn
+	b        engineTxn
 	writable bool
 	// serial: a write transaction that holds writeMu and may commit, so
 	// its snapshot is the latest commit (see deviceUIDs).
@@ -56,16 +54,12 @@ func (t *Txn) writeRevision() (uint64, error) {
 
 // Get returns a copy of the value of key, or an error wrapping ErrNotFound.
 func (t *Txn) Get(key string) ([]byte, error) {
-	item, err := t.b.Get([]byte(key))
-	if errors.Is(err, badger.ErrKeyNotFound) {
+	v, ok, err := t.b.get(key)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	if !ok {
 		return nil, fmt.Errorf("get %s: %w", key, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", key, err)
-	}
-	v, err := item.ValueCopy(nil)
-	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", key, err)
 	}
 	return v, nil
 }
@@ -91,8 +85,8 @@ func (t *Txn) set(key string, val []byte) error {
 	if _, err := t.writeRevision(); err != nil {
 		return fmt.Errorf("set %s: %w", key, err)
 	}
-	if err := t.b.Set([]byte(key), val); err != nil {
-		return fmt.Errorf("set %s: %w", key, badgerErr(err))
+	if err := t.b.set(key, val); err != nil {
+		return fmt.Errorf("set %s: %w", key, err)
 	}
 	t.noteAuth(key, val)
 	return nil
@@ -102,8 +96,8 @@ func (t *Txn) del(key string) error {
 	if _, err := t.writeRevision(); err != nil {
 		return fmt.Errorf("delete %s: %w", key, err)
 	}
-	if err := t.b.Delete([]byte(key)); err != nil {
-		return fmt.Errorf("delete %s: %w", key, badgerErr(err))
+	if err := t.b.del(key); err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
 	}
 	t.noteAuth(key, nil)
 	return nil
@@ -124,21 +118,7 @@ func (t *Txn) noteAuth(key string, val []byte) {
 // Scan calls fn for every key with the prefix, in key order. The value is
 // only valid during the call.
 func (t *Txn) Scan(prefix string, fn func(key string, val []byte) error) error {
-	opts := badger.DefaultIteratorOptions
-	opts.Prefix = []byte(prefix)
-	opts.PrefetchSize = 64
-	it := t.b.NewIterator(opts)
-	defer it.Close()
-	for it.Rewind(); it.Valid(); it.Next() {
-		item := it.Item()
-		err := item.Value(func(v []byte) error {
-			return fn(string(item.Key()), v)
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return t.b.scan(prefix, false, fn)
 }
 
 // Emit queues an event for watchers; it is published with the
@@ -154,8 +134,11 @@ func (s *Store) View(ctx context.Context, fn func(t *Txn) error) error {
 		return err
 	}
 	defer s.release()
-	b := s.db.NewTransaction(false)
-	defer b.Discard()
+	b, err := s.eng.begin(ctx, false)
+	if err != nil {
+		return fmt.Errorf("read: %w", err)
+	}
+	defer b.discard()
 	rev, err := readRevision(b)
 	if err != nil {
 		return fmt.Errorf("read revision: %w", err)
@@ -188,8 +171,8 @@ func (s *Store) write(ctx context.Context, dryRun bool, fn func(t *Txn) error) (
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		t, err := s.attempt(dryRun, actorFrom(ctx), fn)
-		if errors.Is(err, badger.ErrConflict) {
+		t, err := s.attempt(ctx, dryRun, actorFrom(ctx), fn)
+		if errors.Is(err, errTxnConflict) {
 			continue
 		}
 		if err != nil || t == nil {
@@ -200,14 +183,17 @@ func (s *Store) write(ctx context.Context, dryRun bool, fn func(t *Txn) error) (
 		s.auth.apply(t.authWrites)
 		return t.rev + 1, nil
 	}
-	return 0, fmt.Errorf("commit: gave up after %d conflicts: %w", maxAttempts, badger.ErrConflict)
+	return 0, fmt.Errorf("commit: gave up after %d conflicts: %w", maxAttempts, errTxnConflict)
 }
 
 // attempt runs fn once and commits. It returns a nil Txn when there was
 // nothing to commit (or dryRun).
-func (s *Store) attempt(dryRun bool, actor string, fn func(t *Txn) error) (*Txn, error) {
-	b := s.db.NewTransaction(true)
-	defer b.Discard()
+func (s *Store) attempt(ctx context.Context, dryRun bool, actor string, fn func(t *Txn) error) (*Txn, error) {
+	b, err := s.eng.begin(ctx, true)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer b.discard()
 	rev, err := readRevision(b)
 	if err != nil {
 		return nil, fmt.Errorf("read revision: %w", err)
@@ -219,16 +205,16 @@ func (s *Store) attempt(dryRun bool, actor string, fn func(t *Txn) error) (*Txn,
 	if !t.dirty || dryRun {
 		return nil, nil
 	}
-	if err := b.Set([]byte(keyRevision), encodeRevision(rev+1)); err != nil {
-		return nil, fmt.Errorf("bump revision: %w", badgerErr(err))
+	if err := b.set(keyRevision, encodeRevision(rev+1)); err != nil {
+		return nil, fmt.Errorf("bump revision: %w", err)
 	}
 	// Readers may see rev+1 as soon as Commit returns: let watchers that
 	// ask for it wait instead of being told it is from the future.
 	if s.maxRev.Load() < rev+1 {
 		s.maxRev.Store(rev + 1)
 	}
-	if err := b.Commit(); err != nil {
-		if errors.Is(err, badger.ErrConflict) {
+	if _, err := b.commit(ctx); err != nil {
+		if errors.Is(err, errTxnConflict) {
 			return nil, err
 		}
 		if t.touchesDevices() {
@@ -237,12 +223,4 @@ func (s *Store) attempt(dryRun bool, actor string, fn func(t *Txn) error) (*Txn,
 		return nil, fmt.Errorf("commit: %w", badgerErr(err))
 	}
 	return t, nil
-}
-
-// badgerErr maps Badger's size limit to ErrTooLarge.
-func badgerErr(err error) error {
-	if errors.Is(err, badger.ErrTxnTooBig) {
-		return fmt.Errorf("%w: %w", ErrTooLarge, err)
-	}
-	return err
 }

@@ -53,6 +53,9 @@ var Tools = []Tool{
 	{Name: "busybox", Package: "busybox-static", For: "the test image with a shell (fleet exec tests)"},
 	{Name: "prometheus", Package: "prometheus", For: "the Prometheus alert-rule tests (a real scraper against a real hub)"},
 	{Name: "promtool", Package: "prometheus", For: "checking and unit-testing fleet-examples/prometheus/fleet-rules.yml"},
+	{Name: "node", Package: "nodejs", For: "the Node-RED example flow's test (a real Node-RED from npm)"},
+	{Name: "npm", Package: "npm", For: "installing the pinned Node-RED for its test"},
+	{Name: "etcd", Package: "etcd-server", Dirs: sbin, For: "the store conformance suite on a real 3-member etcd cluster"},
 }
 
 var sbin = []string{"/usr/sbin", "/usr/local/sbin", "/sbin"}

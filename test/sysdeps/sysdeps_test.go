@@ -127,3 +127,18 @@ func TestPrometheusTools(t *testing.T) {
 		t.Errorf("a missing promtool does not give the prometheus install line:\n%s", p.Message)
 	}
 }
+
+// The store conformance suite's etcd cluster runs Debian's etcd-server:
+// the tool is listed under that package and found in the usual places.
+func TestEtcdServerIsListed(t *testing.T) {
+	tool, ok := Lookup("etcd")
+	if !ok {
+		t.Fatal("etcd is not in the list of test tools")
+	}
+	if tool.Package != "etcd-server" || !strings.Contains(tool.For, "etcd") {
+		t.Fatalf("etcd listed as %+v, want package etcd-server", tool)
+	}
+	if !slices.Contains(tool.Dirs, "/usr/sbin") {
+		t.Fatalf("etcd is not looked for in /usr/sbin: %v", tool.Dirs)
+	}
+}

@@ -28,6 +28,8 @@
 //	stat PATH          print "stat PATH: char|block|dir|file|link|other MAJOR:MINOR"; exit 12 if that fails
 //	watch PATH         print "watch: CONTENT" now and whenever PATH's content changes, forever
 //	rm PATH            remove PATH; exit 12 if that fails
+//	hold-lock PATH RELEASE        flock PATH, print "locked PATH", wait until RELEASE exists, unlock
+//	spawn-hold-lock PATH RELEASE  run hold-lock PATH RELEASE in a child process and go on
 //
 // With no arguments the script is taken from the APP_SCRIPT environment
 // variable (space separated). When the script ends the program exits 0.
@@ -140,15 +142,17 @@ var actions = map[string]action{
 		ignoreTerm.Store(true)
 		return next()
 	}},
-	"serve":  {1, serve},
-	"sleep":  {1, sleep},
-	"id":     {0, printID},
-	"caps":   {0, printCaps},
-	"statfs": {1, printStatfs},
-	"ls":     {1, list},
-	"stat":   {1, printStat},
-	"watch":  {1, watch},
-	"rm":     {1, remove},
+	"serve":           {1, serve},
+	"sleep":           {1, sleep},
+	"id":              {0, printID},
+	"caps":            {0, printCaps},
+	"statfs":          {1, printStatfs},
+	"ls":              {1, list},
+	"stat":            {1, printStat},
+	"watch":           {1, watch},
+	"rm":              {1, remove},
+	"hold-lock":       {2, holdLock},
+	"spawn-hold-lock": {2, spawnHoldLock},
 	"exit": {1, func(a []string) (int, bool) {
 		code, err := strconv.Atoi(a[0])
 		if err != nil {
@@ -356,5 +360,56 @@ func remove(a []string) (int, bool) {
 		return exitWith(12)
 	}
 	fmt.Println("removed", path)
+	return next()
+}
+
+// holdLock: hold-lock PATH RELEASE takes an exclusive flock on PATH
+// (creating it), prints "locked PATH", waits until RELEASE exists,
+// then unlocks and prints "released PATH".
+func holdLock(a []string) (int, bool) {
+	f, err := os.OpenFile(a[0], os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		fmt.Println("lock-error:", err)
+		return exitWith(12)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		fmt.Println("lock-error:", err)
+		return exitWith(12)
+	}
+	fmt.Println("locked", a[0])
+	for {
+		if _, err := os.Stat(a[1]); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_UN); err != nil {
+		fmt.Println("unlock-error:", err)
+		return exitWith(12)
+	}
+	fmt.Println("released", a[0])
+	return next()
+}
+
+// spawnHoldLock: spawn-hold-lock PATH RELEASE runs "hold-lock PATH
+// RELEASE" in a child process and goes on: the lock holder is not the
+// container's first process, so a test can kill it alone.
+func spawnHoldLock(a []string) (int, bool) {
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Println("spawn-error:", err)
+		return exitWith(12)
+	}
+	p, err := os.StartProcess(self, []string{self, "hold-lock", a[0], a[1]}, &os.ProcAttr{Files: []*os.File{nil, os.Stdout, os.Stderr}})
+	if err != nil {
+		fmt.Println("spawn-error:", err)
+		return exitWith(12)
+	}
+	fmt.Println("spawned lock holder pid", p.Pid)
+	go func() {
+		st, _ := p.Wait()
+		fmt.Println("lock holder exited:", st)
+	}()
 	return next()
 }

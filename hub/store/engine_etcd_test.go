@@ -1,0 +1,81 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleet/test/etcdtest"
+)
+
+// TestEtcdEngineWatchFromRevision: the etcd engine's watch delivers every
+// change after a revision, in order, once; from a compacted revision it
+// fails with ErrExpired, as a store watch from too old a revision does.
+func TestEtcdEngineWatchFromRevision(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	e, err := openEtcd(EtcdOptions{Endpoints: c.Endpoints(), Prefix: "/engine/"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var revs []uint64
+	for i := range 6 {
+		var rev uint64
+		err := engineUpdate(ctx, e, func(b engineTxn) error {
+			if _, _, err := b.get("v1/x/counter"); err != nil {
+				return err
+			}
+			if i == 4 {
+				return b.del("v1/x/k1")
+			}
+			return b.set(fmt.Sprintf("v1/x/k%d", i), []byte(fmt.Sprint(i)))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := e.cli.Get(ctx, "/engine/v1/meta/commit-id")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = uint64(resp.Kvs[0].ModRevision)
+		revs = append(revs, rev)
+	}
+	ch := e.watch(ctx, "v1/x/", revs[1])
+	want := []string{"v1/x/k2", "v1/x/k3", "v1/x/k1 deleted", "v1/x/k5"}
+	var last uint64
+	for i, w := range want {
+		select {
+		case ch := <-ch:
+			if ch.Err != nil {
+				t.Fatal(ch.Err)
+			}
+			got := ch.Key
+			if ch.Deleted {
+				got += " deleted"
+			}
+			if got != w || ch.Rev <= last || ch.Rev != revs[i+2] {
+				t.Fatalf("change %d: %s at %d, want %s at %d", i, got, ch.Rev, w, revs[i+2])
+			}
+			last = ch.Rev
+		case <-ctx.Done():
+			t.Fatalf("waited for %s", w)
+		}
+	}
+	if _, err := e.cli.Compact(ctx, int64(revs[4])); err != nil {
+		t.Fatal(err)
+	}
+	old := e.watch(ctx, "v1/x/", revs[1])
+	select {
+	case ch := <-old:
+		if !errors.Is(ch.Err, ErrExpired) {
+			t.Fatalf("watch from a compacted revision: %+v, want ErrExpired", ch)
+		}
+	case <-ctx.Done():
+		t.Fatal("no answer from a watch on a compacted revision")
+	}
+}
