@@ -12,6 +12,10 @@ func Default(o Object) {
 		// Devices have nothing to default; the hub adds LabelDevice.
 	case *Secret:
 		DefaultSecret(o)
+	case *AgentRollout:
+		if o.Spec.Strategy.Type == "" {
+			o.Spec.Strategy.Type = StrategyAllAtOnce
+		}
 	}
 }
 
@@ -47,6 +51,8 @@ func Validate(o Object) error {
 		return ValidateConfigMap(o)
 	case *Secret:
 		return ValidateSecret(o)
+	case *AgentRollout:
+		return ValidateAgentRollout(o)
 	}
 	return nil
 }

@@ -86,6 +86,7 @@ var kinds = []KindInfo{
 	storedKind[Deployment](KindDeployment, "deployments", "deployment", []string{"deploy"}, "deploys"),
 	storedKind[ConfigMap](KindConfigMap, "configmaps", "configmap", []string{"cm"}),
 	storedKind[Secret](KindSecret, "secrets", "secret", nil),
+	storedKind[AgentRollout](KindAgentRollout, "agentrollouts", "agentrollout", []string{"ar"}),
 
 	payloadKind[DesiredState](KindDesiredState, "desiredstates", "desiredstate"),
 	payloadKind[DeviceStatus](KindDeviceStatus, "devicestatuses", "devicestatus"),

@@ -660,6 +660,10 @@ type DesiredState struct {
 	// imagePullSecrets), each once, sorted by name, their values sealed to
 	// the device's own public key.
 	Secrets []SealedSecret `json:"secrets,omitempty"`
+	// Agent, when set, is the agent release the device should run, from
+	// an AgentRollout (agentrollout.go). Agents that do not know the
+	// field ignore it.
+	Agent *DesiredAgent `json:"agent,omitempty"`
 	// CABundle is the PEM of every CA the device should trust for the
 	// hub's TLS listeners: the hub's CA and, during a CA rotation
 	// (fleet-hub ca rotate), the new one beside it. An agent replaces the

@@ -11,6 +11,25 @@ package schema
 // It is long because it is a generated table, one entry per type.
 func typeDocTable() map[string]typeDoc {
 	return map[string]typeDoc{
+		"AgentArtifact": {
+			doc: "AgentArtifact is the agent binary of one architecture.",
+			fields: map[string]fieldDoc{
+				"arch":   {doc: "Arch is the architecture, as Go names it: amd64, arm64 or arm (armv7 and armv6). Required, each at most once.", required: true},
+				"digest": {doc: "Digest is the SHA-256 of the binary: sha256: and 64 lower-case hex digits. Required.", required: true},
+				"image":  {doc: "Image is an image of this architecture that holds the binary at /fleet-agent; defaults to spec.image."},
+			},
+		},
+		"AgentDeviceStatus": {
+			doc: "AgentDeviceStatus is one device's place in an AgentRollout.",
+			fields: map[string]fieldDoc{
+				"name":    {doc: "Name is the device's name."},
+				"version": {doc: "Version is the agent version the device last reported."},
+				"desired": {doc: "Desired is the version its desired state names."},
+				"phase":   {doc: "Phase is Pending, Updating, Updated, Failed or RolledBack."},
+				"online":  {doc: "Online says whether the device is connected."},
+				"reason":  {doc: "Reason says why the device failed, in the agent's words."},
+			},
+		},
 		"AgentInfo": {
 			doc: "AgentInfo describes the agent binary.",
 			fields: map[string]fieldDoc{
@@ -19,6 +38,39 @@ func typeDocTable() map[string]typeDoc {
 				"arch":      {doc: "Arch is the device's architecture, as Go names it (GOARCH): arm64, arm or amd64. The hub copies it into the device's fleet/arch label."},
 				"timeZone":  {doc: "TimeZone is the device's local time zone, as the agent reads it (the TZ variable, else /etc/localtime): an IANA name such as Europe/Paris, or Local when it has none. Update windows with timeZone device are read in it."},
 				"utcOffset": {doc: "UTCOffset is the zone's current offset from UTC, such as +01:00."},
+			},
+		},
+		"AgentPhase": {
+			doc:  "AgentPhase is where one device stands in an AgentRollout.",
+			enum: []string{"Pending", "Updating", "Updated", "Failed", "RolledBack"},
+		},
+		"AgentRollout": {
+			doc: "AgentRollout says which release of fleet-agent runs on which devices, and how a new release reaches them: in the waves of the same Staged strategy Deployments use, with its failure threshold and automatic rollback. Each selected device's desired state names the version and the artifact of its architecture (desiredState.agent); an offline device stays pending, never failed.",
+			fields: map[string]fieldDoc{
+				"metadata": {doc: "Metadata names the rollout. Required.", required: true},
+				"spec":     {doc: "Spec says which version, where, and how. Required.", required: true},
+				"status":   {doc: "Status follows the rollout: its waves and each device's phase. Read-only: the hub fills it in and ignores it in manifests."},
+			},
+		},
+		"AgentRolloutSpec": {
+			doc: "AgentRolloutSpec says which agent release runs where.",
+			fields: map[string]fieldDoc{
+				"version":   {doc: "Version is the agent release to run, as make release stamps it: v1.4.0 (a leading v, major.minor.patch, optionally -prerelease). Required. It may be at most AgentSkewMinors (2) minor releases older than the hub, and no newer than the hub.", required: true},
+				"image":     {doc: "Image is a multi-arch OCI image that holds the agent binary at /fleet-agent, such as registry.example.com/fleet/agent:v1.4.0; the agent pulls it through containerd like any image (same registry, pull secrets and mirrors). It may be left out when every artifact names its own image."},
+				"artifacts": {doc: "Artifacts name, per architecture, the SHA-256 of the agent binary (and optionally an image of that architecture only); the agent refuses a binary whose digest differs."},
+				"selector":  {doc: "Selector picks the devices, by their labels. An empty selector matches every device; one that matches no device is refused."},
+				"strategy":  {doc: "Strategy governs how the new release reaches the devices: AllAtOnce or Staged (steps, failureThreshold, autoRollback), as for a Deployment. Defaults to AllAtOnce.", def: "AllAtOnce"},
+				"paused":    {doc: "Paused stops the rollout: no new wave starts while it is true."},
+			},
+		},
+		"AgentRolloutStatus": {
+			doc: "AgentRolloutStatus follows an AgentRollout.",
+			fields: map[string]fieldDoc{
+				"observedGeneration": {doc: "ObservedGeneration is the generation of the spec the status is about."},
+				"rollout":            {doc: "Rollout is where the waves stand, as for a Deployment's Staged rollout; its hash is the version."},
+				"lastGoodVersion":    {doc: "LastGoodVersion is the last version whose rollout completed, which a rollback (autoRollback, fleet rollout undo) returns to."},
+				"lastGood":           {doc: "LastGood is the spec of that version (its artifacts), which fleet rollout undo agentrollout/NAME gives the rollout again."},
+				"devices":            {doc: "Devices are the selected devices, sorted by name."},
 			},
 		},
 		"AutoRollback": {
@@ -200,6 +252,15 @@ func typeDocTable() map[string]typeDoc {
 				"updates":            {doc: "Updates counts the targeted devices by where the current revision stands on them (pulled ahead, waiting for a window or lock, switched), when any device reports it. Absent otherwise."},
 			},
 		},
+		"DesiredAgent": {
+			doc: "DesiredAgent is the agent a device's desired state asks it to run (desiredState.agent): the version and the artifact of its architecture. An agent that does not know the field ignores it.",
+			fields: map[string]fieldDoc{
+				"version": {doc: "Version is the agent release to run."},
+				"image":   {doc: "Image holds the binary at /fleet-agent, pulled through containerd."},
+				"digest":  {doc: "Digest is the SHA-256 of the binary; the agent refuses a binary whose digest differs."},
+				"rollout": {doc: "Rollout names the AgentRollout that asks for it."},
+			},
+		},
 		"DesiredState": {
 			doc: "DesiredState is the FULL desired state of one device, published retained on fleet/v1/devices/{device}/desired. Never a delta.",
 			fields: map[string]fieldDoc{
@@ -209,6 +270,7 @@ func typeDocTable() map[string]typeDoc {
 				"pods":       {doc: "Pods are every pod the device should run; the agent removes the pods it runs that are not listed."},
 				"configMaps": {doc: "ConfigMaps are the ConfigMaps the pods use (env valueFrom, envFrom, configMap volumes), each once, sorted by name; absent ones the pods reference are not listed."},
 				"secrets":    {doc: "Secrets are the Secrets the pods use (env, volumes, imagePullSecrets), each once, sorted by name, their values sealed to the device's own public key."},
+				"agent":      {doc: "Agent, when set, is the agent release the device should run, from an AgentRollout (agentrollout.go). Agents that do not know the field ignore it."},
 				"caBundle":   {doc: "CABundle is the PEM of every CA the device should trust for the hub's TLS listeners: the hub's CA and, during a CA rotation (fleet-hub ca rotate), the new one beside it. An agent replaces the CA trust it started with (--ca-file, --ca-hash, the CA saved at enrollment) by this bundle once the signed state is accepted, and reports the fingerprints it trusts (DeviceStatus.TrustedCAs). Empty: the hub has no CA of its own, or its CA never rotated; the agent keeps its trust."},
 				"signature":  {doc: "Signature is the hub's ed25519 signature over the rest of the payload, always its last member (schema/signature.go); absent from the canonical bytes the hub stores and signs."},
 			},

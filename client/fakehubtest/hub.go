@@ -39,6 +39,7 @@ type Hub struct {
 	devices     map[string]*schema.Device
 	configMaps  map[string]*schema.ConfigMap
 	secrets     map[string]*schema.Secret // with their values
+	agents      map[string]*schema.AgentRollout
 	events      map[string][]schema.Event
 	tokens      map[string]string
 	history     []change // every write and bookmark, oldest first
@@ -69,6 +70,7 @@ func New(token string) *Hub {
 		devices:     map[string]*schema.Device{},
 		configMaps:  map[string]*schema.ConfigMap{},
 		secrets:     map[string]*schema.Secret{},
+		agents:      map[string]*schema.AgentRollout{},
 		tokens:      map[string]string{},
 		changed:     make(chan struct{}),
 		info:        &schema.HubInfo{Version: "fakehub", Store: "fake-store", MQTTURL: DefaultMQTTURL},
@@ -119,6 +121,13 @@ func (h *Hub) Secret(name string) *schema.Secret {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return clone(h.secrets[name])
+}
+
+// AgentRollout returns a copy of a stored AgentRollout, or nil.
+func (h *Hub) AgentRollout(name string) *schema.AgentRollout {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return clone(h.agents[name])
 }
 
 // SetDeviceStatus sets what the hub observed of a device, as the status
@@ -204,6 +213,19 @@ func (h *Hub) allEvents(w http.ResponseWriter, r *http.Request) {
 	h.mu.Unlock()
 	writeJSON(w, http.StatusOK, schema.EventList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "EventList"},
 		Items: append([]schema.Event{}, schema.NewestEvents(evs, limit)...)})
+}
+
+// SetAgentRolloutStatus sets an AgentRollout's status, as the controller
+// would.
+func (h *Hub) SetAgentRolloutStatus(name string, st *schema.AgentRolloutStatus) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a, ok := h.agents[name]
+	if !ok {
+		return fmt.Errorf("fakehubtest: no agentrollout %q", name)
+	}
+	a.Status = clone(st)
+	return nil
 }
 
 // SetDeploymentStatus sets a deployment's aggregated status, as the
@@ -410,10 +432,11 @@ func (h *Hub) applyOne(o schema.Object, dryRun bool) (schema.ApplyResult, schema
 
 // resources maps each collection to its object kind.
 var resources = map[string]string{
-	"deployments": schema.KindDeployment,
-	"devices":     schema.KindDevice,
-	"configmaps":  schema.KindConfigMap,
-	"secrets":     schema.KindSecret,
+	"deployments":   schema.KindDeployment,
+	"devices":       schema.KindDevice,
+	"configmaps":    schema.KindConfigMap,
+	"secrets":       schema.KindSecret,
+	"agentrollouts": schema.KindAgentRollout,
 }
 
 func kindOf(o schema.Object) string {
@@ -439,6 +462,10 @@ func (h *Hub) lookup(kind, name string) schema.Object {
 		if s, ok := h.secrets[name]; ok {
 			return s
 		}
+	case "agentrollouts":
+		if a, ok := h.agents[name]; ok {
+			return a
+		}
 	default:
 		if d, ok := h.deployments[name]; ok {
 			return d
@@ -459,6 +486,8 @@ func (h *Hub) store(kind string, o schema.Object) {
 	case *schema.Secret:
 		o.Keys = nil
 		h.secrets[o.Metadata.Name] = o
+	case *schema.AgentRollout:
+		h.agents[o.Metadata.Name] = o
 	}
 }
 
@@ -525,6 +554,8 @@ func specOf(o schema.Object) any {
 		return [2]any{o.Data, o.BinaryData}
 	case *schema.Secret:
 		return [2]any{o.Type, o.Data}
+	case *schema.AgentRollout:
+		return o.Spec
 	}
 	return nil
 }
@@ -595,6 +626,16 @@ func (h *Hub) list(w http.ResponseWriter, r *http.Request, kind string) {
 			}
 		}
 		writeJSON(w, http.StatusOK, l)
+		return
+	case "agentrollouts":
+		items := []schema.Object{}
+		for _, name := range slices.Sorted(maps.Keys(h.agents)) {
+			if ok, _ := matches(sel, h.agents[name].Metadata.Labels); ok {
+				items = append(items, clone(h.agents[name]))
+			}
+		}
+		info, _ := schema.LookupKind(schema.KindAgentRollout)
+		writeJSON(w, http.StatusOK, info.NewList(items, rv))
 		return
 	}
 	l := schema.DeploymentList{TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: "DeploymentList"}, Metadata: schema.ListMeta{ResourceVersion: rv}, Items: []schema.Deployment{}}
@@ -836,6 +877,8 @@ func cloneObject(o schema.Object) schema.Object {
 	case *schema.ConfigMap:
 		return clone(o)
 	case *schema.Secret:
+		return clone(o)
+	case *schema.AgentRollout:
 		return clone(o)
 	}
 	return o

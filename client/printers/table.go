@@ -37,6 +37,8 @@ var (
 	configMapHeaders      = []string{"NAME", "DATA", "AGE"}
 	secretHeaders         = []string{"NAME", "TYPE", "DATA", "AGE"}
 	configWideHeaders     = []string{"KEYS", "LABELS"}
+	agentRolloutHeaders   = []string{"NAME", "VERSION", "PHASE", "STEP", "UPDATED", "FAILED", "PENDING", "AGE"}
+	agentRolloutWide      = []string{"SELECTOR", "STRATEGY", "LAST-GOOD", "IMAGE"}
 )
 
 // Headers returns the column headers of a table of objects of kind
@@ -52,6 +54,8 @@ func Headers(objectKind string, wide bool) []string {
 		h, w = configMapHeaders, configWideHeaders
 	case schema.KindSecret:
 		h, w = secretHeaders, configWideHeaders
+	case schema.KindAgentRollout:
+		h, w = agentRolloutHeaders, agentRolloutWide
 	default:
 		return []string{"KIND", "NAME"}
 	}
@@ -72,6 +76,8 @@ func Row(obj schema.Object, wide bool, now time.Time) []string {
 		return configMapRow(o, wide, now)
 	case *schema.Secret:
 		return secretRow(o, wide, now)
+	case *schema.AgentRollout:
+		return agentRolloutRow(o, wide, now)
 	}
 	return []string{obj.GetTypeMeta().Kind, obj.GetMetadata().Name}
 }
@@ -316,4 +322,22 @@ func (t *StreamTable) Write(rows ...[]string) error {
 	}
 	_, err := io.WriteString(t.w, b.String())
 	return err
+}
+
+// agentRolloutRow is an AgentRollout's row: its version and its waves, as
+// the hub last planned them ("<unknown>" before it did).
+func agentRolloutRow(a *schema.AgentRollout, wide bool, now time.Time) []string {
+	phase, step, updated, failed, pending, lastGood := "<unknown>", "-", "-", "-", "-", ""
+	if st := a.Status; st != nil {
+		lastGood = st.LastGoodVersion
+		if r := st.Rollout; r != nil {
+			phase, step = string(r.Phase), fmt.Sprintf("%d/%d", r.Step, r.Steps)
+			updated, failed, pending = fmt.Sprintf("%d/%d", r.Updated, r.Targeted), strconv.Itoa(r.Failed), strconv.Itoa(r.Pending)
+		}
+	}
+	row := []string{a.Metadata.Name, a.Spec.Version, phase, step, updated, failed, pending, Age(a.Metadata.CreationTimestamp, now)}
+	if !wide {
+		return row
+	}
+	return append(row, orNone(a.Spec.Selector.String()), orNone(strategy(a.Spec.Strategy)), orNone(lastGood), orNone(a.Spec.Image))
 }

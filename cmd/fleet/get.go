@@ -49,6 +49,10 @@ LABELS. The hub never returns a secret's values: -o json and -o yaml show
 its keys with the size of each value (keys: {token: 12}). A monitor
 credential may not read secrets at all.
 
+AgentRollouts: NAME, VERSION, PHASE, STEP, UPDATED (given the version/
+targeted), FAILED, PENDING and AGE; -o wide adds SELECTOR, STRATEGY,
+LAST-GOOD and IMAGE ("fleet agent status" shows them device by device).
+
 Pods: one line per pod per device, as the devices last reported them:
 DEVICE, POD (the deployment's name), READY (ready containers/total),
 STATUS (the reason of the first container not running, such as

@@ -82,7 +82,7 @@ func TestGetErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"get"}, "requires at least 1 arg"},
-		{[]string{"get", "services"}, `unknown resource type "services": valid types are deployments (deployment, deploy), devices (device, dev), configmaps (configmap, cm), secrets (secret) and pods (pod, po)`},
+		{[]string{"get", "services"}, `unknown resource type "services": valid types are deployments (deployment, deploy), devices (device, dev), configmaps (configmap, cm), secrets (secret), agentrollouts (agentrollout, ar) and pods (pod, po)`},
 		{[]string{"get", "service/web"}, `unknown resource type "service"`},
 		{[]string{"get", "deployment", "missing"}, `Error from server (NotFound): Deployment "missing" not found`},
 		{[]string{"get", "deployment", "Bad_Name"}, "DNS-1123"},

@@ -148,7 +148,7 @@ type rolloutUndoOptions struct {
 func newRolloutUndoCmd(cli *cliContext) *cobra.Command {
 	var o rolloutUndoOptions
 	cmd := &cobra.Command{
-		Use:   "undo (deployment NAME | deployment/NAME) [--to-revision N]",
+		Use:   "undo (deployment NAME | deployment/NAME | agentrollout/NAME) [--to-revision N]",
 		Short: "Roll a deployment back to an earlier revision",
 		Long: `Give a deployment the pod template of an earlier revision.
 
@@ -161,13 +161,20 @@ back rather than returning to it.
 The rollback is an ordinary change of the deployment: its generation is
 bumped, the template becomes the newest revision (under a new number), and
 the devices move to it per the deployment's strategy. A device that still
-has the older revision's image does not pull it again.`,
+has the older revision's image does not pull it again.
+
+For an agentrollout (fleet agent upgrade) undo gives the rollout its last
+good release again (status.lastGood: the last version whose rollout
+completed), with that release's image and digests.`,
 		Example: `  # Back to the last good revision
   fleet rollout undo deployment/web
 
   # Back to revision 3 exactly, then wait for the devices
   fleet rollout undo deployment/web --to-revision 3
-  fleet rollout status deployment/web`,
+  fleet rollout status deployment/web
+
+  # Back to the last agent release that completed
+  fleet rollout undo agentrollout/fleet`,
 		Args:              cobra.RangeArgs(1, 2),
 		ValidArgsFunction: cli.completeResources,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -179,6 +186,12 @@ has the older revision's image does not pull it again.`,
 }
 
 func runRolloutUndo(ctx context.Context, cli *cliContext, args []string, o rolloutUndoOptions) error {
+	if name, ok := agentRolloutRef(args); ok {
+		if o.toRevision != 0 {
+			return fmt.Errorf("--to-revision is for deployments: an agentrollout goes back to its last good release")
+		}
+		return undoAgentRollout(ctx, cli, name)
+	}
 	name, err := rolloutDeployment("undo", args)
 	if err != nil {
 		return err

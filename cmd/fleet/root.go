@@ -81,6 +81,7 @@ It holds contexts, one per hub, and which is current (see fleet config
 		newDiffCmd(cli),
 		newDeleteCmd(cli),
 		newRolloutCmd(cli),
+		newAgentCmd(cli),
 		newEventsCmd(cli),
 		newDeviceCmd(cli),
 		newMonitorCmd(cli),

@@ -26,6 +26,9 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	objs, err := decodeObjects(body)
+	if err == nil {
+		err = s.admitAgentRollouts(r.Context(), objs)
+	}
 	if err != nil {
 		WriteError(w, r, s.log, err)
 		return
@@ -166,6 +169,9 @@ func (s *Server) writeRequest(w http.ResponseWriter, r *http.Request) (dry bool,
 	}
 	if err == nil {
 		obj, err = decodeOne(w, r, kind)
+	}
+	if err == nil {
+		err = s.admitAgentRollouts(r.Context(), []schema.Object{obj})
 	}
 	if err != nil {
 		WriteError(w, r, s.log, err)

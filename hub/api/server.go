@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleetmq/fleet/broker/ratelimit"
 	"github.com/fleetmq/fleet/hub/store"
+	"github.com/fleetmq/fleet/schema"
 )
 
 // Options configure a Server. Store is required.
@@ -43,6 +44,10 @@ type Options struct {
 	// CAHash is the pin of the hub's own CA (schema.CAHash), returned
 	// with each new bootstrap token; "" for none.
 	CAHash string
+	// HubVersion is the release the version-skew policy measures an
+	// AgentRollout's spec.version against (schema.CheckAgentSkew);
+	// default schema.BuildVersion().
+	HubVersion string
 	// CAHashFunc, if set, is asked instead of CAHash for each new token
 	// (a hub whose CA rotates). Default none.
 	CAHashFunc func() string
@@ -89,6 +94,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.WatchWriteTimeout <= 0 {
 		opts.WatchWriteTimeout = 30 * time.Second
+	}
+	if opts.HubVersion == "" {
+		opts.HubVersion = schema.BuildVersion()
 	}
 	s := &Server{
 		store:   opts.Store,

@@ -143,7 +143,8 @@ type Controller struct {
 	placer   *placer
 	writer   *desiredWriter
 	statuses *statusAggregator
-	sender   *sender // the stages' publishes
+	sender   *sender     // the stages' publishes
+	agents   *agentStage // the AgentRollouts (agents.go)
 
 	retryAt    time.Time // a stage failed: pass again then
 	recheckAt  time.Time // a staged rollout's plan may change by time alone
@@ -167,6 +168,9 @@ func New(opts Options) (*Controller, error) {
 	cfg := newConfigState()
 	out := newSender(opts)
 	placer := newPlacer(opts, f)
+	agents := newAgentStage(opts.Logger)
+	writer := newDesiredWriter(opts, f, cfg, newDesiredTopics(out, opts))
+	writer.agent = agents.agent
 	return &Controller{
 		opts:     opts,
 		log:      opts.Logger,
@@ -176,9 +180,10 @@ func New(opts Options) (*Controller, error) {
 		cfg:      cfg,
 		changes:  newChangeSet(),
 		placer:   placer,
-		writer:   newDesiredWriter(opts, f, cfg, newDesiredTopics(out, opts)),
+		writer:   writer,
 		statuses: newStatusAggregator(opts, f, placer, newStatusTopics(out, opts)),
 		sender:   out,
+		agents:   agents,
 		inbox:    statusInbox{devs: map[string]bool{}, wake: make(chan struct{}, 1)},
 		wake:     make(chan struct{}, 1),
 		ready:    make(chan struct{}),

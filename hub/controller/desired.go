@@ -35,6 +35,9 @@ type desiredWriter struct {
 	// held are the devices under a restore hold (restorehold.go).
 	held     map[string]bool
 	caBundle func() string // Options.CABundle; nil: none
+	// agent is the agent a device's desired state names (agents.go);
+	// nil names none.
+	agent func(device string) *schema.DesiredAgent
 }
 
 // desiredChange is a device's new desired state, or its removal.
@@ -120,7 +123,11 @@ func (w *desiredWriter) change(name string, want []schema.Pod) (desiredChange, b
 	if w.caBundle != nil {
 		bundle = w.caBundle()
 	}
-	current := !held && prev != nil && prev.Store == w.storeID && SamePods(prev.Pods, want) && prev.CABundle == bundle
+	var agent *schema.DesiredAgent
+	if w.agent != nil {
+		agent = w.agent(name)
+	}
+	current := !held && prev != nil && prev.Store == w.storeID && SamePods(prev.Pods, want) && prev.CABundle == bundle && sameAgent(prev.Agent, agent)
 	if current && cfg.same(prev) {
 		return desiredChange{}, false
 	}
@@ -141,6 +148,7 @@ func (w *desiredWriter) change(name string, want []schema.Pod) (desiredChange, b
 		Store:      w.storeID,
 		Pods:       want,
 		CABundle:   bundle,
+		Agent:      agent,
 	}
 	reuse := prev
 	if prev != nil && prev.Store != w.storeID {

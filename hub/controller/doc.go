@@ -46,6 +46,11 @@
 //     label index, index.go) and to the configuration.
 //   - publish.go: the sender, which runs the publishes, and the two sets
 //     of retained topics it serves.
+//   - agents.go: the AgentRollouts. Each full pass plans them with
+//     hub/agentplan (the Deployments' staged planner over agent versions),
+//     names the agent in the selected devices' desired state, stores the
+//     planner's state (store.AgentRolloutKey) and the rollouts' status.
+//     While any exists every pass is full: any report can move one.
 //   - restorehold.go: generations never go backwards across a restore: a
 //     device restored from a backup is sent nothing until it reports,
 //     then continues above the generation it reported.

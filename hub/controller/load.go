@@ -136,6 +136,9 @@ func (c *Controller) load(ctx context.Context, withDesired bool) error {
 	if err != nil {
 		return err
 	}
+	if err := c.agents.load(ctx, c.store); err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
 	c.fleet.replace(s.devices, s.desired, s.deployments)
 	c.cfg.replace(s.config)
 	if withDesired {
@@ -216,6 +219,9 @@ func (c *Controller) apply(ev store.Event) {
 		c.cfg.applyConfigMap(ev, c.changes, c.log)
 	case schema.KindSecret:
 		c.cfg.applySecret(ev, c.changes)
+	case schema.KindAgentRollout:
+		c.agents.apply(ev)
+		c.changes.full = true
 	}
 }
 

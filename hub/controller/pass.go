@@ -130,6 +130,10 @@ func (c *Controller) pass(ctx context.Context) {
 		c.statuses.topics.forget()
 		c.changes.full = true
 	}
+	if c.agents.active() {
+		// Any report can move an agent rollout (agents.go).
+		c.changes.full = true
+	}
 	if c.changes.full || all || !c.incrementalPass(ctx) {
 		c.fullPass(ctx)
 		c.fullPasses.Add(1)
@@ -139,6 +143,9 @@ func (c *Controller) pass(ctx context.Context) {
 		c.retryAt = time.Now().Add(time.Second)
 	}
 	c.recheckAt = c.placer.nextRecheck()
+	if r := c.agents.recheck; !r.IsZero() && (c.recheckAt.IsZero() || r.Before(c.recheckAt)) {
+		c.recheckAt = r
+	}
 	if !c.retryAt.IsZero() {
 		// What failed is found again by recomputing everything.
 		c.changes.full = true
@@ -155,6 +162,11 @@ func (c *Controller) fullPass(ctx context.Context) {
 	views, pods := c.placer.all()
 	if err := c.placer.save(ctx); err != nil {
 		c.failed(ctx, "store staged rollouts", err)
+		return
+	}
+	c.agents.plan(c.fleet, c.opts.Now())
+	if err := c.agents.save(ctx, c.store); err != nil {
+		c.failed(ctx, "store agent rollouts", err)
 		return
 	}
 	c.retryAfter(ctx, c.writer.writeAll(ctx, views, pods))

@@ -42,6 +42,8 @@
 //	                           size (Options.AuditRetention, AuditMaxBytes); appends do
 //	                           not bump the revision (audit.go)
 //	v1/auditanchor             seq and hash of the last pruned audit entry (auditchain.go)
+//	v1/agent-rollouts/{name}   an AgentRollout's planner state (hub/agentplan.State),
+//	                           written by the controller
 //	v1/fleet-ca                with etcd: hash of the CA every hub of the fleet presents
 //	                           (hub/fleetca.go)
 //

@@ -23,7 +23,16 @@ const (
 	prefixRollouts    = "v1/rollouts/"
 	prefixDeviceKeys  = "v1/device-keys/"
 	prefixCrashes     = "v1/crash-reports/"
+	prefixAgentPlans  = "v1/agent-rollouts/"
 )
+
+// AgentRolloutKey is where the controller keeps the planner's state of an
+// AgentRollout (hub/agentplan.State: its waves and which device was given
+// which version when), so a restarted hub resumes it where it was.
+func AgentRolloutKey(name string) string { return prefixAgentPlans + name }
+
+// AgentRolloutPrefix is the prefix of every AgentRolloutKey.
+const AgentRolloutPrefix = prefixAgentPlans
 
 // CrashReportsKey holds a device's latest crash reports (a JSON array of
 // schema.CrashReport, written by the status ingest). Deleted with the

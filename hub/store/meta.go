@@ -65,6 +65,11 @@ func copyStatus(dst, src schema.Object) {
 		if s, ok := src.(*schema.Deployment); ok {
 			d.Status = s.Status
 		}
+	case *schema.AgentRollout:
+		d.Status = nil
+		if s, ok := src.(*schema.AgentRollout); ok {
+			d.Status = s.Status
+		}
 	}
 }
 
