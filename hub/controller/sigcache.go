@@ -150,8 +150,9 @@ func (c *sigCache) queue(name string, val []byte) {
 	}
 }
 
-// sigCacheBatch bounds the keys of one store write.
-const sigCacheBatch = 1000
+// sigCacheBatch bounds the keys of one store write (store.WriteCache:
+// etcd's default --max-txn-ops is 128).
+const sigCacheBatch = 100
 
 // run writes the queued changes until ctx ends, then writes what is left
 // (briefly: the store closes after the controller).

@@ -19,7 +19,9 @@ func DesiredSignatureKey(device string) string { return DesiredSignaturePrefix +
 // DesiredSignaturePrefix outside the revision history: no revision is
 // bumped and no watcher hears of them, since nothing but their writer
 // reads them and they can be rebuilt. The batch is committed whole or not
-// at all, like any transaction, and may run beside Write.
+// at all, like any transaction, and may run beside Write. Keep batches
+// small: etcd refuses a transaction of more than --max-txn-ops
+// operations (128 by default).
 func (s *Store) WriteCache(ctx context.Context, kvs map[string][]byte) error {
 	for key := range kvs {
 		if !strings.HasPrefix(key, DesiredSignaturePrefix) || len(key) == len(DesiredSignaturePrefix) {
@@ -33,21 +35,22 @@ func (s *Store) WriteCache(ctx context.Context, kvs map[string][]byte) error {
 		return err
 	}
 	defer s.release()
-	txn := s.db.NewTransaction(true)
-	defer txn.Discard()
-	for key, val := range kvs {
-		var err error
-		if val == nil {
-			err = txn.Delete([]byte(key))
-		} else {
-			err = txn.Set([]byte(key), val)
+	err := engineUpdate(ctx, s.eng, func(txn engineTxn) error {
+		for key, val := range kvs {
+			var err error
+			if val == nil {
+				err = txn.del(key)
+			} else {
+				err = txn.set(key, val)
+			}
+			if err != nil {
+				return fmt.Errorf("write cache %s: %w", key, err)
+			}
 		}
-		if err != nil {
-			return fmt.Errorf("write cache %s: %w", key, badgerErr(err))
-		}
-	}
-	if err := txn.Commit(); err != nil {
-		return fmt.Errorf("write cache: commit: %w", badgerErr(err))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("write cache: %w", err)
 	}
 	return nil
 }
