@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -104,6 +105,68 @@ func TestCloseDropsWills(t *testing.T) {
 	}
 	if n := dropped.Load(); n != 1 {
 		t.Errorf("after Close: %d dropped wills seen on %s, want 1", n, droppedWillTopic)
+	}
+	if err := <-ran; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// TestCloseEndsManyClientsWithoutWills: a stop with many clients
+// connected closes every connection (on several goroutines, closeAll) and
+// publishes none of their wills: the devices did not go offline, their
+// broker went away (hook.go, OnWill).
+func TestCloseEndsManyClientsWithoutWills(t *testing.T) {
+	const n = 200
+	auth := NewStaticAuth()
+	for i := range n {
+		auth.Set(Identity{Name: fmt.Sprintf("pi-%03d", i), Role: RoleDevice}, "token")
+	}
+	b, err := New(Options{Addr: "127.0.0.1:0", Auth: auth, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- b.Run(t.Context()) }()
+	var topics schema.Topics
+	var wills atomic.Int32
+	if err := b.server.Subscribe(topics.DeviceFilter(schema.TopicOnline), 1, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
+		if string(pk.Payload) == schema.Offline {
+			wills.Add(1)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	lost := make(chan string, n)
+	for i := range n {
+		name := fmt.Sprintf("pi-%03d", i)
+		o := paho.NewClientOptions().AddBroker("tcp://"+b.Addr().String()).
+			SetClientID(name).SetUsername(name).SetPassword("token").
+			SetAutoReconnect(false).SetWill(topics.Device(name, schema.TopicOnline), schema.Offline, 1, true).
+			SetConnectionLostHandler(func(paho.Client, error) { lost <- name })
+		c := paho.NewClient(o)
+		if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("connect %s: %v", name, tok.Error())
+		}
+	}
+	if got := atomic.LoadInt64(&b.server.Info.ClientsConnected); got < n {
+		t.Fatalf("%d clients connected, want %d", got, n)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.server.Clients.Len(); got > 1 { // the inline client may remain
+		t.Errorf("after Close: %d clients left", got)
+	}
+	deadline := time.After(10 * time.Second)
+	for i := range n {
+		select {
+		case <-lost:
+		case <-deadline:
+			t.Fatalf("only %d of %d clients saw their connection end", i, n)
+		}
+	}
+	if w := wills.Load(); w != 0 {
+		t.Errorf("Close published %d wills, want 0", w)
 	}
 	if err := <-ran; err != nil {
 		t.Errorf("Run: %v", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -120,10 +121,30 @@ func (l *listener) Close(closeClients listeners.CloseFn) {
 	}
 	l.closed = true
 	_ = l.ln.Close()
+	conns := make([]net.Conn, 0, len(l.conns))
 	for c := range l.conns {
-		_ = c.Close()
+		conns = append(conns, c)
 	}
 	l.mu.Unlock()
+	closeAll(conns)
 	l.wg.Wait()
 	closeClients(l.id)
+}
+
+// closeAll closes conns on a few goroutines at once: each Close is a
+// syscall and wakes the connection's handler, and with 10,000 devices
+// one after another they were most of a hub's stop (BENCHMARKS.md, B4).
+// The listener's lock is not held, so the handlers that wake up can
+// leave while the rest are closed.
+func closeAll(conns []net.Conn) {
+	workers := min(len(conns)/64+1, 2*runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(conns); i += workers {
+				_ = conns[i].Close()
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -34,13 +34,16 @@ type snapshot struct {
 	desiredRaw map[string][]byte
 	tombstones map[string]int64
 	rollouts   map[string]*rolloutRecord
-	holds      map[string]bool // restore holds (restorehold.go)
+	holds      map[string]bool      // restore holds (restorehold.go)
+	sigs       map[string]*sigEntry // kept signatures (sigcache.go)
 }
 
 // loader reads snapshots from the store; it only reads.
 type loader struct {
 	store *store.Store
 	log   *slog.Logger
+	// sigs: read the kept signatures too (the signer reuses them).
+	sigs bool
 }
 
 // load reads the devices and deployments and, withDesired, the desired
@@ -103,6 +106,11 @@ func (l loader) loadDesired(t *store.Txn, s *snapshot) error {
 	if s.rollouts, err = loadRollouts(t, l.log); err != nil {
 		return err
 	}
+	if l.sigs {
+		if s.sigs, err = loadSignatures(t, l.log); err != nil {
+			return err
+		}
+	}
 	s.holds = map[string]bool{}
 	if err := t.Scan(store.RestoreHoldPrefix, func(key string, _ []byte) error {
 		s.holds[key[len(store.RestoreHoldPrefix):]] = true
@@ -132,7 +140,8 @@ func (c *Controller) Load(ctx context.Context) error {
 // load reads a snapshot and installs it in the fleet and the stages; the
 // next pass is a full one.
 func (c *Controller) load(ctx context.Context, withDesired bool) error {
-	s, err := loader{store: c.store, log: c.log}.load(ctx, withDesired)
+	_, reuse := c.opts.Signer.(ReusableSigner)
+	s, err := loader{store: c.store, log: c.log, sigs: reuse}.load(ctx, withDesired)
 	if err != nil {
 		return err
 	}
@@ -144,6 +153,7 @@ func (c *Controller) load(ctx context.Context, withDesired bool) error {
 	if withDesired {
 		c.writer.replace(s.desiredRaw, s.tombstones)
 		c.writer.held = s.holds
+		c.writer.topics.sigs.replace(s.sigs)
 		c.placer.replace(s.rollouts)
 	}
 	c.listRev = s.rev

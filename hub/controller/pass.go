@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/fleetmq/fleet/hub/store"
@@ -21,6 +22,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The kept signatures are written from a goroutine of their own,
+	// which writes what is left once ctx ends; Run returns after it.
+	var keeping sync.WaitGroup
+	keeping.Go(func() { c.writer.topics.sigs.run(ctx) })
+	defer keeping.Wait()
 	c.pass(ctx)
 	c.readyOnce.Do(func() { close(c.ready) })
 

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"iter"
@@ -49,6 +50,11 @@ type message struct {
 	payload []byte
 	sign    bool   // payload is a desired state's canonical JSON: sign it
 	done    func() // called, on the loop goroutine, once published
+	// cached is the signature kept from an earlier publish, if any;
+	// keep, if set, is given a new one made for this publish (on the
+	// loop goroutine, once published).
+	cached *sigEntry
+	keep   func(*sigEntry)
 }
 
 // desiredTopics keeps the devices' retained desired topics in step with
@@ -66,6 +72,7 @@ type desiredTopics struct {
 	// looks at every device (publishDesired).
 	unpublished map[string]int64
 	clears      map[string]string // topic → device: retained topics of deleted devices to clear
+	sigs        *sigCache         // signatures kept for reuse (sigcache.go)
 	// held, if set, names the devices sent nothing (restorehold.go).
 	held func(name string) bool
 }
@@ -77,6 +84,7 @@ func newDesiredTopics(s *sender, opts Options) *desiredTopics {
 		published:   map[string]int64{},
 		unpublished: map[string]int64{},
 		clears:      map[string]string{},
+		sigs:        newSigCache(opts.Store, opts.Logger),
 	}
 }
 
@@ -100,6 +108,7 @@ func (p *desiredTopics) removed(name string) {
 	delete(p.raw, name)
 	delete(p.published, name)
 	delete(p.unpublished, name)
+	p.sigs.remove(name)
 	for _, topic := range p.deviceTopics(name) {
 		p.clears[topic] = name
 	}
@@ -167,12 +176,15 @@ func (p *desiredTopics) countDesired(n int) {
 
 // desiredMessage is the retained publish of a device's desired state,
 // signed by the signer when there is one: the stored JSON is the
-// canonical form, and the publishing workers sign it afresh for each
-// publish (in parallel; a rotated key signs the next one).
+// canonical form, and the publishing workers sign it (in parallel; a
+// rotated key signs the next one), or reuse the signature kept from an
+// earlier publish of the same bytes under the same key (sigcache.go).
 func (p *desiredTopics) desiredMessage(name string, gen int64) message {
 	return message{
 		topic: p.topics.Device(name, schema.TopicDesired), payload: p.raw[name],
-		sign: p.out.signer != nil,
+		sign:   p.out.signer != nil,
+		cached: p.sigs.entries[name],
+		keep:   func(e *sigEntry) { p.sigs.put(name, e) },
 		done: func() {
 			p.published[name] = gen
 			if p.unpublished[name] == gen {
@@ -276,6 +288,7 @@ func (p *sender) publish(ctx context.Context, msgs []message) int {
 type sending struct {
 	msgs     []message
 	ok       []bool
+	fresh    []*sigEntry // signatures made for msgs, to keep
 	firstErr atomic.Pointer[error]
 	wg       sync.WaitGroup
 	parent   context.Context
@@ -286,7 +299,7 @@ type sending struct {
 // returns at once; finish waits and records the outcome. It touches no
 // topic state, so several batches may be under way.
 func (p *sender) send(ctx context.Context, msgs []message) *sending {
-	s := &sending{msgs: msgs, ok: make([]bool, len(msgs)), parent: ctx}
+	s := &sending{msgs: msgs, ok: make([]bool, len(msgs)), fresh: make([]*sigEntry, len(msgs)), parent: ctx}
 	if len(msgs) == 0 {
 		return s
 	}
@@ -301,13 +314,13 @@ func (p *sender) send(ctx context.Context, msgs []message) *sending {
 				}
 				payload := msgs[i].payload
 				if msgs[i].sign {
-					signed, err := p.signer.SignDesiredState(payload)
+					signed, fresh, err := p.sign(payload, msgs[i].cached)
 					if err != nil {
 						err = fmt.Errorf("sign the desired state for %s: %w", msgs[i].topic, err)
 						s.firstErr.CompareAndSwap(nil, &err)
 						continue
 					}
-					payload = signed
+					payload, s.fresh[i] = signed, fresh
 				}
 				if err := p.conn.Publish(ctx, msgs[i].topic, payload, true); err != nil {
 					s.firstErr.CompareAndSwap(nil, &err)
@@ -318,6 +331,28 @@ func (p *sender) send(ctx context.Context, msgs []message) *sending {
 		})
 	}
 	return s
+}
+
+// sign returns canonical signed: with cached's signature when it was made
+// over the same bytes by the signer as it is now, else signed afresh,
+// with the new signature to keep (nil when the signer's are not kept).
+func (p *sender) sign(canonical []byte, cached *sigEntry) (signed []byte, fresh *sigEntry, err error) {
+	rs, ok := p.signer.(ReusableSigner)
+	if !ok {
+		signed, err = p.signer.SignDesiredState(canonical)
+		return signed, nil, err
+	}
+	// The identity is read before signing: a rotation in between keeps
+	// the new signature under the old identity, which is never reused.
+	identity := rs.SignatureIdentity()
+	sum := sha256.Sum256(canonical)
+	if out, ok := cached.signedPayload(canonical, identity, sum); ok {
+		return out, nil, nil
+	}
+	if signed, err = rs.SignDesiredState(canonical); err != nil {
+		return nil, nil, err
+	}
+	return signed, newSigEntry(canonical, signed, identity, sum), nil
 }
 
 // finish waits for a batch, calls done for each message published (on the
@@ -334,6 +369,9 @@ func (p *sender) finish(s *sending) int {
 			n++
 			if m.done != nil {
 				m.done()
+			}
+			if s.fresh[i] != nil && m.keep != nil {
+				m.keep(s.fresh[i])
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -80,6 +81,23 @@ func (s *Signer) SignDesiredState(canonical []byte) ([]byte, error) {
 	key, e := s.key, s.endorsement
 	s.mu.RUnlock()
 	return schema.SignDesiredState(canonical, key, e)
+}
+
+// SignatureIdentity names what a desired state's signature is made with
+// now: the current key and, after a rotation, the previous key's
+// endorsement. Ed25519 signatures are deterministic, so while it stays the
+// same, the signature SignDesiredState makes over the same bytes is the
+// same, byte for byte: the controller keeps signatures and reuses them
+// while it does (hub/controller, sigcache.go).
+func (s *Signer) SignatureIdentity() string {
+	s.mu.RLock()
+	key, e := s.key, s.endorsement
+	s.mu.RUnlock()
+	id := schema.SigningKeyID(key.Public().(ed25519.PublicKey))
+	if e == nil {
+		return id
+	}
+	return id + "/" + e.PreviousKeyID + "/" + base64.StdEncoding.EncodeToString(e.Sig)
 }
 
 // SignRequest signs the canonical bytes of a request to a device

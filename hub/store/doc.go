@@ -28,6 +28,9 @@
 //	v1/desired/{device}        per-device DesiredState (written by the controller)
 //	v1/desired-generation/{d}  last generation of a deleted device (decimal), so a
 //	                           re-created device continues from it
+//	v1/desired-signature/{d}   a cache of the signature last published with the
+//	                           device's desired state (controller, sigcache.go),
+//	                           written outside the revisions by WriteCache
 //	v1/status/{device}         last DeviceStatus (written by the status ingest)
 //	v1/tokens/{device}         device token record: SHA-256 of the token (and, with
 //	                           Options.PasswordHash, e.g. its Mosquitto "$7$" hash)

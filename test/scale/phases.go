@@ -518,6 +518,7 @@ func (s *suite) storm(ctx context.Context) Result {
 	}
 	restart := time.Now()
 	restartNS.Store(restart.UnixNano())
+	r.StopMS = ms(restart.Sub(stop))
 	if s.mosq != nil {
 		if err := s.mosq.start(ctx); err != nil {
 			return fail(fmt.Errorf("restart mosquitto: %w", err))

@@ -69,6 +69,9 @@ type Result struct {
 	// RestartMS (storm): from the stop until the new hub answered its API
 	// (its broker then accepts devices).
 	RestartMS float64 `json:"restart_ms,omitempty"`
+	// StopMS (storm): the part of RestartMS the old hub (and Mosquitto)
+	// took to stop; the rest is the new hub's start, load and republish.
+	StopMS float64 `json:"stop_ms,omitempty"`
 	// Reconnect (storm): how the agents came back, "jittered" (their
 	// default backoff) or "at-once" (-reconnect-jitter=false).
 	Reconnect string `json:"reconnect,omitempty"`
