@@ -549,7 +549,7 @@ func TestE2ECertRotationClientCertRenewal(t *testing.T) {
 	if err := a.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	expired := writeClientCert(t, a.StateDir, ca, caKey, clientKey, a.Device, time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour))
+	expired := writeClientCert(t, a.StateDir, ca, caKey, clientKey, a.Device, ca.NotBefore, time.Now().Add(-time.Second))
 	a.Start(t)
 	renewed := awaitClientCert(t, a.StateDir, expired)
 	if err := renewed.CheckSignatureFrom(ca); err != nil || time.Until(renewed.NotAfter) < 300*24*time.Hour {
