@@ -677,12 +677,15 @@ func TestE2ECertRotationExpiredRequired(t *testing.T) {
 	renewalOnlyAttack(t, h.MQTTTLSURL, a.Device, f.Token(a.Device), ca, cert)
 
 	a.SetBroker(h.MQTTTLSURL) // the restarted hub's TLS port
+	start := time.Now()
 	a.Start(t)
 	renewed := awaitClientCert(t, a.StateDir, expired)
+	tRenewed := time.Since(start)
 	if err := renewed.CheckSignatureFrom(ca); err != nil || time.Until(renewed.NotAfter) < 300*24*time.Hour {
 		t.Fatalf("renewed certificate: until %s, %v", renewed.NotAfter, err)
 	}
 	f.AwaitDevices(t, time.Minute, "online with the renewed certificate, certificates required", func(d schema.Device) bool { return d.Status != nil && d.Status.Online }, a.Device)
+	t.Logf("measured: agent start to renewed certificate %s, to its normal session online %s", tRenewed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	f.deleteOnCleanup(t, "e2e-expreq")
 	f.applyDeps(t, e2eDep{Name: "e2e-expreq"})
 	f.AwaitRollout(t, "e2e-expreq", 1, e2eConverge)
