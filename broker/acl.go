@@ -19,7 +19,9 @@ import (
 //     {prefix}/devices/{self}/requests and {prefix}/devices/{self}/certificate
 //     (no wildcards at all) and publish only to its own status, online,
 //     events, crashreports, responses and csr topics. A device whose name is not a valid device name may do
-//     nothing.
+//     nothing. A renewal-only session (Identity.RenewalOnly: its client
+//     certificate expired) may only publish its csr topic and read its
+//     certificate topic.
 //   - RoleMonitor may subscribe to {prefix}/devices/{device|+}/{status|online|events},
 //     {prefix}/deployments/{name|+}/status and Home Assistant's discovery
 //     topics (homeassistant/#, which the hub publishes with
@@ -42,6 +44,12 @@ func Allowed(topics schema.Topics, id Identity, topic string, write bool) bool {
 	case RoleDevice:
 		if schema.ValidateName(id.Name) != nil {
 			return false // also keeps '+', '#' and '/' out of the topics below
+		}
+		if id.RenewalOnly {
+			if write {
+				return topic == topics.Device(id.Name, schema.TopicCSR)
+			}
+			return topic == topics.Device(id.Name, schema.TopicCertificate)
 		}
 		if !write {
 			return topic == topics.Device(id.Name, schema.TopicDesired) ||

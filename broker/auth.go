@@ -53,6 +53,11 @@ type Identity struct {
 	// Authenticator leaves it empty). It names the only enrollment topics
 	// the client may use.
 	Request string
+	// RenewalOnly marks a RoleDevice session whose client certificate
+	// expired (and otherwise verified): the broker sets it on connect,
+	// and the session may only publish the device's csr topic and read
+	// its certificate topic (Allowed). An Authenticator leaves it false.
+	RenewalOnly bool
 }
 
 // Authenticator checks MQTT credentials. The hub implements it over its store

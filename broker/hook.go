@@ -135,10 +135,16 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		return false
 	}
 	log = log.With("identity", id.Name, "role", id.Role.String())
-	if why := b.clientCertRefusal(cl, id); why != "" {
+	why, renewal := b.clientCertRefusal(cl, id)
+	if why != "" {
 		log.Info("mqtt connection refused: " + why)
 		b.loginRefused(username, cl.Net.Remote, LoginRefused, why)
 		return false
+	}
+	if renewal {
+		id.RenewalOnly = true
+		log = log.With("renewal_only", true)
+		log.Info("mqtt device connected with an expired client certificate: it may only renew it")
 	}
 
 	// The broker publishes the will for the client, without an ACL check,

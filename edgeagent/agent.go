@@ -315,6 +315,16 @@ func (a *Agent) connect() error {
 	if o.TLSConfig != nil {
 		// Mutual TLS: the client certificate is renewed over the session.
 		so.OnCertificate = a.certs.onCertificate
+		// An expired certificate is presented, and the broker admits
+		// the device only to renew it (WithClientCert).
+		so.RenewalOnly = func() bool { return enroll.ClientCertExpired(o.StateDir, time.Now()) }
+		so.OnRenewalConnect = func() {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				a.certs.check(ctx, true)
+			}()
+		}
 	}
 	s, err := session.New(so)
 	if err != nil {

@@ -22,8 +22,8 @@ const certRenewRetry = 5 * time.Minute
 
 // certRenewal renews the device's client certificate (mutual TLS) over
 // its MQTT session: once two thirds of its lifetime have passed, or
-// once it expired (the agent then presents none and a broker with
-// optional client certificates admits it on its token), the agent
+// once it expired (the agent then presents it anyway and the broker
+// admits it, on its token, in a renewal-only session), the agent
 // publishes a CSR with its client key on its csr topic, at connect and
 // at every resync; the hub answers on the certificate topic and the new
 // certificate, checked against the key and the CAs the agent trusts, is
@@ -92,7 +92,7 @@ func (r *certRenewal) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if r.a.session.Connected() {
+			if r.a.session.Connected() || r.a.session.RenewalOnly() {
 				r.check(ctx, false)
 			}
 		}
@@ -124,6 +124,11 @@ func (r *certRenewal) onCertificate(payload []byte) {
 	msg := "renewed the client certificate: valid until " + dc.NotAfter.Format(time.RFC3339) + ", used from the next connection on"
 	a.log.Info(msg)
 	a.events.Record(schema.EventNormal, "ClientCertificateRenewed", "", "", msg)
+	if a.session.RenewalOnly() {
+		// The session was for renewing alone: the normal one now.
+		a.log.Info("reconnecting with the renewed client certificate")
+		a.session.Reconnect()
+	}
 }
 
 // verify checks that certPEM is a client certificate of a CA the agent

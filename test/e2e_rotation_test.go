@@ -544,11 +544,12 @@ func TestE2ECertRotationClientCertRenewal(t *testing.T) {
 	ca, caKey := readCAFiles(t, h.DataDir)
 	clientKey := readClientKey(t, a.StateDir) // written with client.csr by the agent
 
-	// Expired while offline: the token alone lets it in, and it renews.
+	// Expired while offline: the expired certificate and the token let it
+	// in to renew, and it renews.
 	if err := a.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	expired := writeClientCert(t, a.StateDir, ca, caKey, clientKey, a.Device, time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour))
+	expired := writeClientCert(t, a.StateDir, ca, caKey, clientKey, a.Device, ca.NotBefore, time.Now().Add(-time.Second))
 	a.Start(t)
 	renewed := awaitClientCert(t, a.StateDir, expired)
 	if err := renewed.CheckSignatureFrom(ca); err != nil || time.Until(renewed.NotAfter) < 300*24*time.Hour {
@@ -637,4 +638,104 @@ func awaitClientCert(t *testing.T, stateDir string, old *x509.Certificate) *x509
 		return err == nil && got.SerialNumber.Cmp(old.SerialNumber) != 0
 	}, "the agent to save a renewed client certificate")
 	return got
+}
+
+// TestE2ECertRotationExpiredRequired: with --mqtt-client-certs=required,
+// a device offline past the end of its client certificate returns,
+// presents the expired certificate with its token, is admitted only to
+// renew it, renews, reconnects in its normal session and converges.
+// The same expired certificate with a wrong token is refused, and the
+// renewal-only session it opens with the right token cannot read the
+// device's desired state nor publish its status.
+func TestE2ECertRotationExpiredRequired(t *testing.T) {
+	f := StartFleet(t, FleetOptions{Agents: 1, DevicePrefix: "expreq", HubArgs: []string{"--mqtt-client-certs", "optional"},
+		Labels: func(int) map[string]string { return e2eAgents }})
+	h := f.Hub
+	a := f.Agents[0]
+	a.opts.Args = append(a.opts.Args, "--ca-hash", h.CAHash)
+	a.SetBroker(h.MQTTTLSURL)
+	a.Restart(t)
+	f.AwaitDevices(t, time.Minute, "online over TLS", func(d schema.Device) bool { return d.Status != nil && d.Status.Online }, a.Device)
+	ca, caKey := readCAFiles(t, h.DataDir)
+	clientKey := readClientKey(t, a.StateDir)
+
+	// Offline past the end of its certificate, while the hub comes to
+	// require client certificates.
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	h.opts.Args = append(h.opts.Args, "--mqtt-client-certs", "required")
+	f.RestartHub(t)
+	// Its whole life lies within the CA's (a certificate older than its
+	// CA never verifies, expired or not).
+	expired := writeClientCert(t, a.StateDir, ca, caKey, clientKey, a.Device, ca.NotBefore, time.Now().Add(-time.Second))
+	cert := tls.Certificate{Certificate: [][]byte{expired.Raw}, PrivateKey: clientKey}
+
+	if err := dialMTLS(h.MQTTTLSURL, a.Device, "not-the-token", ca, cert); err == nil {
+		t.Error("the expired certificate with a wrong token was admitted")
+	}
+	renewalOnlyAttack(t, h.MQTTTLSURL, a.Device, f.Token(a.Device), ca, cert)
+
+	a.SetBroker(h.MQTTTLSURL) // the restarted hub's TLS port
+	start := time.Now()
+	a.Start(t)
+	renewed := awaitClientCert(t, a.StateDir, expired)
+	tRenewed := time.Since(start)
+	if err := renewed.CheckSignatureFrom(ca); err != nil || time.Until(renewed.NotAfter) < 300*24*time.Hour {
+		t.Fatalf("renewed certificate: until %s, %v", renewed.NotAfter, err)
+	}
+	f.AwaitDevices(t, time.Minute, "online with the renewed certificate, certificates required", func(d schema.Device) bool { return d.Status != nil && d.Status.Online }, a.Device)
+	t.Logf("measured: agent start to renewed certificate %s, to its normal session online %s", tRenewed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	f.deleteOnCleanup(t, "e2e-expreq")
+	f.applyDeps(t, e2eDep{Name: "e2e-expreq"})
+	f.AwaitRollout(t, "e2e-expreq", 1, e2eConverge)
+	f.AwaitConverged(t, e2eConverge, a.Device)
+	for _, want := range []string{"mqtt connected with an expired client certificate", "reconnecting with the renewed client certificate"} {
+		if !strings.Contains(a.Logs(), want) {
+			t.Errorf("agent logs lack %q", want)
+		}
+	}
+	if !strings.Contains(h.Logs(), "renewed a device's client certificate over MQTT") {
+		t.Error("the hub did not log the renewal")
+	}
+}
+
+// renewalOnlyAttack connects with the device's expired certificate and
+// valid token, and checks that the session it gets may read the
+// certificate topic, but not the desired state or requests, and that a
+// status it publishes ends the session.
+func renewalOnlyAttack(t *testing.T, url, device, token string, ca *x509.Certificate, cert tls.Certificate) {
+	t.Helper()
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	var lost atomic.Bool
+	po := paho.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("%s-%016x", device, time.Now().UnixNano())).
+		SetUsername(device).SetPassword(token).SetProtocolVersion(4).
+		SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(10 * time.Second).
+		SetConnectionLostHandler(func(paho.Client, error) { lost.Store(true) }).
+		SetTLSConfig(&tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12,
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }})
+	c := paho.NewClient(po)
+	if tok := c.Connect(); !tok.WaitTimeout(mqttWait) || tok.Error() != nil {
+		t.Fatalf("the expired certificate with the device's token: not admitted to renew: %v", tok.Error())
+	}
+	defer c.Disconnect(0)
+	topics := schema.Topics{}
+	suback := func(topic string) byte {
+		tok := c.Subscribe(topic, 1, func(paho.Client, paho.Message) {})
+		if !tok.WaitTimeout(mqttWait) || tok.Error() != nil {
+			t.Fatalf("subscribe %s: %v", topic, tok.Error())
+		}
+		return tok.(*paho.SubscribeToken).Result()[topic]
+	}
+	if code := suback(topics.Device(device, schema.TopicCertificate)); code >= 0x80 {
+		t.Errorf("renewal-only session: certificate topic refused (%#x)", code)
+	}
+	for _, kind := range []string{schema.TopicDesired, schema.TopicRequests} {
+		if code := suback(topics.Device(device, kind)); code < 0x80 {
+			t.Errorf("renewal-only session: subscribed to its %s topic (%#x)", kind, code)
+		}
+	}
+	c.Publish(topics.Device(device, schema.TopicStatus), 1, false, []byte(`{}`))
+	awaitf(t, mqttWait, lost.Load, "the broker to end a renewal-only session that published a status")
 }

@@ -135,10 +135,11 @@ func HasClientCert(stateDir string) bool {
 // certificate of stateDir (ClientCertFile, ClientKeyFile) when the broker
 // asks for one. The files are read at each handshake: a certificate
 // saved or renewed later is used from the next connection on. Without
-// them, or with an expired certificate, the agent presents none (the
-// broker decides whether it may connect: with optional client
-// certificates the token alone); a certificate that does not load fails
-// the handshake with the reason. A nil cfg stays nil (a plain broker).
+// them the agent presents none (the broker decides whether it may
+// connect: with optional client certificates the token alone); an
+// expired one is presented (the broker admits the device only to renew
+// it); a certificate that does not load fails the handshake with the
+// reason. A nil cfg stays nil (a plain broker).
 func WithClientCert(cfg *tls.Config, stateDir string) *tls.Config {
 	if cfg == nil {
 		return nil
@@ -153,13 +154,17 @@ func WithClientCert(cfg *tls.Config, stateDir string) *tls.Config {
 		if err != nil {
 			return nil, fmt.Errorf("client certificate %s: %w", certPath, err)
 		}
-		if cert.Leaf != nil && time.Now().After(cert.Leaf.NotAfter) {
-			// An expired certificate fails every handshake: present
-			// none, and let the token alone decide (the broker's
-			// --mqtt-client-certs=optional admits it).
-			return &tls.Certificate{}, nil
-		}
+		// An expired certificate is presented too, when there is
+		// nothing newer: the broker admits a device whose certificate
+		// only expired, with its token, to renew it (and nothing else).
 		return &cert, nil
 	}
 	return cfg
+}
+
+// ClientCertExpired reports whether the client certificate of stateDir
+// expired at now (false without one, or one that does not load).
+func ClientCertExpired(stateDir string, now time.Time) bool {
+	cert, err := tls.LoadX509KeyPair(filepath.Join(stateDir, ClientCertFile), filepath.Join(stateDir, ClientKeyFile))
+	return err == nil && cert.Leaf != nil && now.After(cert.Leaf.NotAfter)
 }

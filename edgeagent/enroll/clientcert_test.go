@@ -73,7 +73,8 @@ func TestClientCertFiles(t *testing.T) {
 	if err != nil || len(c.Certificate) != 1 || string(c.Certificate[0]) != string(der) {
 		t.Fatalf("with a certificate: %v", err)
 	}
-	// An expired certificate is not presented: the token alone decides.
+	// An expired certificate is presented when there is nothing newer:
+	// the broker admits it, with the token, to renew it.
 	expired, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(4), Subject: pkix.Name{CommonName: "pi-1"},
 		NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: time.Now().Add(-time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
 		ca, csr.PublicKey, caKey)
@@ -83,8 +84,11 @@ func TestClientCertFiles(t *testing.T) {
 	if err := SaveClientCert(dir, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: expired})); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := cfg.GetClientCertificate(nil); err != nil || len(c.Certificate) != 0 {
-		t.Fatalf("an expired certificate is presented: %d certificate(s), %v", len(c.Certificate), err)
+	if c, err := cfg.GetClientCertificate(nil); err != nil || len(c.Certificate) != 1 || string(c.Certificate[0]) != string(expired) {
+		t.Fatalf("the expired certificate is not presented: %d certificate(s), %v", len(c.Certificate), err)
+	}
+	if !ClientCertExpired(dir, time.Now()) || ClientCertExpired(dir, time.Now().Add(-90*time.Minute)) {
+		t.Error("ClientCertExpired: wrong at or before the end of the certificate")
 	}
 	// A certificate for another key is refused.
 	otherKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

@@ -98,6 +98,17 @@ type Options struct {
 	// what it publishes reaches the broker after "online". It must not
 	// block.
 	OnConnect func()
+	// RenewalOnly, if set, is asked before each connection whether the
+	// client certificate the TLS handshake presents expired: the broker
+	// then admits the device only to renew it (its csr and certificate
+	// topics). Such a connection subscribes to the certificate topic
+	// alone, sets no will, announces nothing and is not Connected; only
+	// PublishQoS0 to the csr topic goes through it, and
+	// OnRenewalConnect runs instead of OnConnect. Call Reconnect once
+	// the certificate is renewed. Default none.
+	RenewalOnly func() bool
+	// OnRenewalConnect runs after each renewal-only connection (RenewalOnly).
+	OnRenewalConnect func()
 }
 
 // Session is one device's MQTT session. Run keeps it connected; Publish
@@ -114,6 +125,10 @@ type Session struct {
 	mu     sync.Mutex
 	client mqtt.Client // nil while not connected and subscribed
 	epoch  uint64
+	// renewal is the renewal-only connection (Options.RenewalOnly), nil
+	// otherwise; drop ends the current connection (Reconnect).
+	renewal mqtt.Client
+	drop    func(error)
 }
 
 // DefaultBackoff is the default reconnect backoff: jittered exponential,
@@ -216,6 +231,9 @@ func (s *Session) Publish(ctx context.Context, topic string, retained bool, payl
 func (s *Session) PublishQoS0(ctx context.Context, topic string, payload []byte) error {
 	s.mu.Lock()
 	c := s.client
+	if c == nil && s.renewal != nil && topic == s.o.Topics.Device(s.o.Device, schema.TopicCSR) {
+		c = s.renewal // the one topic a renewal-only session may publish
+	}
 	s.mu.Unlock()
 	if c == nil {
 		return fmt.Errorf("publish %s: %w", topic, ErrNotConnected)
@@ -229,6 +247,25 @@ func (s *Session) PublishQoS0(ctx context.Context, topic string, payload []byte)
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("publish %s: %w", topic, ctx.Err())
+	}
+}
+
+// RenewalOnly reports whether the session is connected for renewing its
+// expired client certificate alone (Options.RenewalOnly).
+func (s *Session) RenewalOnly() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renewal != nil
+}
+
+// Reconnect ends the current connection, if any; Run connects again
+// (after its backoff), with the client certificate of the moment.
+func (s *Session) Reconnect() {
+	s.mu.Lock()
+	drop := s.drop
+	s.mu.Unlock()
+	if drop != nil {
+		drop(errors.New("reconnecting with the renewed client certificate"))
 	}
 }
 
@@ -297,22 +334,31 @@ func (s *Session) connectOnce(ctx context.Context) (time.Duration, error) {
 		}
 		return conn, nil
 	}
+	renewal := s.o.RenewalOnly != nil && s.o.RenewalOnly()
 	s.mu.Lock()
 	s.epoch++
 	epoch := s.epoch
+	s.drop = fail
 	s.mu.Unlock()
 
 	opts := mqttio.ClientOptions(s.o.Broker, s.o.ClientID, s.o.Device, s.o.Token, s.o.ConnectTimeout, openConn).
 		SetKeepAlive(s.o.KeepAlive).
 		SetPingTimeout(min(s.o.KeepAlive, 10*time.Second)).
 		SetWriteTimeout(s.o.OpTimeout).
-		SetWill(s.onlineTopic, schema.Offline, 1, true).
 		SetConnectionLostHandler(func(_ mqtt.Client, err error) { fail(err) }).
 		SetOnConnectHandler(func(c mqtt.Client) {
-			if err := s.onConnect(cctx, c, epoch); err != nil {
+			on := s.onConnect
+			if renewal {
+				on = s.onRenewalConnect
+			}
+			if err := on(cctx, c, epoch); err != nil {
 				fail(err)
 			}
 		})
+	if !renewal {
+		// A renewal-only session may publish no will (only its csr).
+		opts.SetWill(s.onlineTopic, schema.Offline, 1, true)
+	}
 	client := mqtt.NewClient(opts)
 	tok := client.Connect()
 	select {
@@ -334,6 +380,10 @@ func (s *Session) connectOnce(ctx context.Context) (time.Duration, error) {
 		return max(s.o.Clock.Now().Sub(start), time.Nanosecond), err
 	case <-ctx.Done():
 		s.offline(epoch)
+		if renewal {
+			client.Disconnect(250)
+			return max(s.o.Clock.Now().Sub(start), time.Nanosecond), ctx.Err()
+		}
 		// A clean disconnect does not fire the will: say it ourselves.
 		t := client.Publish(s.onlineTopic, 1, true, schema.Offline)
 		if !t.WaitTimeout(2 * time.Second) {
@@ -411,8 +461,36 @@ func (s *Session) offline(epoch uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.epoch == epoch {
-		s.client = nil
+		s.client, s.renewal = nil, nil
 	}
+}
+
+// onRenewalConnect subscribes to the certificate topic alone, for a
+// connection whose client certificate expired (Options.RenewalOnly).
+func (s *Session) onRenewalConnect(ctx context.Context, c mqtt.Client, epoch uint64) error {
+	sub := c.Subscribe(s.certTopic, 1, func(_ mqtt.Client, m mqtt.Message) {
+		if s.o.OnCertificate != nil {
+			s.o.OnCertificate(m.Payload())
+		}
+	})
+	if err := wait(ctx, sub, s.o.OpTimeout); err != nil {
+		return fmt.Errorf("subscribe %s: %w", s.certTopic, err)
+	}
+	if st, ok := sub.(*mqtt.SubscribeToken); ok && st.Result()[s.certTopic] >= 0x80 {
+		return fmt.Errorf("subscribe %s: refused by broker: the expired client certificate cannot be renewed over MQTT on this hub", s.certTopic)
+	}
+	s.mu.Lock()
+	if s.epoch != epoch {
+		s.mu.Unlock()
+		return errors.New("connection superseded")
+	}
+	s.renewal = c
+	s.mu.Unlock()
+	s.log.Warn("mqtt connected with an expired client certificate: renewing it before anything else", "broker", s.o.Broker)
+	if s.o.OnRenewalConnect != nil {
+		s.o.OnRenewalConnect()
+	}
+	return nil
 }
 
 func wait(ctx context.Context, t mqtt.Token, timeout time.Duration) error {
