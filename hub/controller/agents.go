@@ -190,31 +190,10 @@ func (s *agentStage) device(f fleetView, name string, now time.Time) agentplan.D
 
 // save writes the changed planner states, then the changed statuses.
 func (s *agentStage) save(ctx context.Context, st *store.Store) error {
-	if len(s.dirty) > 0 {
-		_, err := st.Write(ctx, func(t *store.Txn) error {
-			for _, name := range slices.Sorted(maps.Keys(s.dirty)) {
-				ps, ok := s.states[name]
-				if !ok {
-					if err := t.Delete(store.AgentRolloutKey(name)); err != nil {
-						return err
-					}
-					continue
-				}
-				raw, err := json.Marshal(ps)
-				if err != nil {
-					return fmt.Errorf("encode agent rollout state %s: %w", name, err)
-				}
-				if err := t.Set(store.AgentRolloutKey(name), raw); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("store agent rollout states: %w", err)
-		}
-		clear(s.dirty)
+	if err := writeRecords(ctx, st, s.dirty, s.states, store.AgentRolloutKey, "agent rollout"); err != nil {
+		return err
 	}
+	clear(s.dirty)
 	for _, name := range slices.Sorted(maps.Keys(s.stale)) {
 		status := s.statuses[name]
 		_, err := st.Mutate(ctx, schema.KindAgentRollout, name, func(o schema.Object) error {

@@ -553,30 +553,41 @@ func (s *stagedRollouts) flush(ctx context.Context, st *store.Store) error {
 // flushRecords writes the changed records, deleting those forgotten, in
 // one transaction.
 func (s *stagedRollouts) flushRecords(ctx context.Context, st *store.Store) error {
-	if len(s.dirty) > 0 {
-		_, err := st.Write(ctx, func(t *store.Txn) error {
-			for _, name := range slices.Sorted(maps.Keys(s.dirty)) {
-				rec, ok := s.recs[name]
-				if !ok {
-					if err := t.Delete(store.RolloutKey(name)); err != nil {
-						return err
-					}
-					continue
-				}
-				raw, err := json.Marshal(rec)
-				if err != nil {
-					return fmt.Errorf("encode rollout %s: %w", name, err)
-				}
-				if err := t.Set(store.RolloutKey(name), raw); err != nil {
+	if err := writeRecords(ctx, st, s.dirty, s.recs, store.RolloutKey, "staged rollout"); err != nil {
+		return err
+	}
+	clear(s.dirty)
+	return nil
+}
+
+// writeRecords writes, in one transaction, the controller's own record of
+// each dirty name under key(name), JSON-encoded, deleting those absent
+// from recs; what names them in errors.
+func writeRecords[T any](ctx context.Context, st *store.Store, dirty map[string]bool, recs map[string]T, key func(string) string, what string) error {
+	if len(dirty) == 0 {
+		return nil
+	}
+	_, err := st.Write(ctx, func(t *store.Txn) error {
+		for _, name := range slices.Sorted(maps.Keys(dirty)) {
+			rec, ok := recs[name]
+			if !ok {
+				if err := t.Delete(key(name)); err != nil {
 					return err
 				}
+				continue
 			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("store staged rollouts: %w", err)
+			raw, err := json.Marshal(rec)
+			if err != nil {
+				return fmt.Errorf("encode %s %s: %w", what, name, err)
+			}
+			if err := t.Set(key(name), raw); err != nil {
+				return err
+			}
 		}
-		clear(s.dirty)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store %s records: %w", what, err)
 	}
 	return nil
 }
