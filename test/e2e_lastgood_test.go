@@ -16,7 +16,8 @@ import (
 // so it is the version the device goes back to: v1 runs, v3 is reported
 // as the failed revision, and `fleet get pods` shows v1's image.
 func TestE2ELastGoodAfterUnpullableUpdate(t *testing.T) {
-	f := StartFleet(t, FleetOptions{Agents: 1, Shell: true, Labels: func(int) map[string]string { return e2eAgents }})
+	t.Parallel() // mostly waits for v1 to count as steady; devices lastgood-*
+	f := StartFleet(t, FleetOptions{Agents: 1, DevicePrefix: "lastgood", Shell: true, Labels: func(int) map[string]string { return e2eAgents }})
 	dev := f.Devices()[0]
 	const name = "e2e-lastgood"
 	f.deleteOnCleanup(t, name)

@@ -38,6 +38,7 @@ const nodeREDFlow = "../fleet-examples/node-red/fleet-alerts.json"
 // and a Staged rollout whose new revision fails makes it POST a
 // RolloutFailed alert for the deployment.
 func TestE2ENodeRED(t *testing.T) {
+	t.Parallel() // mostly waits for npm and Node-RED; devices nr-*
 	redJS := installNodeRED(t)
 	f := StartFleet(t, FleetOptions{Agents: 2, DevicePrefix: "nr", Shell: true, Labels: func(int) map[string]string { return e2eAgents }})
 	devs := f.Devices()

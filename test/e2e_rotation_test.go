@@ -52,6 +52,7 @@ import (
 //     server certificate of the old CA refuses it.
 //   - No container was restarted throughout.
 func TestE2ECertRotationServerCertCAAndSigningKey(t *testing.T) {
+	t.Parallel() // mostly waits for a 2-minute certificate; devices rot-*
 	f := StartFleet(t, FleetOptions{
 		Agents: 3, DevicePrefix: "rot",
 		Labels:  func(int) map[string]string { return map[string]string{"role": "rot"} },

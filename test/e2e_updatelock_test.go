@@ -24,6 +24,7 @@ import (
 //   - a holder that never releases it is overridden at the deadline
 //     (onDeadline: force).
 func TestE2EUpdateLockHoldsUpdates(t *testing.T) {
+	t.Parallel() // mostly waits for lock deadlines; devices lock-*
 	f := StartFleet(t, FleetOptions{Agents: 1, DevicePrefix: "lock", Labels: func(int) map[string]string { return e2eAgents }})
 	dev := f.Devices()[0]
 	const name = "e2e-lock"

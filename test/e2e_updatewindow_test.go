@@ -22,6 +22,7 @@ import (
 // and `fleet rollout status` saying "waiting for window until …"; then
 // the device switches, and rollout status counts it switched.
 func TestE2EUpdateWindowPullsAheadAndSwitches(t *testing.T) {
+	t.Parallel() // mostly waits for its window to open; devices win-*
 	const zone = "Asia/Kolkata"
 	kolkata, err := time.LoadLocation(zone)
 	if err != nil {
@@ -31,7 +32,7 @@ func TestE2EUpdateWindowPullsAheadAndSwitches(t *testing.T) {
 	tar, tag := testimage.Build(t, testimage.Options{Ref: "fleet.test/app:v2", Env: []string{"FLEET_TEST_VERSION=2"}})
 	v2Image := reg.Push(t, tar, tag, "fleet/app:v2")
 
-	f := StartFleet(t, FleetOptions{Agents: 1, AgentEnv: []string{"TZ=" + zone}, Labels: func(int) map[string]string { return e2eAgents }})
+	f := StartFleet(t, FleetOptions{Agents: 1, DevicePrefix: "win", AgentEnv: []string{"TZ=" + zone}, Labels: func(int) map[string]string { return e2eAgents }})
 	dev := f.Devices()[0]
 	const name = "e2e-window"
 	f.deleteOnCleanup(t, name)
