@@ -83,11 +83,10 @@ func Start(t testing.TB, o Options) *Cluster {
 		}
 	}
 	var peers []string
-	var clientPorts, peerPorts []int
+	ports := freePorts(t, 2*o.Members)
+	clientPorts, peerPorts := ports[:o.Members], ports[o.Members:]
 	for i := range o.Members {
-		cp, pp := freePort(t), freePort(t)
-		clientPorts, peerPorts = append(clientPorts, cp), append(peerPorts, pp)
-		peers = append(peers, fmt.Sprintf("m%d=%s://127.0.0.1:%d", i, scheme, pp))
+		peers = append(peers, fmt.Sprintf("m%d=%s://127.0.0.1:%d", i, scheme, peerPorts[i]))
 	}
 	for i := range o.Members {
 		m := &Member{
@@ -311,14 +310,21 @@ func (m *Member) Output() string {
 	return m.out.String()
 }
 
-func freePort(t testing.TB) int {
+// freePorts returns n distinct free loopback ports: every listener stays
+// open until all are chosen, so the kernel cannot hand the same port out
+// twice (one port closed and chosen again gave two members one URL).
+func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("find a free port: %v", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // writeCerts makes a CA, a server certificate for 127.0.0.1 (members and
