@@ -77,6 +77,7 @@ func (h *hook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
 // OnConnectAuthenticate authenticates a network client through the
 // Authenticator and records its identity for OnACLCheck. Whether the
 // credentials were good is recorded in the attempt OnConnect admitted.
+// Long (105 lines) because it reads as the order of the broker's admission checks; split with the standby refusal.
 func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	b := h.b
 	if cl.Net.Inline {

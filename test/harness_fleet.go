@@ -112,6 +112,7 @@ type Fleet struct {
 //
 // Without root, containerd or runc the test is skipped, or failed when
 // FLEET_REQUIRE_CONTAINERD=1 (containerdtest.Require).
+// Long (101 lines) because it starts the fleet's processes in dependency order.
 func StartFleet(t testing.TB, opts FleetOptions) *Fleet {
 	t.Helper()
 	if opts.Agents <= 0 {

@@ -112,6 +112,7 @@ win over the environment, which wins over the file.`,
 	return root
 }
 
+// Long (104 lines) because it wires the agent's parts in start order; split with the broker list and self-update.
 func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	log, err := newLogger(cfg.LogLevel, stderr)
 	if err != nil {
