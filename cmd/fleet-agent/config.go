@@ -36,13 +36,13 @@ type config struct {
 	// Broker is the broker list: one URL, or several comma-separated
 	// (in the config file also a YAML list), the preferred first.
 	Broker           brokerList `json:"broker,omitempty"`
-	Device           string `json:"device,omitempty"`
-	Token            string `json:"token,omitempty"`
-	TokenFile        string `json:"token-file,omitempty"`
-	StateDir         string `json:"state-dir,omitempty"`
-	ContainerdSocket string `json:"containerd-socket,omitempty"`
-	Namespace        string `json:"namespace,omitempty"`
-	CA               string `json:"ca,omitempty"`
+	Device           string     `json:"device,omitempty"`
+	Token            string     `json:"token,omitempty"`
+	TokenFile        string     `json:"token-file,omitempty"`
+	StateDir         string     `json:"state-dir,omitempty"`
+	ContainerdSocket string     `json:"containerd-socket,omitempty"`
+	Namespace        string     `json:"namespace,omitempty"`
+	CA               string     `json:"ca,omitempty"`
 	// CAFile is --ca under the name the hub's commands print.
 	CAFile string `json:"ca-file,omitempty"`
 	// CAHash pins the hub's CA by hash (schema.CAHash), as
