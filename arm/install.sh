@@ -40,8 +40,8 @@ usage() {
 	cat <<'EOF'
 Usage:
   install.sh --join STRING|@FILE [--name-from SOURCE]
-  install.sh --broker URL --device NAME (--token TOKEN | --token-file FILE)
-  install.sh --broker URL --bootstrap-token-file FILE [--name-from SOURCE]
+  install.sh --broker URL[,URL...] --device NAME (--token TOKEN | --token-file FILE)
+  install.sh --broker URL[,URL...] --bootstrap-token-file FILE [--name-from SOURCE]
              [--device NAME]
              [--ca FILE] [--ca-hash HASH] [--binary PATH | --url-base URL]
              [--arch ARCH]
@@ -57,8 +57,12 @@ Install options:
                         Kept as /etc/fleet/join (0600); leave out the
                         options it carries (--broker, --device, --token*,
                         --bootstrap-token-file, --ca-hash)
-  --broker URL          MQTT broker: ssl://host:8883 (the hub's TLS
-                        listener), tcp://host:1883, ...
+  --broker URL[,URL...] MQTT broker: ssl://host:8883 (the hub's TLS
+                        listener), tcp://host:1883, ...; several hubs:
+                        every hub's broker, comma-separated, the preferred
+                        first (ssl://h1:8883,ssl://h2:8883): the agent
+                        connects to the first that accepts it and moves
+                        to the next when one is lost or refuses it
   --device NAME         this device's name (a DNS label: a-z, 0-9, '-')
   --token TOKEN         device token (visible in `ps`; prefer --token-file)
   --token-file FILE     file holding the device token
@@ -110,7 +114,7 @@ usage_error() {
 	exit 2
 }
 
-BROKER='' DEVICE='' TOKEN='' TOKEN_FILE='' CA='' CA_HASH='' BINARY='' URL_BASE='' ARCH=''
+BROKER='' BROKER_TLS='' DEVICE='' TOKEN='' TOKEN_FILE='' CA='' CA_HASH='' BINARY='' URL_BASE='' ARCH=''
 BOOTSTRAP_FILE='' NAME_FROM='' JOIN=''
 STATE_DIR=/var/lib/fleet-agent
 SOCKET=/run/containerd/containerd.sock
@@ -551,15 +555,39 @@ check_join() {
 	if [ -n "$CA" ]; then [ -r "$CA" ] || die "--ca $CA: not readable"; fi
 }
 
+# check_brokers: --broker is one URL or several, comma-separated; each
+# must be a broker URL (an error names its position). BROKER_TLS is set to
+# all, none or some: a CA (--ca, --ca-hash) must cover every broker.
+check_brokers() {
+	check_value --broker "$BROKER"
+	_n=$(printf '%s' "$BROKER" | awk -F, '{ print NF }')
+	_i=0 _tls=0
+	_rest=$BROKER,
+	while [ -n "$_rest" ]; do
+		_b=${_rest%%,*}
+		_rest=${_rest#*,}
+		_i=$((_i + 1))
+		case $_b in
+		'') usage_error "--broker: broker $_i of $_n is empty (a stray comma?)" ;;
+		ssl://?* | tls://?* | mqtts://?*) _tls=$((_tls + 1)) ;;
+		tcp://?* | mqtt://?*) ;;
+		*) usage_error "--broker: broker $_i of $_n, $_b: want tcp://, mqtt://, ssl://, tls:// or mqtts:// and a host" ;;
+		esac
+	done
+	if [ "$_tls" -eq "$_i" ]; then
+		BROKER_TLS=all
+	elif [ "$_tls" -eq 0 ]; then
+		BROKER_TLS=none
+	else
+		BROKER_TLS=some
+	fi
+}
+
 # check_credentials: the options of an install without --join.
 check_credentials() {
 	[ -n "$BROKER" ] || usage_error "--broker is required (or --join)"
 	[ -n "$DEVICE" ] || [ -n "$BOOTSTRAP_FILE" ] || usage_error "--device is required (or --bootstrap-token-file)"
-	check_value --broker "$BROKER"
-	case $BROKER in
-	tcp://?* | mqtt://?* | ssl://?* | tls://?* | mqtts://?*) ;;
-	*) usage_error "--broker $BROKER: want tcp://, mqtt://, ssl://, tls:// or mqtts:// and a host" ;;
-	esac
+	check_brokers
 	if [ -n "$DEVICE" ] && ! printf '%s' "$DEVICE" | grep -Eq '^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'; then
 		usage_error "--device $DEVICE: want a DNS label (a-z, 0-9 and '-', at most 63)"
 	fi
@@ -588,19 +616,13 @@ check_credentials() {
 	[ -n "$(printf '%s' "$TOKEN" | tr -d '[:space:]')" ] || usage_error "the token is empty"
 	if [ -n "$CA" ]; then
 		[ -r "$CA" ] || die "--ca $CA: not readable"
-		case $BROKER in
-		ssl://* | tls://* | mqtts://*) ;;
-		*) usage_error "--ca needs a TLS broker (ssl://, tls:// or mqtts://)" ;;
-		esac
+		[ "$BROKER_TLS" = all ] || usage_error "--ca needs TLS brokers (ssl://, tls:// or mqtts://), every one of --broker"
 	fi
 	if [ -n "$CA_HASH" ]; then
 		if ! printf '%s' "$CA_HASH" | grep -Eq '^([sS][hH][aA]256:)?[0-9a-fA-F]{64}$'; then
 			usage_error "--ca-hash $CA_HASH: want sha256: and 64 hex digits (fleet token create prints it)"
 		fi
-		case $BROKER in
-		ssl://* | tls://* | mqtts://*) ;;
-		*) usage_error "--ca-hash needs a TLS broker (ssl://, tls:// or mqtts://)" ;;
-		esac
+		[ "$BROKER_TLS" = all ] || usage_error "--ca-hash needs TLS brokers (ssl://, tls:// or mqtts://), every one of --broker: the pin covers them all"
 	fi
 }
 

@@ -38,12 +38,18 @@ type Options struct {
 	// Device is this device's name (also the MQTT username).
 	Device string
 	// Broker is the MQTT broker URL (tcp://host:1883, ssl://host:8883).
-	// Empty runs the agent without any network: it applies the persisted
-	// desired state only.
+	// Empty (and no Brokers) runs the agent without any network: it
+	// applies the persisted desired state only.
 	Broker string
+	// Brokers, if set, are several broker URLs, the preferred first, and
+	// Broker is ignored: the agent connects to the first that accepts it
+	// and, when the connection is lost or refused, moves to the next,
+	// round-robin, with ReconnectBackoff (session.Options.Brokers).
+	Brokers []string
 	// Token is the device's MQTT password.
 	Token string
-	// TLSConfig is used for ssl://, tls:// and mqtts:// brokers.
+	// TLSConfig is used for ssl://, tls:// and mqtts:// brokers: for
+	// every broker of Brokers, each verified for its own name.
 	TLSConfig *tls.Config
 	// CAFile is the broker CA file the agent was given (--ca-file), if
 	// any: reported in status (trustedCAs) until the hub sends a CA
@@ -223,7 +229,7 @@ func New(o Options) (*Agent, error) {
 	a.topics.events = o.Topics.Device(o.Device, schema.TopicEvents)
 
 	var pub status.Publisher = offlinePublisher{}
-	if o.Broker != "" {
+	if o.Broker != "" || len(o.Brokers) > 0 {
 		if err := a.connect(); err != nil {
 			return nil, err
 		}
@@ -298,6 +304,7 @@ func (a *Agent) connect() error {
 	}
 	so := session.Options{
 		Broker:    o.Broker,
+		Brokers:   o.Brokers,
 		Device:    o.Device,
 		ClientID:  clientID,
 		Token:     o.Token,
@@ -460,13 +467,30 @@ func (a *Agent) Run(ctx context.Context) error {
 	} else {
 		a.log.Info("no broker configured; running from persisted state only")
 	}
-	a.log.Info("agent started", "version", a.o.Version, "state_dir", a.o.StateDir, "broker", a.o.Broker)
+	a.log.Info("agent started", "version", a.o.Version, "state_dir", a.o.StateDir, "brokers", a.brokers())
 	wg.Wait()
 	a.log.Info("agent stopped; containers left running")
 	if recErr != nil {
 		return fmt.Errorf("edgeagent: reconciler: %w", recErr)
 	}
 	return nil
+}
+
+// brokers are the broker URLs the agent uses, in order.
+func (a *Agent) brokers() []string {
+	if a.session == nil {
+		return nil
+	}
+	return a.session.Brokers()
+}
+
+// Broker returns the URL of the broker the agent is connected to, ""
+// while it is not.
+func (a *Agent) Broker() string {
+	if a.session == nil {
+		return ""
+	}
+	return a.session.Broker()
 }
 
 // PublicKey is the device's public key as status reports it ("" without

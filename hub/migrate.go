@@ -39,6 +39,21 @@ func MigrateStore(ctx context.Context, from, to string, ef EtcdFlags, progress f
 	return res, srcDesc, dstDesc, err
 }
 
+// CheckStoreEmpty checks that the store at to ("badger:DIR" or
+// "etcd://…", as MigrateStore takes it) holds nothing, as a migration's or
+// a restore's destination must; flag names the option in errors. It
+// returns the store's description.
+func CheckStoreEmpty(ctx context.Context, flag, to string, ef EtcdFlags) (string, error) {
+	dst, desc, err := storeLocation(flag, to, ef, false)
+	if err != nil {
+		return "", err
+	}
+	if err := store.CheckEmpty(ctx, dst); err != nil {
+		return desc, fmt.Errorf("%s %s: %w", flag, desc, err)
+	}
+	return desc, nil
+}
+
 // storeLocation reads one end of a migration.
 func storeLocation(flag, v string, ef EtcdFlags, source bool) (store.Options, string, error) {
 	if dir, ok := strings.CutPrefix(v, "badger:"); ok {

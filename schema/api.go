@@ -122,6 +122,12 @@ type HubInfo struct {
 	Store   string `json:"store"`
 	// MQTTURL is the broker URL devices connect to (tcp:// or ssl://).
 	MQTTURL string `json:"mqttURL,omitempty"`
+	// Brokers are every broker URL devices may use, the preferred first,
+	// when the hub knows of more than MQTTURL (several hubs, each with its
+	// own broker, only the leader's accepting devices): `fleet device add`
+	// and `fleet token create` put them all in the join string and the
+	// agent's --broker. Absent: MQTTURL alone.
+	Brokers []string `json:"brokers,omitempty"`
 	// ExternalBroker is true when the hub runs against an external broker.
 	ExternalBroker bool `json:"externalBroker,omitempty"`
 	// SigningKey is the public key the hub signs desired states with

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmq/fleet/broker/mqttio"
@@ -45,7 +46,10 @@ wrong in words an installer can act on:
   state dir      exists and is writable; the desired state persisted there
   containerd     the socket answers, its version, the snapshotter, the
                  containers in the namespace
-  broker         the broker accepts the device's name and token
+  broker         the broker accepts the device's name and token; with a
+                 list of brokers (--broker a,b,c), every one is tried and
+                 the check says which answer: the agent needs one that
+                 accepts it (a standby hub's broker refuses, as it should)
   desired state  the device may subscribe to its desired topic, and the hub
                  has a desired state retained for it
 
@@ -60,7 +64,10 @@ failed.`,
   sudo fleet-agent check --config /etc/fleet/agent.yaml
 
   # Or with flags, as the systemd unit passes them
-  sudo fleet-agent check --broker tcp://10.0.0.5:1883 --device pi-1 --token-file /etc/fleet/token`,
+  sudo fleet-agent check --broker tcp://10.0.0.5:1883 --device pi-1 --token-file /etc/fleet/token
+
+  # Several hubs: which of them accepts the device now
+  sudo fleet-agent check --broker ssl://h1:8883,ssl://h2:8883 --ca-hash sha256:... --device pi-1 --token-file /etc/fleet/token`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -100,7 +107,7 @@ func (c *checker) fail(name, format string, args ...any) { c.report("FAIL", name
 
 func runCheck(ctx context.Context, cfg config, out io.Writer, timeout time.Duration) error {
 	c := &checker{out: out}
-	u, tlsCfg, ok := checkConfig(c, cfg)
+	us, tlsCfg, ok := checkConfig(c, cfg)
 	device, token, enrolled := checkIdentity(c, cfg)
 	applied := checkStateDir(c, cfg.StateDir)
 	checkSigningKey(c, cfg)
@@ -109,11 +116,11 @@ func runCheck(ctx context.Context, cfg config, out io.Writer, timeout time.Durat
 	case !ok:
 		c.fail("broker", "not checked: the broker settings are invalid")
 	case token == "":
-		checkReachable(ctx, c, u, tlsCfg, timeout, enrolled)
+		checkReachable(ctx, c, us, tlsCfg, timeout, enrolled)
 	default:
-		checkBroker(ctx, c, brokerCheck{
+		checkBrokers(ctx, c, us, brokerCheck{
 			// As the agent: with the device's client certificate.
-			url: u, tls: enroll.WithClientCert(tlsCfg, cfg.StateDir), device: device, token: token,
+			tls: enroll.WithClientCert(tlsCfg, cfg.StateDir), device: device, token: token,
 			topics: schema.Topics{Prefix: cfg.TopicPrefix}, applied: applied, timeout: timeout,
 		})
 	}
@@ -149,9 +156,9 @@ func checkSigningKey(c *checker, cfg config) {
 }
 
 // checkConfig validates what the agent would refuse at start.
-func checkConfig(c *checker, cfg config) (*url.URL, *tls.Config, bool) {
+func checkConfig(c *checker, cfg config) ([]*url.URL, *tls.Config, bool) {
 	var problems []string
-	u, err := schema.ParseBrokerURL(cfg.Broker)
+	us, err := cfg.brokerURLs()
 	if err != nil {
 		problems = append(problems, err.Error())
 	}
@@ -167,10 +174,14 @@ func checkConfig(c *checker, cfg config) (*url.URL, *tls.Config, bool) {
 	}
 	if len(problems) > 0 {
 		c.fail("config", "%s", strings.Join(problems, "; "))
-		return u, tlsCfg, u != nil && tlsCfg != nil
+		return us, tlsCfg, us != nil && tlsCfg != nil
 	}
-	c.ok("config", "broker %s, topic prefix %s, containerd namespace %s", cfg.Broker, cfg.TopicPrefix, cfg.Namespace)
-	return u, tlsCfg, true
+	what := "broker " + string(cfg.Broker)
+	if len(us) > 1 {
+		what = fmt.Sprintf("%d brokers %s", len(us), strings.Join(redacted(us), ", "))
+	}
+	c.ok("config", "%s, topic prefix %s, containerd namespace %s", what, cfg.TopicPrefix, cfg.Namespace)
+	return us, tlsCfg, true
 }
 
 // checkTLS is the agent's broker TLS configuration, except that a CA
@@ -336,22 +347,44 @@ func checkContainerd(ctx context.Context, c *checker, cfg config, timeout time.D
 	c.ok("containerd", "%s: containerd %s; namespace %s has %d Fleet containers, %d running", cfg.ContainerdSocket, v.Version, cfg.Namespace, len(list), running)
 }
 
-// checkReachable dials the broker without logging in, for a device that
-// has no token yet.
-func checkReachable(ctx context.Context, c *checker, u *url.URL, tlsCfg *tls.Config, timeout time.Duration, enrolled bool) {
+// redacted is the URLs as they may be shown.
+func redacted(us []*url.URL) []string {
+	out := make([]string, len(us))
+	for i, u := range us {
+		out[i] = u.Redacted()
+	}
+	return out
+}
+
+// checkReachable dials every broker without logging in, for a device
+// that has no token yet: one that answers is enough.
+func checkReachable(ctx context.Context, c *checker, us []*url.URL, tlsCfg *tls.Config, timeout time.Duration, enrolled bool) {
 	if enrolled {
-		c.fail("broker", "%s: not checked without a device token", u.Redacted())
+		c.fail("broker", "%s: not checked without a device token", strings.Join(redacted(us), ", "))
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	conn, err := mqttio.Dial(ctx, u, tlsCfg, timeout)
-	if err != nil {
-		c.fail("broker", "%s: %v", u.Redacted(), err)
-		return
+	errs := make([]error, len(us))
+	reachable := 0
+	for i, u := range us {
+		dctx, cancel := context.WithTimeout(ctx, timeout)
+		conn, err := mqttio.Dial(dctx, u, enroll.ForBroker(tlsCfg, u), timeout)
+		cancel()
+		if err == nil {
+			conn.Close()
+			reachable++
+		}
+		errs[i] = err
 	}
-	conn.Close()
-	c.ok("broker", "%s reachable (the login is checked once the device has its token)", u.Redacted())
+	for i, u := range us {
+		switch {
+		case errs[i] == nil:
+			c.ok("broker", "%s reachable (the login is checked once the device has its token)", u.Redacted())
+		case reachable > 0:
+			c.warn("broker", "%s: %v (another broker of the list answers)", u.Redacted(), errs[i])
+		default:
+			c.fail("broker", "%s: %v", u.Redacted(), errs[i])
+		}
+	}
 }
 
 type brokerCheck struct {
@@ -364,13 +397,99 @@ type brokerCheck struct {
 	retainedWithin time.Duration // how long to wait for the retained desired state
 }
 
+// checkBrokers logs in to every broker of the list, as checkBroker
+// does, and says which accept the device: one is what the agent needs,
+// so with a list a broker that refuses or is down is a warning while
+// another accepts (a standby hub's broker refuses devices on purpose:
+// CONNACK "server unavailable"), and a failure when none does. The
+// desired state is read from the first that accepts.
+func checkBrokers(ctx context.Context, c *checker, us []*url.URL, b brokerCheck) {
+	if len(us) == 1 {
+		b.url = us[0]
+		b.tls = enroll.ForBroker(b.tls, us[0])
+		checkBroker(ctx, c, b)
+		return
+	}
+	type result struct {
+		client mqtt.Client
+		took   time.Duration
+		err    error
+	}
+	results := make([]result, len(us))
+	var accepted []string
+	for i, u := range us {
+		bb := b
+		bb.url, bb.tls = u, enroll.ForBroker(b.tls, u)
+		cl, took, err := login(ctx, bb)
+		results[i] = result{cl, took, err}
+		if err == nil {
+			accepted = append(accepted, u.Redacted())
+		}
+	}
+	first := -1
+	for i, u := range us {
+		r := results[i]
+		switch {
+		case r.err == nil:
+			c.ok("broker", "%s: logged in as %s in %s", u.Redacted(), b.device, r.took.Round(time.Millisecond))
+			if first < 0 {
+				first = i
+			} else {
+				r.client.Disconnect(100)
+			}
+		case errors.Is(r.err, packets.ErrorRefusedServerUnavailable):
+			msg := "%s: refused the device: server unavailable (a standby hub's broker does so; the agent moves on to the next broker)"
+			if len(accepted) > 0 {
+				c.ok("broker", msg, u.Redacted())
+			} else {
+				c.fail("broker", msg, u.Redacted())
+			}
+		case len(accepted) > 0:
+			c.warn("broker", "%s as %s: %s (the agent uses another broker of the list)", u.Redacted(), b.device, loginError(r.err, b.device))
+		default:
+			c.fail("broker", "%s as %s: %s", u.Redacted(), b.device, loginError(r.err, b.device))
+		}
+	}
+	if first < 0 {
+		c.fail("broker list", "none of the %d brokers accepts device %s: the agent keeps trying them in turn", len(us), b.device)
+		c.fail("desired state", "not checked: no connection to a broker")
+		return
+	}
+	c.ok("broker list", "%d of %d brokers accept device %s (%s): the agent connects to the first that accepts it", len(accepted), len(us), b.device, strings.Join(accepted, ", "))
+	defer results[first].client.Disconnect(100)
+	b.url = us[first]
+	checkDesiredOn(ctx, c, results[first].client, b)
+}
+
+// loginError is err with a hint for a refused token.
+func loginError(err error, device string) string {
+	if errors.Is(err, packets.ErrorRefusedServerUnavailable) {
+		return fmt.Sprintf("%v (a standby hub's broker refuses devices: give the agent every hub's broker, --broker ssl://h1:8883,ssl://h2:8883)", err)
+	}
+	if mqttio.IsNotAuthorized(err) {
+		return fmt.Sprintf("%v (the token is not device %s's: a rotated token stops working at once; fleet device rotate-token %s issues a new one)", err, device, device)
+	}
+	return err.Error()
+}
+
 // checkBroker logs in as the device under a client ID of its own (a
 // running agent keeps its session), subscribes to the desired topic and
 // reads what is retained there. It publishes nothing and sets no will.
 func checkBroker(ctx context.Context, c *checker, b brokerCheck) {
-	if b.retainedWithin <= 0 {
-		b.retainedWithin = 3 * time.Second
+	client, took, err := login(ctx, b)
+	if err != nil {
+		c.fail("broker", "%s as %s: %s", b.url.Redacted(), b.device, loginError(err, b.device))
+		c.fail("desired state", "not checked: no connection to the broker")
+		return
 	}
+	defer client.Disconnect(100)
+	c.ok("broker", "%s: logged in as %s in %s", b.url.Redacted(), b.device, took.Round(time.Millisecond))
+	checkDesiredOn(ctx, c, client, b)
+}
+
+// login connects to b.url as the device, under a client ID of its own.
+// It subscribes to nothing: checkDesiredOn does.
+func login(ctx context.Context, b brokerCheck) (mqtt.Client, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 	// A client ID of the device's own shape (NAME-16 hex digits: the
@@ -378,33 +497,35 @@ func checkBroker(ctx context.Context, c *checker, b brokerCheck) {
 	// check never takes over the agent's session.
 	suffix := make([]byte, 8)
 	_, _ = rand.Read(suffix)
-	desired := make(chan []byte, 1)
-	topic := b.topics.Device(b.device, schema.TopicDesired)
 	dial := func() (net.Conn, error) { return mqttio.Dial(ctx, b.url, b.tls, b.timeout) }
 	opts := mqttio.ClientOptions(b.url.String(), b.device+"-"+hex.EncodeToString(suffix), b.device, b.token, b.timeout, dial).
-		SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) {
-			if m.Topic() == topic {
-				select {
-				case desired <- append([]byte(nil), m.Payload()...):
-				default:
-				}
-			}
-		})
+		SetDefaultPublishHandler(func(mqtt.Client, mqtt.Message) {})
 	client := mqtt.NewClient(opts)
 	start := time.Now()
 	if err := mqttio.WaitToken(ctx, client.Connect()); err != nil {
-		hint := ""
-		if mqttio.IsNotAuthorized(err) {
-			hint = fmt.Sprintf(" (the token is not device %s's: a rotated token stops working at once; fleet device rotate-token %s issues a new one)", b.device, b.device)
-		}
-		c.fail("broker", "%s as %s: %v%s", b.url.Redacted(), b.device, err, hint)
-		c.fail("desired state", "not checked: no connection to the broker")
-		return
+		return nil, 0, err
 	}
-	defer client.Disconnect(100)
-	c.ok("broker", "%s: logged in as %s in %s", b.url.Redacted(), b.device, time.Since(start).Round(time.Millisecond))
+	return client, time.Since(start), nil
+}
 
-	sub := client.Subscribe(topic, 1, nil)
+// checkDesiredOn subscribes to the device's desired topic on client and
+// reads what is retained there.
+func checkDesiredOn(ctx context.Context, c *checker, client mqtt.Client, b brokerCheck) {
+	if b.retainedWithin <= 0 {
+		b.retainedWithin = 3 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	topic := b.topics.Device(b.device, schema.TopicDesired)
+	desired := make(chan []byte, 1)
+	sub := client.Subscribe(topic, 1, func(_ mqtt.Client, m mqtt.Message) {
+		if m.Topic() == topic {
+			select {
+			case desired <- append([]byte(nil), m.Payload()...):
+			default:
+			}
+		}
+	})
 	if err := mqttio.WaitToken(ctx, sub); err != nil {
 		c.fail("desired state", "subscribe to %s: %v", topic, err)
 		return

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -32,14 +33,16 @@ const envPrefix = "FLEET_AGENT_"
 // config is the agent's configuration. Flags, config-file keys and
 // environment variables (FLEET_AGENT_ + upper snake case) share one name.
 type config struct {
-	Broker           string `json:"broker,omitempty"`
-	Device           string `json:"device,omitempty"`
-	Token            string `json:"token,omitempty"`
-	TokenFile        string `json:"token-file,omitempty"`
-	StateDir         string `json:"state-dir,omitempty"`
-	ContainerdSocket string `json:"containerd-socket,omitempty"`
-	Namespace        string `json:"namespace,omitempty"`
-	CA               string `json:"ca,omitempty"`
+	// Broker is the broker list: one URL, or several comma-separated
+	// (in the config file also a YAML list), the preferred first.
+	Broker           brokerList `json:"broker,omitempty"`
+	Device           string     `json:"device,omitempty"`
+	Token            string     `json:"token,omitempty"`
+	TokenFile        string     `json:"token-file,omitempty"`
+	StateDir         string     `json:"state-dir,omitempty"`
+	ContainerdSocket string     `json:"containerd-socket,omitempty"`
+	Namespace        string     `json:"namespace,omitempty"`
+	CA               string     `json:"ca,omitempty"`
 	// CAFile is --ca under the name the hub's commands print.
 	CAFile string `json:"ca-file,omitempty"`
 	// CAHash pins the hub's CA by hash (schema.CAHash), as
@@ -87,7 +90,7 @@ type config struct {
 
 func (c *config) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Join, "join", "", "join string (fleetjoin1:..., as fleet device add or fleet token create prints it), or @FILE holding it: sets --broker, --ca-hash, --hub-signing-key, --device and the token; those flags, if given too, must agree")
-	fs.StringVar(&c.Broker, "broker", "tcp://localhost:1883", "MQTT broker URL: the default is a hub's plain loopback listener on this machine; a remote hub is ssl://HOST:8883 (the join string carries it)")
+	fs.StringVar((*string)(&c.Broker), "broker", "tcp://localhost:1883", "MQTT broker URL, or several comma-separated (ssl://h1:8883,ssl://h2:8883: one per hub, the preferred first): the agent connects to the first that accepts it and, when the connection is lost or refused (a standby hub's broker), moves to the next with jittered backoff, round-robin. The default is a hub's plain loopback listener on this machine; a remote hub is ssl://HOST:8883 (the join string carries the list)")
 	fs.StringVar(&c.Device, "device", "", "this device's name (MQTT username)")
 	fs.StringVar(&c.Token, "token", "", "device token (MQTT password); prefer --token-file")
 	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the device token")
@@ -150,6 +153,9 @@ func (c *config) resolve(fs *pflag.FlagSet) error {
 		}
 	})
 	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if _, err := c.brokers(); err != nil {
 		return err
 	}
 	if err := c.applyJoin(fs); err != nil {
@@ -252,27 +258,103 @@ func scalarKeys(fc config) (map[string]string, error) {
 // a TLS broker, and the trust it uses (enroll.BrokerTLS); nil for a plain
 // broker. Called again after enrollment, it finds the CA that the
 // enrollment verified by --ca-hash and saved.
+//
+// With several brokers, the one configuration verifies each of them by
+// the same trust, for its own name (enroll.ForBroker): the CA file, the
+// saved CA or the pinned CA hash covers every broker of the list. So a
+// CA or CA hash given with a list that mixes plain and TLS brokers is
+// refused: the plain ones would escape the pin.
 func (c *config) brokerTLS(log *slog.Logger) (*tls.Config, string, error) {
-	u, err := schema.ParseBrokerURL(c.Broker)
+	us, err := c.brokerURLs()
 	if err != nil {
 		return nil, "", err
 	}
-	if !schema.IsTLSBroker(u) {
-		if c.CA != "" || c.CAHash != "" {
-			return nil, "", fmt.Errorf("--ca/--ca-file or --ca-hash is set but --broker %s is not TLS (use ssl://, tls:// or mqtts://)", c.Broker)
+	var first *url.URL
+	var plain []string
+	for _, u := range us {
+		switch {
+		case !schema.IsTLSBroker(u):
+			plain = append(plain, u.Redacted())
+		case first == nil:
+			first = u
 		}
-		return nil, "", nil
 	}
-	return enroll.BrokerTLS(enroll.TrustOptions{CAFile: c.CA, CAHash: c.CAHash, StateDir: c.StateDir, Logger: log, ServerName: u.Hostname()})
+	pinned := c.CA != "" || c.CAHash != ""
+	switch {
+	case first == nil && pinned:
+		return nil, "", fmt.Errorf("--ca/--ca-file or --ca-hash is set but --broker %s is not TLS (use ssl://, tls:// or mqtts://)", c.Broker)
+	case first == nil:
+		return nil, "", nil
+	case pinned && len(plain) > 0:
+		return nil, "", fmt.Errorf("--ca/--ca-file or --ca-hash pins the hub's CA for every broker, but --broker lists plain ones (%s) that it cannot cover: make every broker TLS (ssl://…)", strings.Join(plain, ", "))
+	}
+	return enroll.BrokerTLS(enroll.TrustOptions{CAFile: c.CA, CAHash: c.CAHash, StateDir: c.StateDir, Logger: log, ServerName: first.Hostname()})
 }
 
-// brokerHost is the host of --broker ("" if it does not parse).
+// brokers is --broker as a list, each URL checked (schema.ParseBrokerList:
+// an error names the entry's position).
+func (c *config) brokers() ([]string, error) {
+	list, err := schema.ParseBrokerList(string(c.Broker))
+	if err != nil {
+		return nil, fmt.Errorf("--broker: %w", err)
+	}
+	return list, nil
+}
+
+// brokerURLs is brokers parsed.
+func (c *config) brokerURLs() ([]*url.URL, error) {
+	list, err := c.brokers()
+	if err != nil {
+		return nil, err
+	}
+	us, err := schema.CheckBrokerList(list)
+	if err != nil {
+		return nil, fmt.Errorf("--broker: %w", err)
+	}
+	return us, nil
+}
+
+// brokerHost is the host of the first TLS broker of --broker ("" if
+// there is none): the name a TLS configuration is made for, before
+// enroll.ForBroker sets each broker's own.
 func (c *config) brokerHost() string {
-	u, err := schema.ParseBrokerURL(c.Broker)
+	us, err := c.brokerURLs()
 	if err != nil {
 		return ""
 	}
-	return u.Hostname()
+	for _, u := range us {
+		if schema.IsTLSBroker(u) {
+			return u.Hostname()
+		}
+	}
+	return ""
+}
+
+// brokerList is the broker setting: a string (one URL, or several
+// comma-separated) everywhere, and in the config file also a YAML list
+// of URLs, kept as the comma-separated string.
+type brokerList string
+
+func (b *brokerList) UnmarshalJSON(data []byte) error {
+	if len(data) > 0 && data[0] == '[' {
+		var list []string
+		if err := json.Unmarshal(data, &list); err != nil {
+			return fmt.Errorf("broker: want a URL, a comma-separated list of URLs, or a list of URLs: %w", err)
+		}
+		for i, s := range list {
+			if strings.Contains(s, ",") {
+				return fmt.Errorf("broker: entry %d of %d holds a comma: give one URL per entry", i+1, len(list))
+			}
+		}
+		*b = brokerList(strings.Join(list, ","))
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("broker: want a URL, a comma-separated list of URLs, or a list of URLs: %w", err)
+	}
+	*b = brokerList(s)
+	return nil
 }
 
 // bootstrap reports whether a bootstrap token is configured.

@@ -66,8 +66,12 @@ func identity(ctx context.Context, cfg config, log *slog.Logger, tlsCfg *tls.Con
 	} else {
 		pub = key.PublicKey()
 	}
+	brokers, err := cfg.brokers()
+	if err != nil {
+		return "", "", err
+	}
 	id, err := enroll.Run(ctx, enroll.Options{
-		Broker: cfg.Broker, TLSConfig: tlsCfg, Topics: schema.Topics{Prefix: cfg.TopicPrefix},
+		Brokers: brokers, TLSConfig: tlsCfg, Topics: schema.Topics{Prefix: cfg.TopicPrefix},
 		BootstrapToken: bt, Device: device, StateDir: cfg.StateDir, Logger: log, PublicKey: pub,
 		SigningKey: hubKey, InsecureTrustFirstKey: cfg.InsecureTrustFirstKey,
 	})

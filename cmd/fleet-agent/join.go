@@ -47,11 +47,16 @@ func (c *config) applyJoin(fs *pflag.FlagSet) error {
 		errs = append(errs, fmt.Errorf("--%s disagrees with --join: %s", flag, why))
 	}
 	if set("broker") {
-		if !slices.ContainsFunc(j.Brokers, func(b string) bool { return sameBroker(b, c.Broker) }) {
-			disagree("broker", fmt.Sprintf("%s is not one of its brokers (%s)", c.Broker, strings.Join(j.Brokers, ", ")))
+		// A subset of the join string's brokers, in any order: the
+		// operator may prefer the hub nearest the device.
+		given, _ := c.brokers() // checked by resolve
+		for _, g := range given {
+			if !slices.ContainsFunc(j.Brokers, func(b string) bool { return sameBroker(b, g) }) {
+				disagree("broker", fmt.Sprintf("%s is not one of its brokers (%s)", g, strings.Join(j.Brokers, ", ")))
+			}
 		}
 	} else {
-		c.Broker = j.Brokers[0]
+		c.Broker = brokerList(strings.Join(j.Brokers, ","))
 	}
 	if j.CAHash != "" {
 		if set("ca-hash") {

@@ -43,8 +43,9 @@ func TestJoinFillsSettings(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if name != "agreeing" && c.Broker != j.Brokers[0] {
-				t.Errorf("broker %q, want %q", c.Broker, j.Brokers[0])
+			// Every broker of the join string, in its order.
+			if want := strings.Join(j.Brokers, ","); name != "agreeing" && string(c.Broker) != want {
+				t.Errorf("broker %q, want %q", c.Broker, want)
 			}
 			if c.CAHash != j.CAHash || c.HubSigningKey != j.SigningKey || c.Device != "pi-1" {
 				t.Errorf("ca-hash %q, hub-signing-key %q, device %q", c.CAHash, c.HubSigningKey, c.Device)

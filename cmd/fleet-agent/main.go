@@ -73,7 +73,15 @@ the hub over MQTT for its own token, saves it (0600) as <state-dir>/token
 and from then on uses only that token, never the bootstrap token again.
 
 The default --broker, tcp://localhost:1883, is a hub's plain listener on
-this machine; a hub elsewhere is ssl://HOST:8883. On a TLS broker
+this machine; a hub elsewhere is ssl://HOST:8883. Several hubs (one
+leader, standbys whose brokers refuse devices): --broker takes a
+comma-separated list, ssl://h1:8883,ssl://h2:8883,ssl://h3:8883 (the join
+string carries every broker the hub knows of). The agent connects to the
+first that accepts it and, whenever the connection is lost or refused,
+moves to the next with jittered exponential backoff, round-robin, without
+ever giving up; its containers keep running meanwhile. The CA pin (--ca,
+--ca-hash, the saved CA) covers every broker of the list, each verified
+for its own name. On a TLS broker
 --ca-hash (in the join string, or given alone) pins the hub's CA: the
 first connection accepts only a broker whose chain carries that CA and
 whose certificate names the host dialled (for an IP address, as an IP
@@ -146,6 +154,10 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	brokers, err := cfg.brokers()
+	if err != nil {
+		return err
+	}
 	device, token, err := identity(ctx, cfg, log, tlsCfg, hubKey)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -162,7 +174,7 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 		}
 	}
 	if tlsCfg != nil {
-		log.Info("broker TLS", "broker", cfg.Broker, "trust", trustSrc)
+		log.Info("broker TLS", "brokers", brokers, "trust", trustSrc)
 		tlsCfg = clientCert(tlsCfg, cfg.StateDir, device, log)
 		// A CA bundle the hub sent in a signed desired state (a CA
 		// rotation) replaces that trust once saved.
@@ -189,7 +201,7 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 
 	agent, err := edgeagent.New(edgeagent.Options{
 		Device:            device,
-		Broker:            cfg.Broker,
+		Brokers:           brokers,
 		Token:             token,
 		TLSConfig:         tlsCfg,
 		CAFile:            cfg.CA,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -107,6 +108,7 @@ type deviceAddOptions struct {
 	labels      []string
 	description string
 	output      string
+	brokers     []string
 }
 
 func newDeviceAddCmd(cli *cliContext) *cobra.Command {
@@ -119,9 +121,13 @@ with the fleet-agent command line to start on the device. The agent connects
 to the broker URL the hub reports (GET /v1/info), or to port 1883 on the
 hub's host when the hub does not say.
 
-It also prints a join string (fleetjoin1:...): the broker, the hub's CA
+It also prints a join string (fleetjoin1:...): the brokers, the hub's CA
 hash and signing key, the device's name and token in one word, for
-"fleet-agent --join" or "install.sh --join". With it the agent runs only
+"fleet-agent --join" or "install.sh --join". The brokers are every one the
+hub knows of (GET /v1/info: mqttURL and, with several hubs, brokers), so
+the agent moves to the leader's broker whichever hub leads; --broker
+(repeatable, or comma-separated) gives the list instead, the preferred
+first. With it the agent runs only
 desired states the hub signed, from the first one on; an agent given no
 signing key runs nothing from the broker. The join string holds the token:
 it is shown once, like the token.
@@ -138,13 +144,17 @@ provisioning scripts.`,
   fleet device add pi-1 --label site=lab --label room=kitchen --description "Pi 4 in the kitchen"
 
   # Provision from a script: write the token straight into a file
-  fleet device add pi-1 -o json | jq -r .token > pi-1.token`,
+  fleet device add pi-1 -o json | jq -r .token > pi-1.token
+
+  # Several hubs: the device gets every hub's broker, in this order
+  fleet device add pi-1 --broker ssl://hub1.example:8883,ssl://hub2.example:8883`,
 		Args: exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runDeviceAdd(cmd.Context(), cli, cmd, args[0], o)
 		},
 	}
 	f := cmd.Flags()
+	addBrokerFlag(cmd, &o.brokers)
 	f.StringArrayVarP(&o.labels, "label", "l", nil, "label key=value of the device (repeatable; key=value,key2=value2 also works)")
 	f.StringVar(&o.description, "description", "", "free text shown by fleet describe device")
 	addSecretOutputFlag(cmd, &o.output)
@@ -168,6 +178,9 @@ func runDeviceAdd(ctx context.Context, cli *cliContext, cmd *cobra.Command, name
 	}
 	if err := schema.ValidateName(name); err != nil {
 		return fmt.Errorf("device name %w", err)
+	}
+	if err := checkBrokerFlag(o.brokers); err != nil {
+		return err
 	}
 	var labelArgs []string
 	for _, l := range o.labels {
@@ -200,7 +213,7 @@ func runDeviceAdd(ctx context.Context, cli *cliContext, cmd *cobra.Command, name
 	if format == "" {
 		// Asked before anything is written, so the token follows its
 		// creation at once.
-		broker = cli.brokerInfo(ctx, cl)
+		broker = cli.brokerInfo(ctx, cl, o.brokers)
 	}
 	_, err = cl.CreateDevice(ctx, dev)
 	if client.IsAlreadyExists(err) {
@@ -231,7 +244,10 @@ func runDeviceAdd(ctx context.Context, cli *cliContext, cmd *cobra.Command, name
 
 // brokerInfo is what a device or monitor is told about the broker.
 type brokerInfo struct {
-	url      string
+	// url is the first of urls: the broker a monitor is told of.
+	url string
+	// urls are the brokers a device is given, the preferred first.
+	urls     []string
 	external bool
 	// caHash pins the hub's own CA (GET /v1/info caHash): devices get it
 	// as --ca-hash when url is TLS.
@@ -245,14 +261,25 @@ type brokerInfo struct {
 	note string
 }
 
-// brokerInfo asks the hub which MQTT URL devices use. A hub that cannot
+// brokerInfo asks the hub which MQTT URLs devices use: given, if any
+// (--broker, checked by checkBrokerFlag), else every broker the hub
+// knows of (GET /v1/info mqttURL, then its brokers). A hub that cannot
 // say (an older hub, a failed request) does not fail the command: the
 // usual URL is assumed, with a note on stderr.
-func (c *cliContext) brokerInfo(ctx context.Context, cl *client.Client) brokerInfo {
+func (c *cliContext) brokerInfo(ctx context.Context, cl *client.Client, given []string) brokerInfo {
 	info, err := cl.Info(ctx)
 	u, guessed := cl.BrokerURL(info)
-	b := brokerInfo{url: u, external: info != nil && info.ExternalBroker}
-	if info != nil && client.IsTLSBrokerURL(u) {
+	b := brokerInfo{url: u, urls: []string{u}, external: info != nil && info.ExternalBroker}
+	switch {
+	case len(given) > 0:
+		b.url, b.urls, guessed = given[0], given, false
+	case info != nil && len(info.Brokers) > 0:
+		for _, h := range info.Brokers {
+			fixed, _ := cl.BrokerURL(&schema.HubInfo{MQTTURL: h})
+			b.urls = appendBrokers(b.urls, fixed)
+		}
+	}
+	if info != nil && b.anyTLS() {
 		b.caHash = info.CAHash
 	}
 	if info != nil {
@@ -266,6 +293,53 @@ func (c *cliContext) brokerInfo(ctx context.Context, cl *client.Client) brokerIn
 		b.note = fmt.Sprintf("note: the hub did not say which MQTT URL devices use (%s); assuming %s", why, u)
 	}
 	return b
+}
+
+// anyTLS reports whether a broker of the list is a TLS one.
+func (b brokerInfo) anyTLS() bool {
+	return slices.ContainsFunc(b.urls, client.IsTLSBrokerURL)
+}
+
+// brokerArg is the agent's --broker: every broker, comma-separated.
+func (b brokerInfo) brokerArg() string {
+	if len(b.urls) == 0 {
+		return b.url
+	}
+	return strings.Join(b.urls, ",")
+}
+
+// appendBrokers appends the URLs that name a broker not in list yet.
+func appendBrokers(list []string, urls ...string) []string {
+	key := func(s string) string {
+		u, err := schema.ParseBrokerURL(s)
+		if err != nil {
+			return s
+		}
+		return u.Scheme + "://" + strings.ToLower(u.Host)
+	}
+	for _, u := range urls {
+		if !slices.ContainsFunc(list, func(have string) bool { return key(have) == key(u) }) {
+			list = append(list, u)
+		}
+	}
+	return list
+}
+
+// addBrokerFlag adds --broker, the brokers a device is given.
+func addBrokerFlag(cmd *cobra.Command, brokers *[]string) {
+	cmd.Flags().StringSliceVar(brokers, "broker", nil, "broker URL a device is given (repeatable, or comma-separated; the preferred first): the agent connects to the first that accepts it and moves to the next when one is lost or refuses it. Default: every broker the hub knows of (GET /v1/info mqttURL and brokers)")
+}
+
+// checkBrokerFlag checks --broker's URLs as the agent will: an error
+// names the entry's position.
+func checkBrokerFlag(brokers []string) error {
+	if len(brokers) == 0 {
+		return nil
+	}
+	if _, err := schema.CheckBrokerList(brokers); err != nil {
+		return fmt.Errorf("--broker: %w", err)
+	}
+	return nil
 }
 
 // trustFlags is what the agent's command line needs to trust the hub:
@@ -291,7 +365,7 @@ func (b brokerInfo) joinString(device, token, bootstrap string) (join string, ok
 		return "", false
 	}
 	join, err := schema.EncodeJoin(schema.JoinInfo{
-		Brokers: []string{b.url}, CAHash: b.caHash, SigningKey: b.signingKey,
+		Brokers: b.urls, CAHash: b.caHash, SigningKey: b.signingKey,
 		Device: device, Token: token, BootstrapToken: bootstrap,
 	})
 	return join, err == nil
@@ -311,7 +385,7 @@ func writeJoin(s *strings.Builder, join, extra string) {
 // writeTrustNote says how else a device can trust a TLS broker.
 func writeTrustNote(s *strings.Builder, b brokerInfo) {
 	switch {
-	case !client.IsTLSBrokerURL(b.url):
+	case !b.anyTLS():
 	case b.caHash != "":
 		fmt.Fprintf(s, "  (--ca-hash pins the hub's CA, %s: the device verifies the hub by it on first contact and keeps the CA; or copy the hub's ca.crt to the device and give --ca-file FILE instead)\n", b.caHash)
 	default:
@@ -332,7 +406,7 @@ func writeDeviceToken(w io.Writer, b brokerInfo, creds *schema.DeviceCredentials
 	var s strings.Builder
 	fmt.Fprintln(&s, printers.TokenBanner(creds.Token))
 	fmt.Fprintln(&s, lead)
-	fmt.Fprintf(&s, "  %s%s   (write the token there, mode 0600)\n", printers.AgentCommand(b.url, creds.Name), b.trustFlags())
+	fmt.Fprintf(&s, "  %s%s   (write the token there, mode 0600)\n", printers.AgentCommand(b.brokerArg(), creds.Name), b.trustFlags())
 	writeTrustNote(&s, b)
 	if join, ok := b.joinString(creds.Name, creds.Token, ""); ok {
 		writeJoin(&s, join, "")
@@ -421,7 +495,10 @@ func runDeviceLabel(ctx context.Context, cli *cliContext, name string, args []st
 // ---- rotate-token ------------------------------------------------------------
 
 func newDeviceRotateTokenCmd(cli *cliContext) *cobra.Command {
-	var output string
+	var (
+		output  string
+		brokers []string
+	)
 	cmd := &cobra.Command{
 		Use:   "rotate-token NAME [-o json|yaml]",
 		Short: "Issue a new token for a device; the old one stops working",
@@ -440,10 +517,11 @@ issue one.
 		Args:              exactArgs(1, "NAME"),
 		ValidArgsFunction: cli.completeDevices(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runDeviceRotateToken(cmd.Context(), cli, cmd, args[0], output)
+			return runDeviceRotateToken(cmd.Context(), cli, cmd, args[0], output, brokers)
 		},
 	}
 	addSecretOutputFlag(cmd, &output)
+	addBrokerFlag(cmd, &brokers)
 	return cmd
 }
 
@@ -462,14 +540,17 @@ func deviceCommand(cli *cliContext, cmd *cobra.Command, name, output string) (pr
 	return format, cl, err
 }
 
-func runDeviceRotateToken(ctx context.Context, cli *cliContext, cmd *cobra.Command, name, output string) error {
+func runDeviceRotateToken(ctx context.Context, cli *cliContext, cmd *cobra.Command, name, output string, brokers []string) error {
 	format, cl, err := deviceCommand(cli, cmd, name, output)
 	if err != nil {
 		return err
 	}
+	if err := checkBrokerFlag(brokers); err != nil {
+		return err
+	}
 	var broker brokerInfo
 	if format == "" {
-		broker = cli.brokerInfo(ctx, cl)
+		broker = cli.brokerInfo(ctx, cl, brokers)
 	}
 	creds, err := cl.IssueToken(ctx, name)
 	if err == nil && creds.Token == "" {

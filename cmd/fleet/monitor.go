@@ -109,7 +109,7 @@ func runMonitorAdd(ctx context.Context, cli *cliContext, cmd *cobra.Command, nam
 	if format != "" {
 		return printers.WriteSecret(cli.stdout(), format, cred)
 	}
-	broker := cli.brokerInfo(ctx, cl)
+	broker := cli.brokerInfo(ctx, cl, nil)
 	cli.printNote(broker)
 	return writeMonitorToken(cli.stdout(), broker, cred)
 }

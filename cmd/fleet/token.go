@@ -60,6 +60,7 @@ type tokenCreateOptions struct {
 	uses        int
 	description string
 	output      string
+	brokers     []string
 }
 
 func newTokenCreateCmd(cli *cliContext) *cobra.Command {
@@ -69,8 +70,10 @@ func newTokenCreateCmd(cli *cliContext) *cobra.Command {
 		Short: "Create a bootstrap token and show it once",
 		Long: `Create a bootstrap token and show it once, with the fleet-agent command line
 that enrolls a device with it, and a join string (fleetjoin1:...) that
-carries the token with the broker, the hub's CA hash and its signing key,
-for "fleet-agent --join" or "install.sh --join". The token itself carries
+carries the token with the brokers, the hub's CA hash and its signing key,
+for "fleet-agent --join" or "install.sh --join". The brokers are every one
+the hub knows of (GET /v1/info mqttURL and brokers), or --broker's
+(repeatable, or comma-separated). The token itself carries
 no CA hash: give --ca-hash and --hub-signing-key with it, or use the join
 string.
 
@@ -97,6 +100,7 @@ same in YAML).`,
 	f.IntVar(&o.uses, "uses", 0, "how many devices may enroll with the token; 0 for no limit")
 	f.StringVar(&o.description, "description", "", "free text shown by fleet token list")
 	addSecretOutputFlag(cmd, &o.output)
+	addBrokerFlag(cmd, &o.brokers)
 	return cmd
 }
 
@@ -110,6 +114,9 @@ func runTokenCreate(ctx context.Context, cli *cliContext, cmd *cobra.Command, o 
 	}
 	if o.uses < 0 {
 		return fmt.Errorf("--uses %d: want 0 (no limit) or more", o.uses)
+	}
+	if err := checkBrokerFlag(o.brokers); err != nil {
+		return err
 	}
 	var labelArgs []string
 	for _, l := range o.labels {
@@ -135,7 +142,7 @@ func runTokenCreate(ctx context.Context, cli *cliContext, cmd *cobra.Command, o 
 	}
 	var broker brokerInfo
 	if format == "" {
-		broker = cli.brokerInfo(ctx, cl)
+		broker = cli.brokerInfo(ctx, cl, o.brokers)
 	}
 	bt, err := cl.CreateBootstrapToken(ctx, schema.BootstrapTokenRequest{
 		Description: o.description, Labels: labels, TTL: o.ttl, Uses: o.uses,
@@ -160,18 +167,18 @@ func writeBootstrapToken(w io.Writer, b brokerInfo, bt *schema.BootstrapToken, n
 	}
 	fmt.Fprintln(&s)
 	fmt.Fprintln(&s, printers.TokenBanner(bt.Token))
-	if bt.CAHash != "" && b.caHash == "" && client.IsTLSBrokerURL(b.url) {
+	if bt.CAHash != "" && b.caHash == "" && b.anyTLS() {
 		b.caHash = bt.CAHash
 	}
 	if b.caHash != "" {
 		fmt.Fprintf(&s, "Hub CA hash: %s\n", b.caHash)
 	}
 	fmt.Fprintln(&s, "Start the agent on each device with it (one image for all: each device enrolls once, under its own name):")
-	fmt.Fprintf(&s, "  fleet-agent --broker %s%s --bootstrap-token-file %s --name-from hostname   (write the token there, mode 0600)\n", b.url, b.trustFlags(), AgentBootstrapTokenFile)
+	fmt.Fprintf(&s, "  fleet-agent --broker %s%s --bootstrap-token-file %s --name-from hostname   (write the token there, mode 0600)\n", b.brokerArg(), b.trustFlags(), AgentBootstrapTokenFile)
 	fmt.Fprintln(&s, "  (--name-from serial names a Raspberry Pi after its board serial: unique even when every card has the same hostname)")
 	writeTrustNote(&s, b)
 	fmt.Fprintln(&s, "Or install the agent on a Raspberry Pi (arm/install.sh):")
-	fmt.Fprintf(&s, "  sudo ./install.sh --broker %s%s --bootstrap-token-file FILE --name-from serial\n", b.url, b.trustFlags())
+	fmt.Fprintf(&s, "  sudo ./install.sh --broker %s%s --bootstrap-token-file FILE --name-from serial\n", b.brokerArg(), b.trustFlags())
 	if join, ok := b.joinString("", "", bt.Token); ok {
 		writeJoin(&s, join, " --name-from serial")
 	}

@@ -92,7 +92,12 @@ func save(stateDir string, id Identity) error {
 // Options configure an enrollment.
 type Options struct {
 	// Broker is the MQTT broker URL, as for the agent.
-	Broker    string
+	Broker string
+	// Brokers, if set, are several broker URLs (Broker is then ignored):
+	// Run's attempts go to each in turn, round-robin, so a device enrolls
+	// through whichever hub accepts it (a standby hub's broker refuses).
+	Brokers []string
+	// TLSConfig verifies every broker, each for its own name (ForBroker).
 	TLSConfig *tls.Config
 	Topics    schema.Topics
 	// BootstrapToken is the token of `fleet token create`.
@@ -125,9 +130,13 @@ type Options struct {
 }
 
 func (o *Options) check() error {
-	if _, err := schema.ParseBrokerURL(o.Broker); err != nil {
+	if len(o.Brokers) == 0 {
+		o.Brokers = []string{o.Broker}
+	}
+	if _, err := schema.CheckBrokerList(o.Brokers); err != nil {
 		return fmt.Errorf("enroll: %w", err)
 	}
+	o.Broker = o.Brokers[0]
 	if _, err := schema.ParseBootstrapToken(o.BootstrapToken); err != nil {
 		return fmt.Errorf("enroll: bootstrap token: %w", err)
 	}
@@ -312,7 +321,9 @@ func Run(ctx context.Context, o Options) (Identity, error) {
 		return Identity{}, err
 	}
 	b := backoff.New(o.Backoff, o.Seed)
-	for {
+	brokers := o.Brokers
+	for i := 0; ; i = (i + 1) % len(brokers) {
+		o.Broker, o.Brokers = brokers[i], nil
 		id, err := Enroll(ctx, o)
 		if err == nil {
 			return id, nil
@@ -325,7 +336,7 @@ func Run(ctx context.Context, o Options) (Identity, error) {
 			return Identity{}, ctx.Err()
 		}
 		d := b.Next()
-		o.Logger.Warn("enrollment failed; retrying", "device", o.Device, "err", err, "retry_in", d.Round(time.Millisecond))
+		o.Logger.Warn("enrollment failed; retrying", "device", o.Device, "broker", o.Broker, "err", err, "next_broker", brokers[(i+1)%len(brokers)], "retry_in", d.Round(time.Millisecond))
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
@@ -441,7 +452,7 @@ func dialer(ctx context.Context, o Options) func() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		conn, err := mqttio.Dial(ctx, u, o.TLSConfig, o.Timeout)
+		conn, err := mqttio.Dial(ctx, u, ForBroker(o.TLSConfig, u), o.Timeout)
 		if err != nil {
 			return nil, err
 		}

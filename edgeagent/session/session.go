@@ -4,6 +4,16 @@
 // desired topic on every connect, and reconnects with jittered exponential
 // backoff.
 //
+// Several brokers: the session takes a list of broker URLs (Brokers, the
+// preferred first). It connects to the first; whenever a connection ends
+// or an attempt fails, whether the broker is down, refuses the device
+// (a standby hub's broker answers CONNACK "server unavailable") or the TLS
+// check fails, the next attempt goes to the next broker of the list,
+// round-robin, after the same jittered backoff, and it never gives up.
+// So with one leader's broker accepting devices, a device finds it
+// within a round of the list. Every broker is verified by the same trust
+// (TLSConfig, for each broker's own name: enroll.ForBroker).
+//
 // The session uses a clean session (CleanSession=true) on purpose. The
 // only subscription is a retained topic that always carries the FULL
 // desired state, so on every (re)connect the broker hands over the latest
@@ -39,6 +49,7 @@ import (
 	"github.com/fleetmq/fleet/broker/mqttio"
 	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/edgeagent/clock"
+	"github.com/fleetmq/fleet/edgeagent/enroll"
 	"github.com/fleetmq/fleet/schema"
 )
 
@@ -47,8 +58,12 @@ var ErrNotConnected = errors.New("mqtt: not connected")
 
 // Options configures a Session.
 type Options struct {
-	// Broker is the broker URL: tcp:// or mqtt:// (plain), ssl://, tls://
-	// or mqtts:// (TLS). The port defaults to 1883 or 8883.
+	// Brokers are the broker URLs, the preferred first: tcp:// or mqtt://
+	// (plain), ssl://, tls:// or mqtts:// (TLS); the port defaults to
+	// 1883 or 8883 (schema.CheckBrokerList). The session moves to the
+	// next one after each lost connection or failed attempt.
+	Brokers []string
+	// Broker is a list of one: used when Brokers is empty.
 	Broker string
 	// Device is the device name: the MQTT username and the default client
 	// ID.
@@ -56,7 +71,9 @@ type Options struct {
 	ClientID string
 	// Token is the MQTT password.
 	Token string
-	// TLSConfig is used for TLS brokers (nil: system roots).
+	// TLSConfig is used for TLS brokers (nil: system roots), for every
+	// broker of the list, each verified for its own host name
+	// (enroll.ForBroker).
 	TLSConfig *tls.Config
 	Topics    schema.Topics
 	Logger    *slog.Logger
@@ -114,8 +131,11 @@ type Options struct {
 // Session is one device's MQTT session. Run keeps it connected; Publish
 // may be called from any goroutine.
 type Session struct {
-	o             Options
-	broker        *url.URL // o.Broker, parsed once
+	o Options
+	// brokers are o.Brokers parsed, with the TLS configuration of each;
+	// current is the index of the broker of the connection up (-1: none).
+	brokers       []brokerTarget
+	current       atomic.Int32
 	log           *slog.Logger
 	desiredTopic  string
 	requestsTopic string
@@ -144,14 +164,28 @@ type Session struct {
 // connection attempts while the hub is down.
 var DefaultBackoff = backoff.Policy{Initial: 250 * time.Millisecond, Max: time.Minute, Jitter: backoff.FullJitter, Factor: 1.5}
 
+// brokerTarget is one broker of the list.
+type brokerTarget struct {
+	url string // as given (logs, paho's server)
+	u   *url.URL
+	tls *tls.Config
+}
+
 // New checks the options and returns a Session.
 func New(o Options) (*Session, error) {
 	if err := schema.ValidateName(o.Device); err != nil {
 		return nil, fmt.Errorf("session: device: %w", err)
 	}
-	broker, err := schema.ParseBrokerURL(o.Broker)
+	if len(o.Brokers) == 0 && o.Broker != "" {
+		o.Brokers = []string{o.Broker}
+	}
+	us, err := schema.CheckBrokerList(o.Brokers)
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
+	}
+	targets := make([]brokerTarget, len(us))
+	for i, u := range us {
+		targets[i] = brokerTarget{url: o.Brokers[i], u: u, tls: enroll.ForBroker(o.TLSConfig, u)}
 	}
 	if o.ClientID == "" {
 		o.ClientID = o.Device
@@ -183,16 +217,30 @@ func New(o Options) (*Session, error) {
 	if o.OnConnect == nil {
 		o.OnConnect = func() {}
 	}
-	return &Session{
+	s := &Session{
 		o:             o,
-		broker:        broker,
+		brokers:       targets,
 		log:           o.Logger,
 		desiredTopic:  o.Topics.Device(o.Device, schema.TopicDesired),
 		requestsTopic: o.Topics.Device(o.Device, schema.TopicRequests),
 		certTopic:     o.Topics.Device(o.Device, schema.TopicCertificate),
 		onlineTopic:   o.Topics.Device(o.Device, schema.TopicOnline),
-	}, nil
+	}
+	s.current.Store(-1)
+	return s, nil
 }
+
+// Broker returns the URL of the broker the session is connected to, ""
+// while it is not.
+func (s *Session) Broker() string {
+	if i := s.current.Load(); i >= 0 && s.Connected() {
+		return s.brokers[i].url
+	}
+	return ""
+}
+
+// Brokers returns the broker URLs, in the order they are tried.
+func (s *Session) Brokers() []string { return append([]string(nil), s.o.Brokers...) }
 
 // Connected reports whether the session is connected and subscribed.
 func (s *Session) Connected() bool {
@@ -278,10 +326,15 @@ const DefaultKeepAlive = 120 * time.Second
 
 // Run keeps the session connected until ctx is done, then announces
 // "offline" and disconnects. It returns nil after ctx is done.
+//
+// With several brokers, each attempt after a lost connection or a failed
+// attempt goes to the next broker of the list (round-robin); the backoff
+// counts every failure, whichever broker it came from, and a connection
+// that lasted StableAfter resets it.
 func (s *Session) Run(ctx context.Context) error {
 	b := backoff.New(s.o.Backoff, s.o.Seed)
-	for attempt := 1; ; attempt++ {
-		up, err := s.connectOnce(ctx)
+	for i := 0; ; i = (i + 1) % len(s.brokers) {
+		up, err := s.connectOnce(ctx, i)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -289,10 +342,14 @@ func (s *Session) Run(ctx context.Context) error {
 			b.Reset()
 		}
 		d := b.Next()
+		attrs := []any{"broker", s.brokers[i].url, "err", err}
+		if len(s.brokers) > 1 {
+			attrs = append(attrs, "next_broker", s.brokers[(i+1)%len(s.brokers)].url)
+		}
 		if up > 0 {
-			s.log.Warn("mqtt connection lost", "err", err, "was_up", up.Round(time.Millisecond), "retry_in", d.Round(time.Millisecond))
+			s.log.Warn("mqtt connection lost", append(attrs, "was_up", up.Round(time.Millisecond), "retry_in", d.Round(time.Millisecond))...)
 		} else {
-			s.log.Warn("mqtt connect failed", "broker", s.o.Broker, "err", err, "failures", b.Failures(), "retry_in", d.Round(time.Millisecond))
+			s.log.Warn("mqtt connect failed", append(attrs, "failures", b.Failures(), "retry_in", d.Round(time.Millisecond))...)
 		}
 		t := s.o.Clock.NewTimer(d)
 		select {
@@ -304,9 +361,10 @@ func (s *Session) Run(ctx context.Context) error {
 	}
 }
 
-// connectOnce runs one connection: it returns how long the connection was
-// up (0 if it never came up) and why it ended.
-func (s *Session) connectOnce(ctx context.Context) (time.Duration, error) {
+// connectOnce runs one connection to broker i: it returns how long the
+// connection was up (0 if it never came up) and why it ended.
+func (s *Session) connectOnce(ctx context.Context, i int) (time.Duration, error) {
+	target := s.brokers[i]
 	// cctx scopes this connection: it is not cancelled by ctx directly, so
 	// that on shutdown the connection survives long enough to announce
 	// "offline"; connectOnce cancels it on every way out.
@@ -323,9 +381,9 @@ func (s *Session) connectOnce(ctx context.Context) (time.Duration, error) {
 	// the broker is away every attempt is refused, and a bare dial costs
 	// a device (or a simulator running thousands of them) a third of
 	// what building and tearing down a paho client does.
-	conn, err := s.open(ctx, cctx)
+	conn, err := s.open(ctx, cctx, target)
 	if err != nil {
-		return 0, fmt.Errorf("connect to %s: %w", s.o.Broker, err)
+		return 0, fmt.Errorf("connect to %s: %w", target.url, err)
 	}
 	var handed atomic.Bool
 	openConn := func() (net.Conn, error) {
@@ -340,8 +398,9 @@ func (s *Session) connectOnce(ctx context.Context) (time.Duration, error) {
 	epoch := s.epoch
 	s.drop = fail
 	s.mu.Unlock()
+	s.current.Store(int32(i))
 
-	opts := mqttio.ClientOptions(s.o.Broker, s.o.ClientID, s.o.Device, s.o.Token, s.o.ConnectTimeout, openConn).
+	opts := mqttio.ClientOptions(target.url, s.o.ClientID, s.o.Device, s.o.Token, s.o.ConnectTimeout, openConn).
 		SetKeepAlive(s.o.KeepAlive).
 		SetPingTimeout(min(s.o.KeepAlive, 10*time.Second)).
 		SetWriteTimeout(s.o.OpTimeout).
@@ -370,7 +429,7 @@ func (s *Session) connectOnce(ctx context.Context) (time.Duration, error) {
 		return 0, ctx.Err()
 	}
 	if err := tok.Error(); err != nil {
-		return 0, fmt.Errorf("connect to %s: %w", s.o.Broker, err)
+		return 0, fmt.Errorf("connect to %s: %w", target.url, err)
 	}
 	start := s.o.Clock.Now()
 	select {
@@ -449,12 +508,20 @@ func (s *Session) onConnect(ctx context.Context, c mqtt.Client, epoch uint64) er
 	}
 	s.client = c
 	s.mu.Unlock()
-	s.log.Info("mqtt connected", "broker", s.o.Broker, "subscribed", s.desiredTopic)
+	s.log.Info("mqtt connected", "broker", s.brokerURL(), "subscribed", s.desiredTopic)
 	s.o.OnConnect()
 	if err := wait(ctx, pub, s.o.OpTimeout); err != nil {
 		return fmt.Errorf("announce online: %w", err)
 	}
 	return nil
+}
+
+// brokerURL is the URL of the broker of the latest connection.
+func (s *Session) brokerURL() string {
+	if i := s.current.Load(); i >= 0 {
+		return s.brokers[i].url
+	}
+	return ""
 }
 
 func (s *Session) offline(epoch uint64) {
@@ -486,7 +553,7 @@ func (s *Session) onRenewalConnect(ctx context.Context, c mqtt.Client, epoch uin
 	}
 	s.renewal = c
 	s.mu.Unlock()
-	s.log.Warn("mqtt connected with an expired client certificate: renewing it before anything else", "broker", s.o.Broker)
+	s.log.Warn("mqtt connected with an expired client certificate: renewing it before anything else", "broker", s.brokerURL())
 	if s.o.OnRenewalConnect != nil {
 		s.o.OnRenewalConnect()
 	}
@@ -509,8 +576,8 @@ func wait(ctx context.Context, t mqtt.Token, timeout time.Duration) error {
 // open dials the broker. The dial is abandoned when ctx is done; the
 // connection lives no longer than life, so that closing it on cancel also
 // cuts short an MQTT handshake the broker never answers.
-func (s *Session) open(ctx, life context.Context) (net.Conn, error) {
-	conn, err := mqttio.Dial(ctx, s.broker, s.o.TLSConfig, s.o.ConnectTimeout)
+func (s *Session) open(ctx, life context.Context, target brokerTarget) (net.Conn, error) {
+	conn, err := mqttio.Dial(ctx, target.u, target.tls, s.o.ConnectTimeout)
 	if err != nil {
 		return nil, err
 	}

@@ -232,7 +232,7 @@ func TestOpenBuffersReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := s.open(t.Context(), t.Context())
+	conn, err := s.open(t.Context(), t.Context(), s.brokers[0])
 	if err != nil {
 		t.Fatal(err)
 	}

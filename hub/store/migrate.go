@@ -41,9 +41,11 @@ type MigrateResult struct {
 // as they are: Secrets stay sealed, so the hub on the new store needs the
 // same secrets.key. Both stores must be closed (no hub running on them).
 // The store ID is written last: a copy cut short is refused by Open, not
-// taken for a store. progress, if set, is called after each batch.
-func Migrate(ctx context.Context, from, to Options, progress func(keys int)) (MigrateResult, error) {
-	var res MigrateResult
+// taken for a store, and Migrate then deletes what it wrote (the
+// destination was empty), so that a failed migration leaves the
+// destination as it found it. progress, if set, is called after each
+// batch.
+func Migrate(ctx context.Context, from, to Options, progress func(keys int)) (res MigrateResult, err error) {
 	if from.Etcd == nil {
 		if _, err := os.Stat(from.Dir); err != nil {
 			return res, fmt.Errorf("migrate: source: %w", err)
@@ -62,6 +64,15 @@ func Migrate(ctx context.Context, from, to Options, progress func(keys int)) (Mi
 	if err := engineView(ctx, dst, func(b engineTxn) error { return checkEmptyDest(b) }); err != nil {
 		return res, fmt.Errorf("migrate: destination: %w", err)
 	}
+	// From here on the destination is Migrate's: a failure empties it
+	// again.
+	defer func() {
+		if err != nil {
+			if werr := wipeEngine(context.WithoutCancel(ctx), dst); werr != nil {
+				err = errors.Join(err, fmt.Errorf("migrate: remove the partial copy (delete it by hand: a new Badger directory, or etcdctl del --prefix PREFIX): %w", werr))
+			}
+		}
+	}()
 	var storeID []byte
 	sum := sha256.New()
 	err = engineView(ctx, src, func(b engineTxn) error {
@@ -199,6 +210,57 @@ func digestEngine(ctx context.Context, e engine) (MigrateResult, error) {
 	return res, nil
 }
 
+// wipeEngine deletes every key of e, in batches: what a failed Migrate
+// wrote into a destination that was empty. The etcd engine's commit
+// marker (keyCommitID) stays: it is no data, and checkEmptyDest ignores it.
+func wipeEngine(ctx context.Context, e engine) error {
+	for {
+		var keys []string
+		errFull := errors.New("batch full")
+		err := engineView(ctx, e, func(b engineTxn) error {
+			return b.scan("", false, func(k string, _ []byte) error {
+				if k == keyCommitID {
+					return nil // the etcd engine's own; every commit writes it
+				}
+				keys = append(keys, k)
+				if len(keys) >= migrateBatchKeys {
+					return errFull
+				}
+				return nil
+			})
+		})
+		if err != nil && !errors.Is(err, errFull) {
+			return err
+		}
+		if len(keys) == 0 {
+			return nil
+		}
+		err = engineUpdate(ctx, e, func(b engineTxn) error {
+			for _, k := range keys {
+				if err := b.del(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// CheckEmpty returns nil if the (closed) store in opts holds no key, as
+// Migrate's destination must: an error that names a key it holds
+// otherwise. It creates nothing but, for Badger, the directory.
+func CheckEmpty(ctx context.Context, opts Options) error {
+	e, err := openEngine(opts)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	return engineView(ctx, e, func(b engineTxn) error { return checkEmptyDest(b) })
+}
+
 // openEngine opens the engine of opts alone, without the store's logic
 // (no store ID or key is created).
 func openEngine(opts Options) (engine, error) {
@@ -219,11 +281,15 @@ func openEngine(opts Options) (engine, error) {
 	return openBadger(opts.Dir, -1, log)
 }
 
-// checkEmptyDest refuses a destination that holds any key.
+// checkEmptyDest refuses a destination that holds any key but the etcd
+// engine's commit marker (which a failed migration leaves).
 func checkEmptyDest(b engineTxn) error {
 	var found string
 	errFound := errors.New("found")
 	err := b.scan("", false, func(k string, _ []byte) error {
+		if k == keyCommitID {
+			return nil
+		}
 		found = k
 		return errFound
 	})
