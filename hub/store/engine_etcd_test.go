@@ -50,18 +50,26 @@ func TestEtcdEngineWatchFromRevision(t *testing.T) {
 	var last uint64
 	for i, w := range want {
 		select {
-		case ch := <-ch:
-			if ch.Err != nil {
-				t.Fatal(ch.Err)
+		case b := <-ch:
+			if b.Err != nil {
+				t.Fatal(b.Err)
 			}
-			got := ch.Key
-			if ch.Deleted {
+			// One commit, whole: its one key under the prefix.
+			if len(b.Changes) != 1 {
+				t.Fatalf("commit %d: %+v, want one change", i, b.Changes)
+			}
+			c := b.Changes[0]
+			got := c.Key
+			if c.Deleted {
 				got += " deleted"
+				if !c.HadPrev || string(c.Prev) != "1" {
+					t.Fatalf("delete of k1: previous value %q (%v), want \"1\"", c.Prev, c.HadPrev)
+				}
 			}
-			if got != w || ch.Rev <= last || ch.Rev != revs[i+2] {
-				t.Fatalf("change %d: %s at %d, want %s at %d", i, got, ch.Rev, w, revs[i+2])
+			if got != w || b.Rev <= last || b.Rev != revs[i+2] {
+				t.Fatalf("change %d: %s at %d, want %s at %d", i, got, b.Rev, w, revs[i+2])
 			}
-			last = ch.Rev
+			last = b.Rev
 		case <-ctx.Done():
 			t.Fatalf("waited for %s", w)
 		}
@@ -71,9 +79,9 @@ func TestEtcdEngineWatchFromRevision(t *testing.T) {
 	}
 	old := e.watch(ctx, "v1/x/", revs[1])
 	select {
-	case ch := <-old:
-		if !errors.Is(ch.Err, ErrExpired) {
-			t.Fatalf("watch from a compacted revision: %+v, want ErrExpired", ch)
+	case b := <-old:
+		if !errors.Is(b.Err, ErrExpired) {
+			t.Fatalf("watch from a compacted revision: %+v, want ErrExpired", b)
 		}
 	case <-ctx.Done():
 		t.Fatal("no answer from a watch on a compacted revision")

@@ -31,6 +31,8 @@ type Txn struct {
 	actor, changeCause string
 	events             []Event
 	authWrites         map[string][]byte
+	// engineRev: on etcd, the etcd revision of the commit (0 on Badger).
+	engineRev uint64
 }
 
 // Revision is the revision of the snapshot; once a write transaction has
@@ -165,8 +167,22 @@ func (s *Store) write(ctx context.Context, dryRun bool, fn func(t *Txn) error) (
 	defer s.release()
 	if !dryRun {
 		s.writeMu.Lock()
-		defer s.writeMu.Unlock()
 	}
+	rev, err := s.commitLocked(ctx, dryRun, fn)
+	if !dryRun {
+		s.writeMu.Unlock()
+	}
+	if rev > 0 {
+		// On etcd, the follower publishes the commit (follow.go): return
+		// once it has, as Badger's writes return with theirs published.
+		s.awaitFeed(ctx, rev)
+	}
+	return rev, err
+}
+
+// commitLocked runs fn and commits it, running it again on a conflict;
+// writeMu is held unless dryRun.
+func (s *Store) commitLocked(ctx context.Context, dryRun bool, fn func(t *Txn) error) (uint64, error) {
 	for range maxAttempts {
 		if err := ctx.Err(); err != nil {
 			return 0, err
@@ -178,9 +194,14 @@ func (s *Store) write(ctx context.Context, dryRun bool, fn func(t *Txn) error) (
 		if err != nil || t == nil {
 			return 0, err
 		}
-		s.applyDeviceEvents(t.events)
-		s.feed.publish(t.rev+1, t.events)
-		s.auth.apply(t.authWrites)
+		if s.follow == nil {
+			s.applyDeviceEvents(t.events)
+			s.feed.publish(t.rev+1, t.events)
+		}
+		// Before the write returns (OnAuthChange's promise); on etcd the
+		// follower sees the same change at the same engine revision and
+		// leaves it.
+		s.auth.applyAt(t.authWrites, t.engineRev)
 		return t.rev + 1, nil
 	}
 	return 0, fmt.Errorf("commit: gave up after %d conflicts: %w", maxAttempts, errTxnConflict)
@@ -198,7 +219,9 @@ func (s *Store) attempt(ctx context.Context, dryRun bool, actor string, fn func(
 	if err != nil {
 		return nil, fmt.Errorf("read revision: %w", err)
 	}
-	t := &Txn{s: s, b: b, rev: rev, writable: true, serial: !dryRun, actor: actor}
+	// On etcd other hubs commit too: the device index is not this
+	// snapshot's, so DeviceUID reads the object.
+	t := &Txn{s: s, b: b, rev: rev, writable: true, serial: !dryRun && s.follow == nil, actor: actor}
 	if err := fn(t); err != nil {
 		return nil, err
 	}
@@ -213,7 +236,8 @@ func (s *Store) attempt(ctx context.Context, dryRun bool, actor string, fn func(
 	if s.maxRev.Load() < rev+1 {
 		s.maxRev.Store(rev + 1)
 	}
-	if _, err := b.commit(ctx); err != nil {
+	engineRev, err := b.commit(ctx)
+	if err != nil {
 		if errors.Is(err, errTxnConflict) {
 			return nil, err
 		}
@@ -221,6 +245,9 @@ func (s *Store) attempt(ctx context.Context, dryRun bool, actor string, fn func(
 			s.devUIDs.bad = true // it may have applied
 		}
 		return nil, fmt.Errorf("commit: %w", badgerErr(err))
+	}
+	if s.follow != nil {
+		t.engineRev = engineRev
 	}
 	return t, nil
 }
