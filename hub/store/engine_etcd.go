@@ -634,3 +634,18 @@ func (e *etcdEngine) watch(ctx context.Context, prefix string, fromRev uint64) <
 // snapshotRev is the etcd revision the transaction reads at (0 before its
 // first read).
 func (t *etcdTxn) snapshotRev() uint64 { return uint64(t.rev) }
+
+// lastCommitRev is the etcd revision of the last commit under the prefix
+// as of the snapshot (every commit writes keyCommitID), 0 if none. It
+// adds no compare: the commit's first compare already fails if any
+// commit came after the snapshot.
+func (t *etcdTxn) lastCommitRev() (uint64, error) {
+	resp, err := t.rangeAt(t.e.prefix + keyCommitID)
+	if err != nil {
+		return 0, err
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	return uint64(resp.Kvs[0].ModRevision), nil
+}

@@ -39,10 +39,12 @@ type follower struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	// mu guards engineRev and storeRev: the last commit applied.
+	// mu guards engineRev and storeRev, the last commit applied, and uids.
 	mu        sync.Mutex
 	engineRev uint64
 	storeRev  uint64
+	// uids is the device uid index (deviceuids.go) as of engineRev.
+	uids map[string]string
 }
 
 // revisionReader is a transaction that knows its snapshot's engine
@@ -54,12 +56,13 @@ type followSnapshot struct {
 	engineRev uint64
 	storeRev  uint64
 	auth      map[string][]byte
+	uids      map[string]string
 }
 
-// readFollowSnapshot reads the store revision and every token and
-// credential at one engine revision.
+// readFollowSnapshot reads the store revision, every token and
+// credential and every device's uid at one engine revision.
 func readFollowSnapshot(ctx context.Context, e engine) (followSnapshot, error) {
-	snap := followSnapshot{auth: map[string][]byte{}}
+	snap := followSnapshot{auth: map[string][]byte{}, uids: map[string]string{}}
 	err := engineView(ctx, e, func(b engineTxn) error {
 		var err error
 		if snap.storeRev, err = readRevision(b); err != nil {
@@ -79,7 +82,7 @@ func readFollowSnapshot(ctx context.Context, e engine) (followSnapshot, error) {
 				return err
 			}
 		}
-		return nil
+		return scanDeviceUIDs(b, snap.uids)
 	})
 	if err != nil {
 		return snap, fmt.Errorf("read the store to follow it: %w", err)
@@ -101,7 +104,7 @@ func (s *Store) startFollower(w engineWatcher, ring, queue int) error {
 	s.feed = newFeed(snap.storeRev, ring, queue)
 	fctx, fcancel := context.WithCancel(context.Background())
 	f := &follower{s: s, w: w, cancel: fcancel, done: make(chan struct{}),
-		engineRev: snap.engineRev, storeRev: snap.storeRev}
+		engineRev: snap.engineRev, storeRev: snap.storeRev, uids: snap.uids}
 	s.follow = f
 	go f.run(fctx)
 	return nil
@@ -172,7 +175,7 @@ func (f *follower) resync(ctx context.Context) error {
 	}
 	f.s.auth.replaceAt(snap.auth, snap.engineRev)
 	f.mu.Lock()
-	f.engineRev, f.storeRev = snap.engineRev, snap.storeRev
+	f.engineRev, f.storeRev, f.uids = snap.engineRev, snap.storeRev, snap.uids
 	f.mu.Unlock()
 	f.s.raiseMaxRev(snap.storeRev)
 	f.s.feed.restart(snap.storeRev, fmt.Errorf("this hub missed commits (its etcd watch was compacted): list again: %w", ErrExpired))
@@ -228,8 +231,24 @@ func (f *follower) apply(b engineBatch) {
 			evs = append(evs, ev)
 		}
 	}
+	applyDeviceUIDs(f.uids, evs)
 	f.s.raiseMaxRev(storeRev)
 	f.s.feed.publish(storeRev, evs)
+}
+
+// deviceUID answers Txn.DeviceUID from the index when it is exact for a
+// transaction whose snapshot's last commit is at engine revision
+// lastCommit: the follower has applied it. (Had it applied commits after
+// the snapshot, the transaction cannot commit: it runs again.) known is
+// false when the follower is behind.
+func (f *follower) deviceUID(name string, lastCommit uint64) (uid string, ok, known bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.engineRev < lastCommit {
+		return "", false, false
+	}
+	uid, ok = f.uids[name]
+	return uid, ok, true
 }
 
 // changeEvent is the watch event of one object key's change, as the

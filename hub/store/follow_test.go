@@ -100,3 +100,57 @@ func TestFollowerCompactedResyncs(t *testing.T) {
 		t.Fatalf("watch from revision 1 after the resync: %v, want ErrExpired", err)
 	}
 }
+
+// TestFollowerDeviceIndexNeverStale: on etcd a write transaction's
+// DeviceUID answers from the follower's index only when the follower has
+// applied the transaction's snapshot; a follower that is behind (here:
+// stopped) never makes it answer from an older state.
+func TestFollowerDeviceIndexNeverStale(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	a, b := openPair(t, c, "/index/")
+	ctx := ctxT(t)
+	created, err := a.Create(ctx, newDevice("pi", nil), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uidOn := func(s *Store, name string) (string, bool, bool) {
+		t.Helper()
+		var uid string
+		var ok, fromIndex bool
+		_, err := s.Write(ctx, func(tx *Txn) error {
+			uid, ok = tx.DeviceUID(name)
+			_, _, fromIndex = tx.followedUID(name)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return uid, ok, fromIndex
+	}
+	// Caught up (a write through b waits for its follower): the index
+	// answers.
+	if _, err := b.Create(ctx, newDeployment("sync", "nginx:1"), false); err != nil {
+		t.Fatal(err)
+	}
+	if uid, ok, fromIndex := uidOn(b, "pi"); !ok || uid != created.GetMetadata().UID || !fromIndex {
+		t.Fatalf("caught-up store: uid %q found %v from the index %v, want %s from the index", uid, ok, fromIndex, created.GetMetadata().UID)
+	}
+	b.follow.stop()
+	if _, err := a.Delete(ctx, schema.KindDevice, "pi", "", false); err != nil {
+		t.Fatal(err)
+	}
+	re, err := a.Create(ctx, newDevice("pi2", nil), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, fromIndex := uidOn(b, "pi"); ok || fromIndex {
+		t.Fatalf("store behind a delete: found %v (from the index: %v), want not found, read from etcd", ok, fromIndex)
+	}
+	if uid, ok, _ := uidOn(b, "pi2"); !ok || uid != re.GetMetadata().UID {
+		t.Fatalf("store behind a create: uid %q found %v, want %s", uid, ok, re.GetMetadata().UID)
+	}
+	// Close waits for a follower; give it a running one back.
+	fctx, cancel := context.WithCancel(context.Background())
+	b.follow.cancel, b.follow.done = cancel, make(chan struct{})
+	go b.follow.run(fctx)
+}

@@ -17,8 +17,11 @@ type Txn struct {
 	b        engineTxn
 	writable bool
 	// serial: a write transaction that holds writeMu and may commit, so
-	// its snapshot is the latest commit (see deviceUIDs).
-	serial bool
+	// its snapshot is the latest commit (see deviceUIDs). followed: one on
+	// etcd, whose DeviceUID asks the follower (follow.go); lastCommit is
+	// then its snapshot's last commit, once read.
+	serial, followed bool
+	lastCommit       uint64
 	// rev is the store revision of the snapshot.
 	rev uint64
 	// dirty: something was written; the transaction commits as rev+1.
@@ -219,9 +222,9 @@ func (s *Store) attempt(ctx context.Context, dryRun bool, actor string, fn func(
 	if err != nil {
 		return nil, fmt.Errorf("read revision: %w", err)
 	}
-	// On etcd other hubs commit too: the device index is not this
-	// snapshot's, so DeviceUID reads the object.
-	t := &Txn{s: s, b: b, rev: rev, writable: true, serial: !dryRun && s.follow == nil, actor: actor}
+	// On etcd other hubs commit too: the device index is the follower's.
+	t := &Txn{s: s, b: b, rev: rev, writable: true, serial: !dryRun && s.follow == nil,
+		followed: !dryRun && s.follow != nil, actor: actor}
 	if err := fn(t); err != nil {
 		return nil, err
 	}
