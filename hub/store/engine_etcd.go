@@ -559,7 +559,8 @@ type engineChange struct {
 }
 
 // engineBatch is every change of one engine revision (one commit), in the
-// order the commit wrote them.
+// order the commit wrote them; a batch without changes only says that
+// nothing under the prefix changed up to Rev.
 type engineBatch struct {
 	// Rev is the engine's revision of the commit (etcd's).
 	Rev     uint64
@@ -586,7 +587,7 @@ var _ engineWatcher = (*etcdEngine)(nil)
 func (e *etcdEngine) watch(ctx context.Context, prefix string, fromRev uint64) <-chan engineBatch {
 	out := make(chan engineBatch, 64)
 	wch := e.cli.Watch(clientv3.WithRequireLeader(ctx), e.prefix+prefix, clientv3.WithPrefix(),
-		clientv3.WithRev(int64(fromRev)+1), clientv3.WithPrevKV())
+		clientv3.WithRev(int64(fromRev)+1), clientv3.WithPrevKV(), clientv3.WithProgressNotify())
 	go func() {
 		defer close(out)
 		send := func(b engineBatch) bool {
@@ -605,6 +606,15 @@ func (e *etcdEngine) watch(ctx context.Context, prefix string, fromRev uint64) <
 			if err := resp.Err(); err != nil {
 				send(engineBatch{Err: fmt.Errorf("etcd watch: %w", err)})
 				return
+			}
+			if resp.IsProgressNotify() {
+				// Nothing under the prefix up to this revision: a batch
+				// without changes, so a watch resumed later starts here
+				// (not from a revision compacted meanwhile).
+				if !send(engineBatch{Rev: uint64(resp.Header.Revision)}) {
+					return
+				}
+				continue
 			}
 			var b engineBatch
 			for _, ev := range resp.Events {

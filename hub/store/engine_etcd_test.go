@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fleetmq/fleet/test/etcdtest"
 )
 
@@ -85,5 +87,47 @@ func TestEtcdEngineWatchFromRevision(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("no answer from a watch on a compacted revision")
+	}
+}
+
+// TestEtcdEngineWatchProgress: when nothing changes under the prefix, the
+// watch still says how far it is (a batch without changes), so a watch
+// resumed later starts there and not from a revision compacted since.
+func TestEtcdEngineWatchProgress(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	e, err := openEtcd(EtcdOptions{Endpoints: c.Endpoints(), Prefix: "/quiet/"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	start, err := e.cli.Get(ctx, "/quiet/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := e.watch(ctx, "", uint64(start.Header.Revision))
+	// Another fleet writes; this prefix stays quiet.
+	other, err := e.cli.Put(ctx, "/other/v1/k", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		// The watch's stream is the require-leader one (engine_etcd.go).
+		if err := e.cli.RequestProgress(clientv3.WithRequireLeader(ctx)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-time.After(100 * time.Millisecond): // ask again: the stream may not be up yet
+		case b := <-ch:
+			if b.Err != nil || len(b.Changes) != 0 {
+				t.Fatalf("quiet prefix: %+v, want progress only", b)
+			}
+			if b.Rev >= uint64(other.Header.Revision) {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("no progress from the watch of a quiet prefix")
+		}
 	}
 }
