@@ -236,9 +236,7 @@ func (s *Store) attempt(ctx context.Context, dryRun bool, actor string, fn func(
 	}
 	// Readers may see rev+1 as soon as Commit returns: let watchers that
 	// ask for it wait instead of being told it is from the future.
-	if s.maxRev.Load() < rev+1 {
-		s.maxRev.Store(rev + 1)
-	}
+	s.raiseMaxRev(rev + 1)
 	engineRev, err := b.commit(ctx)
 	if err != nil {
 		if errors.Is(err, errTxnConflict) {
