@@ -72,7 +72,6 @@ func (s *Store) AppendAudit(ctx context.Context, e schema.AuditEntry) (schema.Au
 	if err := s.loadAuditLocked(ctx); err != nil {
 		return e, err
 	}
-	e.Seq = a.next
 	if e.Time.IsZero() {
 		e.Time = s.now()
 	}
@@ -80,31 +79,65 @@ func (s *Store) AppendAudit(ctx context.Context, e schema.AuditEntry) (schema.Au
 	if !e.Until.IsZero() {
 		e.Until = e.Until.UTC()
 	}
-	e.Prev, e.Hash = a.lastHash, ""
-	val, err := chainEntry(&e)
-	if err != nil {
-		return e, fmt.Errorf("append audit entry: %w", err)
-	}
-	key := AuditKey(e.Seq)
-	pos := a.position()
-	pos.bytes += int64(len(key) + len(val))
-	if pos.first == e.Seq {
-		pos.firstTime = e.Time
-	}
-	start := pos
-	err = engineUpdate(ctx, s.eng, func(b engineTxn) error {
-		pos = start
+	in := e
+	var final auditPos
+	err := engineUpdate(ctx, s.eng, func(b engineTxn) error {
+		pos := a.position()
+		next, lastHash := a.next, a.lastHash
+		if s.follow != nil {
+			// Other hubs append too: go on after their entries.
+			if err := catchUpAudit(b, &pos, &next, &lastHash); err != nil {
+				return err
+			}
+		}
+		e = in
+		e.Seq, e.Prev, e.Hash = next, lastHash, ""
+		val, err := chainEntry(&e)
+		if err != nil {
+			return err
+		}
+		key := AuditKey(e.Seq)
+		pos.bytes += int64(len(key) + len(val))
+		if pos.first == e.Seq {
+			pos.firstTime = e.Time
+		}
 		if err := b.set(key, val); err != nil {
 			return err
 		}
-		return a.prune(b, &pos, e.Seq+1, s.now())
+		if err := a.prune(b, &pos, e.Seq+1, s.now()); err != nil {
+			return err
+		}
+		final = pos
+		return nil
 	})
 	if err != nil {
 		return e, fmt.Errorf("append audit entry %d: %w", e.Seq, err)
 	}
-	a.set(pos)
+	a.set(final)
 	a.next, a.lastHash = e.Seq+1, e.Hash
 	return e, nil
+}
+
+// catchUpAudit moves next (and lastHash, the trail's size) past the
+// entries other hubs appended since this one last looked. Each key it
+// reads, the free one included, is part of the transaction's compares, so
+// two hubs never write the same entry.
+func catchUpAudit(b engineTxn, pos *auditPos, next *uint64, lastHash *string) error {
+	for {
+		key := AuditKey(*next)
+		val, ok, err := b.get(key)
+		if err != nil || !ok {
+			return err
+		}
+		var e schema.AuditEntry
+		if err := json.Unmarshal(val, &e); err != nil {
+			*lastHash = "" // damaged: VerifyAudit names it
+		} else {
+			*lastHash = e.Hash
+		}
+		pos.bytes += int64(len(key) + len(val))
+		*next++
+	}
 }
 
 // PruneAudit deletes the entries past the trail's age and size bounds

@@ -312,12 +312,18 @@ func (s *Store) Authenticate(token string) (Credential, bool) {
 }
 
 // authCache mirrors the token and credential keys in memory. It is loaded
-// on open and updated after every commit that touched those keys.
+// on open and updated after every commit that touched those keys: this
+// process's own, and, on etcd, every other hub's too (follow.go).
 type authCache struct {
 	mu      sync.RWMutex
 	devices map[string][32]byte
 	creds   map[string]credEntry
 	hooks   []func(AuthChangeKind, string)
+	// revs: on etcd, the engine revision of the change each key last took
+	// (deleted keys included), so that a change arriving twice (from this
+	// hub's commit and from the etcd watch) or late never undoes a newer
+	// one.
+	revs map[string]uint64
 }
 
 type credEntry struct {
@@ -326,7 +332,7 @@ type credEntry struct {
 }
 
 func newAuthCache() *authCache {
-	return &authCache{devices: map[string][32]byte{}, creds: map[string]credEntry{}}
+	return &authCache{devices: map[string][32]byte{}, creds: map[string]credEntry{}, revs: map[string]uint64{}}
 }
 
 func isAuthKey(key string) bool {
@@ -356,7 +362,30 @@ func (a *authCache) load(s *Store) error {
 
 // apply mirrors committed writes (nil value: deleted). A record that does
 // not parse grants nothing.
-func (a *authCache) apply(writes map[string][]byte) {
+func (a *authCache) apply(writes map[string][]byte) { a.applyAt(writes, 0) }
+
+// replaceAt makes the cache what all holds (every token and credential
+// key) as of engine revision rev: keys not in all are deleted.
+func (a *authCache) replaceAt(all map[string][]byte, rev uint64) {
+	a.mu.RLock()
+	for name := range a.devices {
+		if _, ok := all[TokenKey(name)]; !ok {
+			all[TokenKey(name)] = nil
+		}
+	}
+	for name := range a.creds {
+		if _, ok := all[CredentialKey(name)]; !ok {
+			all[CredentialKey(name)] = nil
+		}
+	}
+	a.mu.RUnlock()
+	a.applyAt(all, rev)
+}
+
+// applyAt is apply for writes committed at engine revision rev: a key that
+// already took a change at rev or later is left as it is. rev 0 (Badger,
+// one writer) always applies.
+func (a *authCache) applyAt(writes map[string][]byte, rev uint64) {
 	if len(writes) == 0 {
 		return
 	}
@@ -367,6 +396,12 @@ func (a *authCache) apply(writes map[string][]byte) {
 	var changed []change
 	a.mu.Lock()
 	for key, val := range writes {
+		if rev > 0 {
+			if a.revs[key] >= rev {
+				continue
+			}
+			a.revs[key] = rev
+		}
 		var rec tokenRecord
 		var h [32]byte
 		ok := val != nil && json.Unmarshal(val, &rec) == nil

@@ -35,19 +35,8 @@ func uidOf(raw []byte) (string, error) {
 }
 
 func (s *Store) loadDeviceUIDs() error {
-	res, _ := ResourceForKind(schema.KindDevice)
-	prefix := objectPrefix(res)
 	uids := map[string]string{}
-	err := s.View(context.Background(), func(t *Txn) error {
-		return t.Scan(prefix, func(key string, val []byte) error {
-			// A device that does not decode is left out: DeviceUID says
-			// it does not exist, as reading it would.
-			if uid, err := uidOf(val); err == nil {
-				uids[key[len(prefix):]] = uid
-			}
-			return nil
-		})
-	})
+	err := engineView(context.Background(), s.eng, func(b engineTxn) error { return scanDeviceUIDs(b, uids) })
 	if err != nil {
 		return fmt.Errorf("load device uids: %w", err)
 	}
@@ -55,23 +44,40 @@ func (s *Store) loadDeviceUIDs() error {
 	return nil
 }
 
+// scanDeviceUIDs reads the uid of every Device into uids.
+func scanDeviceUIDs(b engineTxn, uids map[string]string) error {
+	res, _ := ResourceForKind(schema.KindDevice)
+	prefix := objectPrefix(res)
+	return b.scan(prefix, false, func(key string, val []byte) error {
+		// A device that does not decode is left out: DeviceUID says
+		// it does not exist, as reading it would.
+		if uid, err := uidOf(val); err == nil {
+			uids[key[len(prefix):]] = uid
+		}
+		return nil
+	})
+}
+
 // applyDeviceEvents updates the index from a committed transaction's
 // events. Called with writeMu held.
-func (s *Store) applyDeviceEvents(events []Event) {
+func (s *Store) applyDeviceEvents(events []Event) { applyDeviceUIDs(s.devUIDs.uids, events) }
+
+// applyDeviceUIDs updates an index from the events of a commit.
+func applyDeviceUIDs(uids map[string]string, events []Event) {
 	for _, ev := range events {
 		if ev.Kind != schema.KindDevice {
 			continue
 		}
 		switch ev.Type {
 		case EventDeleted:
-			delete(s.devUIDs.uids, ev.Name)
+			delete(uids, ev.Name)
 		case EventAdded, EventModified:
 			uid, err := uidOf(ev.Object)
 			if err != nil {
-				delete(s.devUIDs.uids, ev.Name)
+				delete(uids, ev.Name)
 				continue
 			}
-			s.devUIDs.uids[ev.Name] = uid
+			uids[ev.Name] = uid
 		}
 	}
 }
@@ -95,6 +101,11 @@ func (t *Txn) DeviceUID(name string) (string, bool) {
 		uid, ok := t.s.devUIDs.uids[name]
 		return uid, ok
 	}
+	if t.followed && !t.touchesDevices() {
+		if uid, ok, known := t.followedUID(name); known {
+			return uid, ok
+		}
+	}
 	raw, err := t.Get(ObjectKey(schema.KindDevice, name))
 	if err != nil {
 		return "", false
@@ -104,4 +115,21 @@ func (t *Txn) DeviceUID(name string) (string, bool) {
 		return "", false
 	}
 	return uid, true
+}
+
+// followedUID answers from the follower's index (on etcd) when it has
+// applied the snapshot's last commit; known is false otherwise.
+func (t *Txn) followedUID(name string) (uid string, ok, known bool) {
+	if t.lastCommit == 0 {
+		lc, isEtcd := t.b.(interface{ lastCommitRev() (uint64, error) })
+		if !isEtcd {
+			return "", false, false
+		}
+		rev, err := lc.lastCommitRev()
+		if err != nil || rev == 0 {
+			return "", false, false
+		}
+		t.lastCommit = rev
+	}
+	return t.s.follow.deviceUID(name, t.lastCommit)
 }

@@ -65,7 +65,13 @@
 // after its snapshot; the store revision stays the counter above (strictly
 // increasing, store-wide), not etcd's own. A commit acknowledged is
 // committed to a quorum; one whose answer was lost is settled (applied, or
-// fenced off and run again). Watch, the token cache and the device index
-// are fed by this process's writes: one hub writes a prefix at a time.
-// hub/store/storetest checks every guarantee on both engines.
+// fenced off and run again). On Badger, Watch and the token cache are fed
+// by this process's writes (it is the only writer). On etcd, any number of
+// hubs share a prefix: each follows every commit, its own and the
+// others', through etcd's watch (follow.go), so every hub's watchers see
+// every change in one order with the same revisions, and a token issued or
+// revoked through one hub is honoured or refused by all; a write returns
+// once its own commit is back in this hub's feed. hub/store/storetest
+// checks every guarantee on both engines, and the shared ones on two
+// stores over one etcd prefix.
 package store

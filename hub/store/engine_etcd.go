@@ -550,37 +550,49 @@ func x509Pool(pem []byte) *x509.CertPool {
 
 // engineChange is one key's change seen by an engine watch.
 type engineChange struct {
-	// Rev is the engine's revision of the change (etcd's).
-	Rev     uint64
 	Key     string
 	Value   []byte
 	Deleted bool
+	// Prev is the key's value before the change; HadPrev: it existed.
+	Prev    []byte
+	HadPrev bool
+}
+
+// engineBatch is every change of one engine revision (one commit), in the
+// order the commit wrote them; a batch without changes only says that
+// nothing under the prefix changed up to Rev.
+type engineBatch struct {
+	// Rev is the engine's revision of the commit (etcd's).
+	Rev     uint64
+	Changes []engineChange
 	// Err ends the watch: ErrExpired when fromRev was compacted away.
 	Err error
 }
 
 // engineWatcher is what an engine that other processes write to (etcd)
-// offers: every change under a prefix after one of its revisions, in
-// order, exactly once. (Badger has one writer, this process, whose feed
-// is watch.go's.)
+// offers: every commit under a prefix after one of its revisions, in
+// order, exactly once, each whole. (Badger has one writer, this process,
+// whose feed is txn.go's.)
 type engineWatcher interface {
-	watch(ctx context.Context, prefix string, fromRev uint64) <-chan engineChange
+	watch(ctx context.Context, prefix string, fromRev uint64) <-chan engineBatch
 }
 
 var _ engineWatcher = (*etcdEngine)(nil)
 
-// watch streams the changes under prefix after etcd revision fromRev. A
-// revision etcd has compacted gives one change with ErrExpired, like a
+// watch streams the commits under prefix after etcd revision fromRev
+// (etcd never splits one revision's events over two watch responses). A
+// revision etcd has compacted gives one batch with ErrExpired, like a
 // store watch from a revision its ring no longer holds; the channel closes
 // after an error or when ctx ends.
-func (e *etcdEngine) watch(ctx context.Context, prefix string, fromRev uint64) <-chan engineChange {
-	out := make(chan engineChange, 64)
-	wch := e.cli.Watch(clientv3.WithRequireLeader(ctx), e.prefix+prefix, clientv3.WithPrefix(), clientv3.WithRev(int64(fromRev)+1))
+func (e *etcdEngine) watch(ctx context.Context, prefix string, fromRev uint64) <-chan engineBatch {
+	out := make(chan engineBatch, 64)
+	wch := e.cli.Watch(clientv3.WithRequireLeader(ctx), e.prefix+prefix, clientv3.WithPrefix(),
+		clientv3.WithRev(int64(fromRev)+1), clientv3.WithPrevKV(), clientv3.WithProgressNotify())
 	go func() {
 		defer close(out)
-		send := func(c engineChange) bool {
+		send := func(b engineBatch) bool {
 			select {
-			case out <- c:
+			case out <- b:
 				return true
 			case <-ctx.Done():
 				return false
@@ -588,21 +600,62 @@ func (e *etcdEngine) watch(ctx context.Context, prefix string, fromRev uint64) <
 		}
 		for resp := range wch {
 			if resp.CompactRevision > 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
-				send(engineChange{Err: fmt.Errorf("watch from etcd revision %d: compacted up to %d: %w", fromRev, resp.CompactRevision, ErrExpired)})
+				send(engineBatch{Err: fmt.Errorf("watch from etcd revision %d: compacted up to %d: %w", fromRev, resp.CompactRevision, ErrExpired)})
 				return
 			}
 			if err := resp.Err(); err != nil {
-				send(engineChange{Err: fmt.Errorf("etcd watch: %w", err)})
+				send(engineBatch{Err: fmt.Errorf("etcd watch: %w", err)})
 				return
 			}
-			for _, ev := range resp.Events {
-				c := engineChange{Rev: uint64(ev.Kv.ModRevision), Key: strings.TrimPrefix(string(ev.Kv.Key), e.prefix),
-					Value: ev.Kv.Value, Deleted: ev.Type == clientv3.EventTypeDelete}
-				if !send(c) {
+			if resp.IsProgressNotify() {
+				// Nothing under the prefix up to this revision: a batch
+				// without changes, so a watch resumed later starts here
+				// (not from a revision compacted meanwhile).
+				if !send(engineBatch{Rev: uint64(resp.Header.Revision)}) {
 					return
 				}
+				continue
+			}
+			var b engineBatch
+			for _, ev := range resp.Events {
+				rev := uint64(ev.Kv.ModRevision)
+				if rev != b.Rev && len(b.Changes) > 0 {
+					if !send(b) {
+						return
+					}
+					b = engineBatch{}
+				}
+				b.Rev = rev
+				c := engineChange{Key: strings.TrimPrefix(string(ev.Kv.Key), e.prefix),
+					Value: ev.Kv.Value, Deleted: ev.Type == clientv3.EventTypeDelete}
+				if ev.PrevKv != nil {
+					c.Prev, c.HadPrev = ev.PrevKv.Value, true
+				}
+				b.Changes = append(b.Changes, c)
+			}
+			if len(b.Changes) > 0 && !send(b) {
+				return
 			}
 		}
 	}()
 	return out
+}
+
+// snapshotRev is the etcd revision the transaction reads at (0 before its
+// first read).
+func (t *etcdTxn) snapshotRev() uint64 { return uint64(t.rev) }
+
+// lastCommitRev is the etcd revision of the last commit under the prefix
+// as of the snapshot (every commit writes keyCommitID), 0 if none. It
+// adds no compare: the commit's first compare already fails if any
+// commit came after the snapshot.
+func (t *etcdTxn) lastCommitRev() (uint64, error) {
+	resp, err := t.rangeAt(t.e.prefix + keyCommitID)
+	if err != nil {
+		return 0, err
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	return uint64(resp.Kvs[0].ModRevision), nil
 }

@@ -118,6 +118,9 @@ type Store struct {
 	secretKey *secretKey
 	// audit is the audit trail's position (audit.go).
 	audit auditLog
+	// follow, on etcd, feeds the watch ring and the auth cache from every
+	// hub's commits (follow.go); nil on Badger.
+	follow *follower
 }
 
 // openTimeout bounds each step of Open that reads or writes the engine.
@@ -183,6 +186,10 @@ func (s *Store) load(opts Options) error {
 		if err := pinFleetID(idFile, pinned, s.id, opts.Etcd.Prefix); err != nil {
 			return err
 		}
+	}
+	if w, ok := s.eng.(engineWatcher); ok {
+		// Other hubs write here too: follow every commit (follow.go).
+		return s.startFollower(w, opts.WatchRing, opts.WatchQueue)
 	}
 	s.maxRev.Store(rev)
 	s.feed = newFeed(rev, opts.WatchRing, opts.WatchQueue)
@@ -304,6 +311,9 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	if s.follow != nil {
+		s.follow.stop()
+	}
 	s.feed.close()
 	return s.eng.close()
 }

@@ -17,8 +17,11 @@ type Txn struct {
 	b        engineTxn
 	writable bool
 	// serial: a write transaction that holds writeMu and may commit, so
-	// its snapshot is the latest commit (see deviceUIDs).
-	serial bool
+	// its snapshot is the latest commit (see deviceUIDs). followed: one on
+	// etcd, whose DeviceUID asks the follower (follow.go); lastCommit is
+	// then its snapshot's last commit, once read.
+	serial, followed bool
+	lastCommit       uint64
 	// rev is the store revision of the snapshot.
 	rev uint64
 	// dirty: something was written; the transaction commits as rev+1.
@@ -31,6 +34,8 @@ type Txn struct {
 	actor, changeCause string
 	events             []Event
 	authWrites         map[string][]byte
+	// engineRev: on etcd, the etcd revision of the commit (0 on Badger).
+	engineRev uint64
 }
 
 // Revision is the revision of the snapshot; once a write transaction has
@@ -165,8 +170,22 @@ func (s *Store) write(ctx context.Context, dryRun bool, fn func(t *Txn) error) (
 	defer s.release()
 	if !dryRun {
 		s.writeMu.Lock()
-		defer s.writeMu.Unlock()
 	}
+	rev, err := s.commitLocked(ctx, dryRun, fn)
+	if !dryRun {
+		s.writeMu.Unlock()
+	}
+	if rev > 0 {
+		// On etcd, the follower publishes the commit (follow.go): return
+		// once it has, as Badger's writes return with theirs published.
+		s.awaitFeed(ctx, rev)
+	}
+	return rev, err
+}
+
+// commitLocked runs fn and commits it, running it again on a conflict;
+// writeMu is held unless dryRun.
+func (s *Store) commitLocked(ctx context.Context, dryRun bool, fn func(t *Txn) error) (uint64, error) {
 	for range maxAttempts {
 		if err := ctx.Err(); err != nil {
 			return 0, err
@@ -178,9 +197,14 @@ func (s *Store) write(ctx context.Context, dryRun bool, fn func(t *Txn) error) (
 		if err != nil || t == nil {
 			return 0, err
 		}
-		s.applyDeviceEvents(t.events)
-		s.feed.publish(t.rev+1, t.events)
-		s.auth.apply(t.authWrites)
+		if s.follow == nil {
+			s.applyDeviceEvents(t.events)
+			s.feed.publish(t.rev+1, t.events)
+		}
+		// Before the write returns (OnAuthChange's promise); on etcd the
+		// follower sees the same change at the same engine revision and
+		// leaves it.
+		s.auth.applyAt(t.authWrites, t.engineRev)
 		return t.rev + 1, nil
 	}
 	return 0, fmt.Errorf("commit: gave up after %d conflicts: %w", maxAttempts, errTxnConflict)
@@ -198,7 +222,9 @@ func (s *Store) attempt(ctx context.Context, dryRun bool, actor string, fn func(
 	if err != nil {
 		return nil, fmt.Errorf("read revision: %w", err)
 	}
-	t := &Txn{s: s, b: b, rev: rev, writable: true, serial: !dryRun, actor: actor}
+	// On etcd other hubs commit too: the device index is the follower's.
+	t := &Txn{s: s, b: b, rev: rev, writable: true, serial: !dryRun && s.follow == nil,
+		followed: !dryRun && s.follow != nil, actor: actor}
 	if err := fn(t); err != nil {
 		return nil, err
 	}
@@ -210,10 +236,9 @@ func (s *Store) attempt(ctx context.Context, dryRun bool, actor string, fn func(
 	}
 	// Readers may see rev+1 as soon as Commit returns: let watchers that
 	// ask for it wait instead of being told it is from the future.
-	if s.maxRev.Load() < rev+1 {
-		s.maxRev.Store(rev + 1)
-	}
-	if _, err := b.commit(ctx); err != nil {
+	s.raiseMaxRev(rev + 1)
+	engineRev, err := b.commit(ctx)
+	if err != nil {
 		if errors.Is(err, errTxnConflict) {
 			return nil, err
 		}
@@ -221,6 +246,9 @@ func (s *Store) attempt(ctx context.Context, dryRun bool, actor string, fn func(
 			s.devUIDs.bad = true // it may have applied
 		}
 		return nil, fmt.Errorf("commit: %w", badgerErr(err))
+	}
+	if s.follow != nil {
+		t.engineRev = engineRev
 	}
 	return t, nil
 }

@@ -74,11 +74,20 @@ func (s *Store) Watch(ctx context.Context, kind string, fromRev uint64, opts ...
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if err := s.acquire(ctx); err != nil {
+	err := s.acquire(ctx)
+	if err != nil {
 		return nil, err
 	}
 	defer s.release()
-	w, err := s.feed.subscribe(kind, fromRev, s.maxRev.Load())
+	maxRev := s.maxRev.Load()
+	if fromRev > maxRev && s.follow != nil {
+		// Another hub's commit, read from etcd here, may be ahead of this
+		// hub's feed: what etcd holds is not from the future.
+		if maxRev, err = s.engineRevision(ctx); err != nil {
+			return nil, fmt.Errorf("watch from revision %d: %w", fromRev, err)
+		}
+	}
+	w, err := s.feed.subscribe(kind, fromRev, maxRev)
 	if err != nil {
 		return nil, err
 	}
@@ -97,14 +106,20 @@ type feed struct {
 	queueMax int
 	watchers map[*watcher]struct{}
 	closed   bool
+	// last is the newest revision published; published is closed (and
+	// replaced) whenever it moves, for waitFor.
+	last      uint64
+	published chan struct{}
 }
 
 func newFeed(rev uint64, ringSize, queueMax int) *feed {
 	return &feed{
-		ring:     make([]Event, ringSize),
-		complete: rev,
-		queueMax: queueMax,
-		watchers: map[*watcher]struct{}{},
+		ring:      make([]Event, ringSize),
+		complete:  rev,
+		queueMax:  queueMax,
+		watchers:  map[*watcher]struct{}{},
+		last:      rev,
+		published: make(chan struct{}),
 	}
 }
 
@@ -113,6 +128,7 @@ func newFeed(rev uint64, ringSize, queueMax int) *feed {
 func (f *feed) publish(rev uint64, evs []Event) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.advance(rev)
 	if len(evs) == 0 {
 		f.send(Event{Type: eventProgress, Revision: rev})
 		return
@@ -122,6 +138,16 @@ func (f *feed) publish(rev uint64, evs []Event) {
 		f.record(ev)
 		f.send(ev)
 	}
+}
+
+// advance moves last to rev and wakes waitFor; called with mu held.
+func (f *feed) advance(rev uint64) {
+	if rev <= f.last || f.closed {
+		return
+	}
+	f.last = rev
+	close(f.published)
+	f.published = make(chan struct{})
 }
 
 func (f *feed) record(ev Event) {
@@ -180,9 +206,48 @@ func (f *feed) remove(w *watcher) {
 	f.mu.Unlock()
 }
 
+// waitFor returns once revision rev has been published (true), or false
+// when ctx ends or the feed closes first.
+func (f *feed) waitFor(ctx context.Context, rev uint64) bool {
+	for {
+		f.mu.Lock()
+		last, ch, closed := f.last, f.published, f.closed
+		f.mu.Unlock()
+		if last >= rev {
+			return true
+		}
+		if closed {
+			return false
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// restart forgets every event: the feed goes on from revision rev, and
+// every watcher ends with err (ErrExpired: events between what they saw
+// and rev are lost to this process, so they list again).
+func (f *feed) restart(rev uint64, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for w := range f.watchers {
+		w.stop(err)
+	}
+	clear(f.watchers)
+	clear(f.ring)
+	f.head, f.size, f.complete = 0, 0, rev
+	f.advance(rev)
+}
+
 func (f *feed) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.closed {
+		close(f.published)
+	}
 	f.closed = true
 	for w := range f.watchers {
 		w.stop(ErrClosed)
