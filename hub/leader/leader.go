@@ -63,6 +63,9 @@ type Elector struct {
 	// seen is the leader's ID as this hub last observed it.
 	mu   sync.Mutex
 	seen string
+	// standby is closed once another hub is seen leading.
+	standby     chan struct{}
+	standbyOnce sync.Once
 }
 
 // New checks the options and returns an Elector.
@@ -88,7 +91,7 @@ func New(o Options) (*Elector, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Elector{o: o, log: o.Logger}, nil
+	return &Elector{o: o, log: o.Logger, standby: make(chan struct{})}, nil
 }
 
 // CheckLeaseTTL refuses a --leader-lease etcd cannot grant.
@@ -98,6 +101,10 @@ func CheckLeaseTTL(d time.Duration) error {
 	}
 	return nil
 }
+
+// Standby is closed once this hub has seen another hub lead: it is a
+// standby (for now).
+func (e *Elector) Standby() <-chan struct{} { return e.standby }
 
 // IsLeader reports whether a term is running.
 func (e *Elector) IsLeader() bool { return e.leader.Load() }
@@ -217,6 +224,9 @@ func (e *Elector) noteLeader(id string) {
 	prev := e.seen
 	e.seen = id
 	e.mu.Unlock()
+	if id != "" && id != e.o.Member.ID {
+		e.standbyOnce.Do(func() { close(e.standby) })
+	}
 	if changed {
 		e.log.Info("leader changed", "leader", id, "previous", prev)
 		if e.o.Metrics != nil {
