@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -277,12 +278,24 @@ func TestE2EHubFailover(t *testing.T) {
 		appliers[next].mu.Lock()
 		before := appliers[next].tried
 		appliers[next].mu.Unlock()
+		// Kill at a random moment of the lease's renewal period (a third
+		// of the TTL), so that the failover times sample it evenly: the
+		// loop's own rhythm would otherwise kill at the same phase.
+		time.Sleep(rand.N(lease / 3))
+		left := int64(-1)
+		if list, err := p.hubsOf(next); err == nil && len(list.Items) > 0 && list.Items[0].ID == leader {
+			left = list.Items[0].LeaseRemainingSeconds
+		}
 		killed := time.Now()
 		p.hubs[leader].Kill()
 		took := p.awaitLeaderIs(t, next, next, 1, 3*lease) // the dead hub's registration goes with its lease
 		failovers = append(failovers, took)
-		if v := p.leaderMetric(next); v != 1 {
-			t.Fatalf("kill %d: fleet_hub_leader on the new leader %s: %v, want 1", i, next, v)
+		// The hub starts its term a moment after etcd names it.
+		for v := p.leaderMetric(next); v != 1; v = p.leaderMetric(next) {
+			if time.Since(killed) > 3*lease {
+				t.Fatalf("kill %d: fleet_hub_leader on the new leader %s: %v, want 1", i, next, v)
+			}
+			time.Sleep(20 * time.Millisecond) // poll interval
 		}
 		// The new leader's broker accepts devices once the desired
 		// states are rebuilt (a bogus login: refused as such, not as a
@@ -301,8 +314,8 @@ func TestE2EHubFailover(t *testing.T) {
 		appliers[next].mu.Lock()
 		during := appliers[next].tried - before
 		appliers[next].mu.Unlock()
-		t.Logf("kill %d of %s: %s leads after %s, its broker accepts devices after %s; %d applies through it meanwhile",
-			i, leader, next, took.Round(time.Millisecond), brokerOpen[i].Round(time.Millisecond), during)
+		t.Logf("kill %d of %s (its lease had %d s left): %s leads after %s, its broker accepts devices after %s; %d applies through it meanwhile",
+			i, leader, left, next, took.Round(time.Millisecond), brokerOpen[i].Round(time.Millisecond), during)
 		p.restart(leader) // as systemd would: it comes back as a standby
 		p.awaitLeaderIs(t, leader, next, 2, 30*time.Second)
 		if code, _, err := connackCode(p.hubs[leader].MQTTAddr); err != nil || code != packets.ErrServerUnavailable.Code {
