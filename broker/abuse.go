@@ -103,6 +103,9 @@ func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	if cl.Net.Inline {
 		return nil
 	}
+	if err := h.b.refuseOnStandby(cl); err != nil { // standby.go
+		return err
+	}
 	source := ratelimit.Source(cl.Net.Remote)
 	a, wait, ok := h.b.opts.AuthLimiter.Admit(source, pk.Connect.Username, pk.Connect.Password)
 	if ok {

@@ -236,9 +236,12 @@ type Broker struct {
 	ctx    context.Context // parent of Authenticate calls; cancelled by Close
 	cancel context.CancelFunc
 
-	subID     atomic.Int64
-	running   atomic.Bool
-	closed    atomic.Bool
+	subID   atomic.Int64
+	running atomic.Bool
+	closed  atomic.Bool
+	// standby, when set, is the reason network clients are refused
+	// (standby.go); nil: the broker accepts them.
+	standby   atomic.Pointer[string]
 	closeOnce sync.Once
 	closeErr  error
 	done      chan struct{}

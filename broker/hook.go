@@ -68,7 +68,7 @@ const droppedWillTopic = "$fleet/dropped-will"
 // A client that is kicked or drops while the broker runs still has its will
 // published.
 func (h *hook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
-	if !h.b.closed.Load() {
+	if !h.b.closed.Load() && h.b.standby.Load() == nil {
 		return will, nil
 	}
 	return mqtt.Will{TopicName: droppedWillTopic}, nil

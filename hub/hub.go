@@ -85,6 +85,8 @@ type Hub struct {
 	history *history.History // what the dashboard's charts show (routes.go)
 
 	ha *homeassistant.Publisher // nil unless HomeAssistantDiscovery (homeassistant.go)
+
+	lead *leadership // who runs the controller (leader.go)
 }
 
 // Run runs a hub until ctx is done, then shuts it down cleanly.
@@ -181,6 +183,9 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 		info.MQTTURL = opts.AdvertiseMQTTURL
 	}
 	h.info = info
+	if err := h.newLeadership(); err != nil { // leader.go
+		return nil, err
+	}
 	if err := h.setupMosquittoSync(); err != nil {
 		return nil, err
 	}

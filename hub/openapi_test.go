@@ -230,6 +230,7 @@ func TestOpenAPIAnswersValidate(t *testing.T) {
 	}{
 		{"GET", "/healthz", "", "", 200},
 		{"GET", "/v1/info", "", "", 200},
+		{"GET", "/v1/hubs", "", "", 200},
 		{"POST", "/v1/devices", "application/json", device, 201},
 		{"POST", "/v1/apply", "application/json", deployment, 200},
 		{"POST", "/v1/configmaps", "application/json", configMap, 201},

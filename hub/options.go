@@ -184,6 +184,15 @@ type Options struct {
 	EtcdCACertFile string
 	EtcdCertFile   string
 	EtcdKeyFile    string
+	// HubID names this hub among the hubs of a fleet on etcd (fleet get
+	// hubs); default: the host name and a random suffix, kept in
+	// DataDir/hub-id. A DNS-label-like name.
+	HubID string
+	// LeaderLease is the TTL of this hub's etcd lease, which its
+	// registration and its leadership hang on (hub/leader): a dead leader
+	// is replaced within it. Whole seconds, at least 2 s; default 10 s.
+	// Without etcd the one hub always leads.
+	LeaderLease time.Duration
 }
 
 // storeOptions are the options of the hub's store: Badger in
@@ -264,6 +273,9 @@ func (o *Options) setDefaults() {
 // check refuses options that cannot work, and warns of those ignored.
 func (o *Options) check() error {
 	if _, err := o.storeOptions(nil); err != nil {
+		return err
+	}
+	if err := o.checkLeader(); err != nil { // leader.go
 		return err
 	}
 	if o.Broker != "" {

@@ -43,6 +43,7 @@ func (v statusView) DeploymentStatusJSON(name string) []byte {
 // routes adds the hub's own routes to the API, and the dashboard's.
 func (h *Hub) routes() error {
 	h.api.Handle("/v1/info", api.Methods{http.MethodGet: h.serveInfo})
+	h.api.Handle("/v1/hubs", api.Methods{http.MethodGet: h.serveHubs}) // leader.go
 	h.api.Handle("/v1/signing-key/rotate", api.Methods{http.MethodPost: h.serveRotateSigningKey})
 	h.api.Handle("/v1/backup", api.Methods{http.MethodPost: h.serveBackup}) // backups.go, admin only
 	h.api.Handle("/v1/devices/{name}/events", api.Methods{http.MethodGet: h.serveEvents})

@@ -121,6 +121,9 @@ func (h *Hub) startEmbedded(ctx context.Context, r *runState) (stop bool, err er
 	select {
 	case <-h.ctrl.Ready():
 		return false, nil
+	case <-h.lead.standby():
+		// Another hub leads (leader.go): serve the API as a standby.
+		return false, nil
 	case err := <-r.errs:
 		return true, err
 	case <-ctx.Done():
@@ -185,7 +188,11 @@ func (h *Hub) startParts(r *runState, conn broker.Conn, listening func()) error 
 	var ingestErr error
 	var loading sync.WaitGroup
 	loading.Go(func() { ingestErr = h.ingest.Load(r.ctx) })
-	ctrlErr := h.ctrl.Load(r.ctx)
+	var ctrlErr error
+	if h.lead.elector == nil {
+		// On etcd the controller loads when this hub wins (leader.go).
+		ctrlErr = h.ctrl.Load(r.ctx)
+	}
 	loading.Wait()
 	if err := errors.Join(ctrlErr, ingestErr); err != nil {
 		return err
@@ -196,7 +203,7 @@ func (h *Hub) startParts(r *runState, conn broker.Conn, listening func()) error 
 		warnListenBacklog(h.log, h.model.DeviceCount(), broker.ListenBacklog)
 	}
 	r.parts.Go(func() {
-		if err := h.ctrl.Run(r.ctx); err != nil {
+		if err := h.runController(r.ctx); err != nil { // leader.go
 			r.errs <- err
 		}
 	})

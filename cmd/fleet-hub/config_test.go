@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmq/fleet/hub"
+	"github.com/fleetmq/fleet/hub/leader"
 	"github.com/fleetmq/fleet/hub/store"
 )
 
@@ -58,6 +59,8 @@ func TestSettingsPrecedence(t *testing.T) {
 			map[string]string{"FLEET_HUB_ETCD_CERT": "hub.crt", "FLEET_HUB_ETCD_KEY": "hub.key"},
 			settings{DataDir: "./fleet-data", HTTPAddr: "127.0.0.1:8080", LogLevel: "info", Store: "etcd://h1:2379,h2:2379",
 				EtcdPrefix: "/fleet/prod/", EtcdCACert: "ca.crt", EtcdCert: "hub.crt", EtcdKey: "hub.key"}},
+		{"several hubs", []string{"--hub-id", "hub-2"}, map[string]string{"FLEET_HUB_LEADER_LEASE": "5s"},
+			settings{DataDir: "./fleet-data", HTTPAddr: "127.0.0.1:8080", LogLevel: "info", HubID: "hub-2", LeaderLease: 5 * time.Second}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,6 +85,9 @@ func TestSettingsPrecedence(t *testing.T) {
 			}
 			if tt.want.Store == "" {
 				tt.want.Store = "badger"
+			}
+			if tt.want.LeaderLease == 0 {
+				tt.want.LeaderLease = leader.DefaultLeaseTTL
 			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got %+v, want %+v", got, tt.want)

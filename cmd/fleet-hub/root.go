@@ -16,6 +16,7 @@ import (
 	"github.com/fleetmq/fleet/hub"
 	"github.com/fleetmq/fleet/hub/backup"
 	"github.com/fleetmq/fleet/hub/controller"
+	"github.com/fleetmq/fleet/hub/leader"
 	"github.com/fleetmq/fleet/hub/pki"
 	"github.com/fleetmq/fleet/hub/store"
 	"github.com/fleetmq/fleet/schema"
@@ -54,6 +55,10 @@ type settings struct {
 	EtcdKey    string
 	// TLSCertLifetime: hub.Options.
 	TLSCertLifetime time.Duration
+	// HubID and LeaderLease: this hub among several on etcd
+	// (hub.Options).
+	HubID       string
+	LeaderLease time.Duration
 }
 
 // backupSettings are --backup-dir, --backup-every, --backup-keep and the
@@ -199,6 +204,14 @@ needs the same ones, copied from the first hub. A hub remembers its fleet
 (<data-dir>/fleet-id) and refuses an etcd prefix holding another fleet, or a
 store whose Secrets another key encrypted. See README "Running several hubs".
 
+Several hubs on one etcd store elect a leader on an etcd lease
+(--leader-lease, 10s): only the leader runs the controller and the rollouts
+and publishes desired states, every commit it makes fenced on its
+leadership; only its embedded broker accepts devices (standbys answer
+"server unavailable"). Every hub serves the API. A hub that loses the
+leadership exits (run it under systemd with Restart=always) and comes back
+as a standby. fleet get hubs or fleet-hub status lists them.
+
 Every flag can also be set in the environment as FLEET_HUB_<FLAG> (for
 example FLEET_HUB_DATA_DIR) or in a YAML file given with --config, whose keys
 are the flag names (data-dir: /var/lib/fleet-hub). A flag wins over the
@@ -225,6 +238,10 @@ environment, which wins over the config file.`
   # Keep the state in a 3-member etcd cluster, over TLS with a client certificate
   fleet-hub --store etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 --etcd-prefix /fleet/prod/ \
     --etcd-cacert /etc/fleet/etcd-ca.crt --etcd-cert /etc/fleet/hub-etcd.crt --etcd-key /etc/fleet/hub-etcd.key
+
+  # A second hub on the same etcd (same secrets.key, ca.crt, ca.key and signing.key)
+  fleet-hub --store etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 --hub-id hub-2 --leader-lease 10s
+  fleet-hub status     # which hub leads, and the leases
 
   # Settings from a file
   fleet-hub --config /etc/fleet/hub.yaml
@@ -257,6 +274,7 @@ func newRootCmd(getenv func(string) string, serve serveFunc) *cobra.Command {
 	root.AddCommand(newVersionCmd(), newAdminTokenCmd(&s), newMosquittoConfigCmd(&s),
 		newSigningKeyCmd(&s), newSigningKeyRotateCmd(&s, "rotate-signing-key"), newCACmd(&s))
 	root.AddCommand(newBackupCmd(&s), newRestoreCmd(&s), newMigrateCmd())
+	root.AddCommand(newStatusCmd(&s)) // status.go
 	return root
 }
 
@@ -299,6 +317,8 @@ func bindFlags(root *cobra.Command, s *settings) {
 	lf.StringVar(&s.EtcdCACert, "etcd-cacert", "", "with --store etcd://…: PEM CA of the etcd members' certificates (turns TLS on)")
 	lf.StringVar(&s.EtcdCert, "etcd-cert", "", "with --store etcd://…: PEM client certificate the hub presents to etcd (with --etcd-key)")
 	lf.StringVar(&s.EtcdKey, "etcd-key", "", "with --store etcd://…: PEM private key of --etcd-cert")
+	lf.StringVar(&s.HubID, "hub-id", "", "with --store etcd://…: this hub's name among the fleet's hubs (fleet get hubs); default: the host name and a random suffix, kept in <data-dir>/hub-id")
+	lf.DurationVar(&s.LeaderLease, "leader-lease", leader.DefaultLeaseTTL, "with --store etcd://…: TTL of this hub's etcd lease, which its leadership hangs on: a dead leader is replaced within it (whole seconds, at least 2s)")
 	lf.DurationVar(&m.ResyncInterval, "resync-interval", d.ResyncInterval, "how often the controller recomputes every device's desired state from the store")
 	b := &s.Backup
 	lf.StringVar(&b.Dir, "backup-dir", "", "write an encrypted backup of the hub (store, CA, keys) into this directory every --backup-every; empty: no scheduled backups")
@@ -380,6 +400,8 @@ func serveHub(cmd *cobra.Command, s settings) error {
 		EtcdCACertFile:         s.EtcdCACert,
 		EtcdCertFile:           s.EtcdCert,
 		EtcdKeyFile:            s.EtcdKey,
+		HubID:                  s.HubID,
+		LeaderLease:            s.LeaderLease,
 	})
 }
 

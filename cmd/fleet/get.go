@@ -53,6 +53,12 @@ AgentRollouts: NAME, VERSION, PHASE, STEP, UPDATED (given the version/
 targeted), FAILED, PENDING and AGE; -o wide adds SELECTOR, STRATEGY,
 LAST-GOOD and IMAGE ("fleet agent status" shows them device by device).
 
+Hubs (also hub): the hubs of the fleet, the leader first: ID, LEADER, API,
+BROKER (the embedded broker devices use: only the leader's accepts them),
+LEASE-TTL, LEASE-LEFT (what remains of the hub's etcd lease before it
+renews it) and AGE; -o wide adds VERSION, LEASE and STARTED. On Badger the
+one hub, always the leader. See README "Running several hubs".
+
 Pods: one line per pod per device, as the devices last reported them:
 DEVICE, POD (the deployment's name), READY (ready containers/total),
 STATUS (the reason of the first container not running, such as
@@ -124,6 +130,10 @@ const getExample = `  # All deployments, and all devices with more columns
   # The pods of one site, with images and messages, most restarted last
   fleet get pods -l site=lab -o wide --sort-by=.restarts
 
+  # The hubs of the fleet: which one leads, and their leases
+  fleet get hubs
+  fleet get hubs -o wide
+
   # Names only, for scripts
   fleet get devices -o name
   fleet get devices -o jsonpath='{.items[*].metadata.name}'
@@ -143,7 +153,7 @@ const getExample = `  # All deployments, and all devices with more columns
 func newGetCmd(cli *cliContext) *cobra.Command {
 	var o getOptions
 	cmd := &cobra.Command{
-		Use:     "get (deployments|devices|configmaps|secrets|pods) [NAME...] [-l SELECTOR] [-o FORMAT] [--sort-by PATH] [-w]",
+		Use:     "get (deployments|devices|configmaps|secrets|pods|hubs) [NAME...] [-l SELECTOR] [-o FORMAT] [--sort-by PATH] [-w]",
 		Short:   "List deployments, devices, configmaps, secrets or the pods on devices",
 		Long:    getLong,
 		Example: getExample,
@@ -179,6 +189,9 @@ func addGetFlags(cmd *cobra.Command, o *getOptions, what string) {
 }
 
 func runGet(ctx context.Context, cli *cliContext, args []string, o getOptions) error {
+	if ids, ok := hubsArgs(args); ok { // hubs.go
+		return runGetHubs(ctx, cli, ids, o)
+	}
 	if names, ok, err := podArgs(args); ok || err != nil {
 		if err != nil {
 			return err

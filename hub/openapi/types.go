@@ -45,6 +45,7 @@ func Roots() []Root {
 		root[schema.DeviceCertificateRequest]("DeviceCertificateRequest"),
 		root[schema.DeviceCertificate]("DeviceCertificate"),
 		root[schema.HubInfo]("HubInfo"),
+		root[schema.HubMemberList]("HubMemberList"),
 		root[schema.CARotationStatus]("CARotationStatus"),
 		root[schema.Credential]("Credential"),
 		root[schema.CredentialList]("CredentialList"),

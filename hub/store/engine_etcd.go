@@ -422,7 +422,8 @@ func (t *etcdTxn) commit(ctx context.Context) (uint64, error) {
 	ops = append(ops, clientv3.OpPut(t.e.prefix+keyCommitID, id))
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.e.timeout)
 	defer cancel()
-	resp, err := t.e.cli.Txn(cctx).If(t.compares()...).Then(ops...).Commit()
+	// fence.go: a leader's commit also compares its election key.
+	resp, err := t.e.cli.Txn(cctx).If(append(t.compares(), fenceCompares(ctx)...)...).Then(ops...).Commit()
 	if err != nil {
 		if definite(err) {
 			return 0, fmt.Errorf("etcd commit of %d keys: %w", len(ops), etcdErr(err))
@@ -441,6 +442,9 @@ func (t *etcdTxn) commit(ctx context.Context) (uint64, error) {
 		return rev, nil
 	}
 	if !resp.Succeeded {
+		if err := t.e.fenceHeld(ctx); err != nil {
+			return 0, err
+		}
 		return 0, errTxnConflict
 	}
 	t.order, t.writes = nil, nil
