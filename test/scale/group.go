@@ -132,6 +132,7 @@ func (g *hollowGroup) stats(ctx context.Context) (hollow.Stats, error) {
 		sum.Devices += p.Devices
 		sum.Started += p.Started
 		sum.Connected += p.Connected
+		sum.Connects += p.Connects
 		sum.Starts += p.Starts
 		sum.Creates += p.Creates
 		sum.Stops += p.Stops

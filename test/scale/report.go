@@ -127,6 +127,8 @@ type Result struct {
 	Rollout *RolloutFigures `json:"rollout,omitempty"`
 	// Bytes: the bytes phase's own figures (bytes.go).
 	Bytes *BytesFigures `json:"bytes,omitempty"`
+	// Uplink: the uplink phase's own figures (uplinkphase.go).
+	Uplink *UplinkFigures `json:"uplink,omitempty"`
 	// Target is the suite's objective for this phase at this size ("" when
 	// there is none: the floor, and the smaller sizes). OK says the phase
 	// ran without error, lost nothing and met its target if it has one,
@@ -250,6 +252,11 @@ func writeTable(w io.Writer, rs []Result) error {
 	}
 	for _, r := range rs {
 		if f := r.Rollout; f != nil {
+			if _, err := fmt.Fprintf(w, "%s: %s\n", r.Name, f.summary()); err != nil {
+				return err
+			}
+		}
+		if f := r.Uplink; f != nil {
 			if _, err := fmt.Fprintf(w, "%s: %s\n", r.Name, f.summary()); err != nil {
 				return err
 			}

@@ -38,7 +38,7 @@ const (
 // allPhases are the phases in the order they run. The rollout phase comes
 // last: it leaves a second pod on every device, which would change what
 // the others measure.
-var allPhases = []string{phaseFloor, phaseConverge, phaseMemory, phaseSingle, phaseBytes, phaseStorm, phaseRollout}
+var allPhases = []string{phaseFloor, phaseConverge, phaseMemory, phaseSingle, phaseBytes, phaseUplink, phaseStorm, phaseRollout}
 
 // options are the suite's flags.
 type options struct {
@@ -392,6 +392,7 @@ func runOnce(ctx context.Context, o options, log *slog.Logger) (results []Result
 		{phaseMemory, s.memory},
 		{phaseSingle, s.singleChange},
 		{phaseBytes, s.bytes},
+		{phaseUplink, s.uplink},
 		{phaseStorm, s.storm},
 		{phaseRollout, s.rollout},
 		{phaseRestore, s.restore}, // opt-in (restore.go)

@@ -46,6 +46,9 @@ func checkTopology(o *options, brokerSet, phasesSet bool, phases *string) error 
 		}
 		cannot = append(cannot, phaseFloor, phaseRollout)
 	}
+	if o.Topology != topologyBridged || !o.UplinkQuickAck {
+		cannot = append(cannot, phaseUplink)
+	}
 	if o.AgentKind == agentLite {
 		cannot = append(cannot, phaseRollout)
 	}
@@ -60,7 +63,7 @@ func checkTopology(o *options, brokerSet, phasesSet bool, phases *string) error 
 			continue
 		}
 		if phasesSet {
-			return fmt.Errorf("-phases: %s cannot run with -topology %s -agent-kind %s", p, o.Topology, o.AgentKind)
+			return fmt.Errorf("-phases: %s cannot run with -topology %s -agent-kind %s -uplink-quickack=%v", p, o.Topology, o.AgentKind, o.UplinkQuickAck)
 		}
 	}
 	*phases = strings.Join(keep, ",")

@@ -203,6 +203,8 @@ type Stats struct {
 	Devices   int `json:"devices"`
 	Started   int `json:"started"`
 	Connected int `json:"connected"`
+	// Connects: sessions opened (lite agents; 0 from the others).
+	Connects int64 `json:"connects,omitempty"`
 	// Fake runtime calls, summed over the agents (ModeAgents).
 	Starts  int `json:"starts"`
 	Creates int `json:"creates"`

@@ -57,7 +57,7 @@ type liteAgent struct {
 	startedAt atomic.Int64
 
 	accepted, duplicate, stale, invalid atomic.Int64
-	starts, stops                       atomic.Int64
+	starts, stops, connects             atomic.Int64
 
 	mu      sync.Mutex // guards what follows and every write to conn
 	conn    net.Conn
@@ -121,6 +121,7 @@ func (a *liteAgent) add(s *Stats) {
 	s.Duplicate += a.duplicate.Load()
 	s.Stale += a.stale.Load()
 	s.Invalid += a.invalid.Load()
+	s.Connects += a.connects.Load()
 }
 
 // keepAlive is the agent's MQTT keepalive.
@@ -190,6 +191,7 @@ func (a *liteAgent) session(ctx context.Context) error {
 		return err
 	}
 	a.up.Store(true)
+	a.connects.Add(1)
 	defer a.drop(conn)
 	idle := a.keepAlive() + 15*time.Second
 	for {
