@@ -212,6 +212,14 @@ func (s *suite) brokersCPU() time.Duration {
 	return sum
 }
 
+// coreCPU is the CPU time of the core Mosquitto (or the one broker), or -1.
+func (s *suite) coreCPU() time.Duration {
+	if s.mosq == nil {
+		return -1
+	}
+	return cpuTime(s.mosq.cmd.Process.Pid)
+}
+
 // brokersRSS is the RSS of every Mosquitto, summed.
 func (s *suite) brokersRSS() int64 {
 	var sum int64

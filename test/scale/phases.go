@@ -337,6 +337,9 @@ func (s *suite) memory(ctx context.Context) Result {
 	r.HubBytesPerDevice = float64(now-s.rssEmpty) / float64(s.o.Agents)
 	if len(s.brokers()) > 0 {
 		r.BrokerRSSBytes = s.brokersRSS()
+		if s.bridged != nil {
+			r.CoreRSSBytes = rss(s.mosq.cmd.Process.Pid)
+		}
 	}
 	// The simulator's live memory: it collects garbage only at its
 	// memory limit.

@@ -86,10 +86,14 @@ type Result struct {
 	// BrokerCPUMS: CPU time every Mosquitto (the core and the sites)
 	// used during the phase (storm: since their restart).
 	BrokerCPUMS float64 `json:"broker_cpu_ms,omitempty"`
+	// CoreCPUMS (-topology bridged): the core Mosquitto's part of it.
+	CoreCPUMS float64 `json:"core_cpu_ms,omitempty"`
 	// BrokerRSSBytes (hub-memory): every Mosquitto's RSS, summed, with
 	// the fleet converged and idle.
-	BrokerRSSBytes int64   `json:"broker_rss_bytes,omitempty"`
-	AgentsCPUMS    float64 `json:"agents_cpu_ms,omitempty"`
+	BrokerRSSBytes int64 `json:"broker_rss_bytes,omitempty"`
+	// CoreRSSBytes (-topology bridged): the core Mosquitto's part of it.
+	CoreRSSBytes int64   `json:"core_rss_bytes,omitempty"`
+	AgentsCPUMS  float64 `json:"agents_cpu_ms,omitempty"`
 	// HubCPUPerChangeUS and AgentCPUPerChangeUS: HubCPUMS and AgentsCPUMS
 	// per device-change, in µs (converge and storm: one per device;
 	// single-change: one per change; rollout: two per device given v2,
