@@ -66,7 +66,13 @@ const tlsRecordOverhead = 22
 // routes a sample of the devices through it (never devices[0], the
 // single-change probe).
 func (s *suite) startWire(cfg *hollow.Config) error {
-	u, err := url.Parse(cfg.Broker)
+	// The sample is the last devices: their broker (in a bridged run,
+	// the last site's).
+	target := cfg.Broker
+	if last := cfg.Devices[len(cfg.Devices)-1]; last.Broker != "" {
+		target = last.Broker
+	}
+	u, err := url.Parse(target)
 	if err != nil {
 		return err
 	}

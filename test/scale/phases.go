@@ -164,34 +164,33 @@ func (s *suite) startFloor(ctx context.Context, cfg floorConfig) (*child, string
 // measureFloor runs the floor once, within what is left of ctx, and
 // records in r the CPU it cost: the broker side's (the floor process, or
 // Mosquitto) as the hub's, the clients' as the agents'.
-func (s *suite) measureFloor(ctx context.Context, fl, clients *child, r *Result) (floorResult, error) {
+func (s *suite) measureFloor(ctx context.Context, fl *child, clients *hollowGroup, r *Result) (floorResult, error) {
 	left := time.Until(deadlineOf(ctx)) - 5*time.Second
 	var res floorResult
 	brokerPID := fl.cmd.Process.Pid
 	if s.mosq != nil {
 		brokerPID = s.mosq.cmd.Process.Pid
 	}
-	clientsPID := clients.cmd.Process.Pid
-	cpu := cpuStartOf(brokerPID, clientsPID)
+	cpu := cpuStartOf(brokerPID, clients)
 	if err := fl.call(ctx, floorRun{Op: "run", Timeout: max(left, time.Second)}, "result", &res); err != nil {
 		return res, err
 	}
-	cpu.stopOf(r, brokerPID, clientsPID)
+	cpu.stopOf(r, brokerPID, clients)
 	return res, nil
 }
 
 // cpuStartOf is cpuStart with the processes hubPID and agentsPID in the
 // hub's and the agents' places.
-func cpuStartOf(hubPID, agentsPID int) cpuMeter {
-	return cpuMeter{hub: cpuTime(hubPID), agents: cpuTime(agentsPID), self: cpuTime(os.Getpid()), host: readHostCPU()}
+func cpuStartOf(hubPID int, agents *hollowGroup) cpuMeter {
+	return cpuMeter{hub: cpuTime(hubPID), agents: agents.cpu(), self: cpuTime(os.Getpid()), host: readHostCPU()}
 }
 
 // stopOf is cpuStop for the processes of cpuStartOf.
-func (m cpuMeter) stopOf(r *Result, hubPID, agentsPID int) {
+func (m cpuMeter) stopOf(r *Result, hubPID int, agents *hollowGroup) {
 	if c := cpuTime(hubPID); c >= 0 && m.hub >= 0 {
 		r.HubCPUMS = ms(c - m.hub)
 	}
-	if c := cpuTime(agentsPID); c >= 0 && m.agents >= 0 {
+	if c := agents.cpu(); c >= 0 && m.agents >= 0 {
 		r.AgentsCPUMS = ms(c - m.agents)
 	}
 	if c := cpuTime(os.Getpid()); c >= 0 && m.self >= 0 {
@@ -275,12 +274,12 @@ func (s *suite) converge(ctx context.Context) Result {
 		return fail(err)
 	}
 	r.RedundantRestarts = after.Starts - before.Starts - len(s.names)
-	var starts hollow.Reply
-	if err := s.agents.call(ctx, hollow.Command{Op: "starts"}, "starts", &starts); err != nil {
+	starts, err := s.agents.starts(ctx)
+	if err != nil {
 		return fail(err)
 	}
-	started := make([]time.Duration, len(starts.Starts))
-	for i, ns := range starts.Starts {
+	started := make([]time.Duration, len(starts))
+	for i, ns := range starts {
 		started[i] = -1
 		if ns > 0 {
 			started[i] = max(time.Unix(0, ns).Sub(ack), 0)
@@ -336,9 +335,15 @@ func (s *suite) memory(ctx context.Context) Result {
 	// updates lazily: the peak is at least every RSS read.
 	r.HubRSSPeakBytes = max(hollow.PeakRSS(pid), now, r.HubRSSConvergedBytes)
 	r.HubBytesPerDevice = float64(now-s.rssEmpty) / float64(s.o.Agents)
+	if len(s.brokers()) > 0 {
+		r.BrokerRSSBytes = s.brokersRSS()
+		if s.bridged != nil {
+			r.CoreRSSBytes = rss(s.mosq.cmd.Process.Pid)
+		}
+	}
 	// The simulator's live memory: it collects garbage only at its
 	// memory limit.
-	if err := s.agents.call(ctx, hollow.Command{Op: "free"}, "free", nil); err != nil {
+	if err := s.agents.callAll(ctx, hollow.Command{Op: "free"}, "free"); err != nil {
 		s.log.Warn("hollow agents: free memory", "err", err)
 	} else if st, err := hollowStats(ctx, s.agents); err == nil && st.RSSBytes > 0 {
 		r.AgentBytesPerDevice = float64(st.RSSBytes) / float64(s.o.Agents)
@@ -513,16 +518,12 @@ func (s *suite) storm(ctx context.Context) Result {
 	if err := s.hub.stop(s.o.StormSignal, 30*time.Second); err != nil {
 		return fail(err)
 	}
-	if s.mosq != nil {
-		s.mosq.stop(s.o.StormSignal)
-	}
+	s.stopBrokers(s.o.StormSignal)
 	restart := time.Now()
 	restartNS.Store(restart.UnixNano())
 	r.StopMS = ms(restart.Sub(stop))
-	if s.mosq != nil {
-		if err := s.mosq.start(ctx); err != nil {
-			return fail(fmt.Errorf("restart mosquitto: %w", err))
-		}
+	if err := s.startBrokers(ctx); err != nil {
+		return fail(fmt.Errorf("restart mosquitto: %w", err))
 	}
 	if s.o.Profile != "" {
 		// Profiled from its first instruction: the restart is the storm.

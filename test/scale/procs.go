@@ -422,11 +422,13 @@ func cpuTime(pid int) time.Duration {
 // what the machine's hypervisor took from it meanwhile.
 type cpuMeter struct {
 	hub, agents, self time.Duration
+	brokers           time.Duration // every Mosquitto
+	core              time.Duration // the core's (bridged) or the one Mosquitto
 	host              hostCPU
 }
 
 func (s *suite) cpuStart() cpuMeter {
-	return cpuMeter{hub: cpuTime(s.hub.pid()), agents: cpuTime(s.agents.cmd.Process.Pid), self: cpuTime(os.Getpid()), host: readHostCPU()}
+	return cpuMeter{hub: cpuTime(s.hub.pid()), agents: s.agents.cpu(), self: cpuTime(os.Getpid()), brokers: s.brokersCPU(), core: s.coreCPU(), host: readHostCPU()}
 }
 
 // hostCPU is the machine-wide CPU time from /proc/stat's "cpu" line, in
@@ -479,9 +481,15 @@ func stealPercent(a, b hostCPU) float64 {
 // cpuStop fills in the CPU used since m (the hub's since m or, after a
 // restart, since it started).
 func (s *suite) cpuStop(m cpuMeter, r *Result, restarted bool) {
-	hub, agents := cpuTime(s.hub.pid()), cpuTime(s.agents.cmd.Process.Pid)
+	hub, agents := cpuTime(s.hub.pid()), s.agents.cpu()
 	if restarted {
-		m.hub = 0
+		m.hub, m.brokers, m.core = 0, 0, 0
+	}
+	if c := s.coreCPU(); s.bridged != nil && c >= 0 && m.core >= 0 {
+		r.CoreCPUMS = ms(c - m.core)
+	}
+	if b := s.brokersCPU(); len(s.brokers()) > 0 && b >= 0 && m.brokers >= 0 {
+		r.BrokerCPUMS = ms(b - m.brokers)
 	}
 	if hub >= 0 && m.hub >= 0 {
 		r.HubCPUMS = ms(hub - m.hub)

@@ -20,9 +20,14 @@ import (
 // Result is one phase's figures: one JSON object per line with -json.
 // Fields that do not apply to a phase are zero.
 type Result struct {
-	Name           string `json:"name"`
-	Agents         int    `json:"agents"`
-	Broker         string `json:"broker"`
+	Name   string `json:"name"`
+	Agents int    `json:"agents"`
+	Broker string `json:"broker"`
+	// Topology (-topology bridged): "bridged, K sites"; empty: every
+	// device on the hub's broker. AgentKind: "lite" for lite agents
+	// (hollow/lite.go); empty: the real edge agent.
+	Topology       string `json:"topology,omitempty"`
+	AgentKind      string `json:"agent_kind,omitempty"`
 	RuntimeLatency string `json:"runtime_latency"`
 	StatusInterval string `json:"status_interval"`
 	// Samples is how many latencies the percentiles are over.
@@ -77,8 +82,18 @@ type Result struct {
 	Reconnect string `json:"reconnect,omitempty"`
 	// HubCPUMS and AgentsCPUMS: CPU time the hub and the simulator used
 	// during the phase (storm: the restarted hub's since its start).
-	HubCPUMS    float64 `json:"hub_cpu_ms,omitempty"`
-	AgentsCPUMS float64 `json:"agents_cpu_ms,omitempty"`
+	HubCPUMS float64 `json:"hub_cpu_ms,omitempty"`
+	// BrokerCPUMS: CPU time every Mosquitto (the core and the sites)
+	// used during the phase (storm: since their restart).
+	BrokerCPUMS float64 `json:"broker_cpu_ms,omitempty"`
+	// CoreCPUMS (-topology bridged): the core Mosquitto's part of it.
+	CoreCPUMS float64 `json:"core_cpu_ms,omitempty"`
+	// BrokerRSSBytes (hub-memory): every Mosquitto's RSS, summed, with
+	// the fleet converged and idle.
+	BrokerRSSBytes int64 `json:"broker_rss_bytes,omitempty"`
+	// CoreRSSBytes (-topology bridged): the core Mosquitto's part of it.
+	CoreRSSBytes int64   `json:"core_rss_bytes,omitempty"`
+	AgentsCPUMS  float64 `json:"agents_cpu_ms,omitempty"`
 	// HubCPUPerChangeUS and AgentCPUPerChangeUS: HubCPUMS and AgentsCPUMS
 	// per device-change, in µs (converge and storm: one per device;
 	// single-change: one per change; rollout: two per device given v2,
@@ -116,6 +131,8 @@ type Result struct {
 	Rollout *RolloutFigures `json:"rollout,omitempty"`
 	// Bytes: the bytes phase's own figures (bytes.go).
 	Bytes *BytesFigures `json:"bytes,omitempty"`
+	// Uplink: the uplink phase's own figures (uplinkphase.go).
+	Uplink *UplinkFigures `json:"uplink,omitempty"`
 	// Target is the suite's objective for this phase at this size ("" when
 	// there is none: the floor, and the smaller sizes). OK says the phase
 	// ran without error, lost nothing and met its target if it has one,
@@ -239,6 +256,11 @@ func writeTable(w io.Writer, rs []Result) error {
 	}
 	for _, r := range rs {
 		if f := r.Rollout; f != nil {
+			if _, err := fmt.Fprintf(w, "%s: %s\n", r.Name, f.summary()); err != nil {
+				return err
+			}
+		}
+		if f := r.Uplink; f != nil {
 			if _, err := fmt.Fprintf(w, "%s: %s\n", r.Name, f.summary()); err != nil {
 				return err
 			}

@@ -67,7 +67,11 @@ func runHollowRole(ctx context.Context, args []string) error {
 	// figures leave out most of their collection.
 	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetGCPercent(-1)
-		debug.SetMemoryLimit(hollowMemoryLimit(len(cfg.Devices), memTotal()))
+		limit := cfg.MemoryLimit
+		if limit <= 0 {
+			limit = hollowMemoryLimit(len(cfg.Devices), memTotal())
+		}
+		debug.SetMemoryLimit(limit)
 	}
 	// For profiling the agents' side: the whole life of the simulator.
 	if path := os.Getenv("FLEET_SCALE_HOLLOW_CPUPROFILE"); path != "" {

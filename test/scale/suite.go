@@ -38,7 +38,7 @@ const (
 // allPhases are the phases in the order they run. The rollout phase comes
 // last: it leaves a second pod on every device, which would change what
 // the others measure.
-var allPhases = []string{phaseFloor, phaseConverge, phaseMemory, phaseSingle, phaseBytes, phaseStorm, phaseRollout}
+var allPhases = []string{phaseFloor, phaseConverge, phaseMemory, phaseSingle, phaseBytes, phaseUplink, phaseStorm, phaseRollout}
 
 // options are the suite's flags.
 type options struct {
@@ -76,6 +76,20 @@ type options struct {
 	FromJSON        string
 	Keep            bool
 	Verbose         bool
+	// Topology is "single" (every device on the hub's broker) or
+	// "bridged" (Sites Mosquitto site brokers, each bridged to the core
+	// Mosquitto the hub uses: bridged.go).
+	Topology string
+	Sites    int
+	// AgentKind is "full" (the real edge agent) or "lite" (hollow/lite.go).
+	AgentKind string
+	// AgentsPerProcess: most devices one simulator process runs.
+	AgentsPerProcess int
+	// UplinkQuickAck: the bridges reach the core through uplink relays
+	// (uplink.go).
+	UplinkQuickAck bool
+	// UplinkDown: how long the uplink phase keeps every uplink cut.
+	UplinkDown time.Duration
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -128,14 +142,27 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.DumpDir, "dump", "", "write each phase's per-device latencies (ms, -1 = never) into this directory")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the run's directory")
 	fs.BoolVar(&o.Verbose, "v", false, "log progress to stderr")
+	fs.StringVar(&o.Topology, "topology", "single", "single: every device connects to the hub's broker; bridged: -sites Mosquitto site brokers, each bridged to the core Mosquitto the hub uses (fleet-hub --broker), the devices spread over the sites (implies -broker mosquitto; no floor or rollout phase)")
+	fs.IntVar(&o.Sites, "sites", 2, "-topology bridged: how many site brokers (each should hold at most about 15,000 devices: the process file limit is 20,000)")
+	fs.StringVar(&o.AgentKind, "agent-kind", "full", "full: every device runs the real edge agent (about 160 KB a device); lite: a light agent per device (one goroutine, MQTT over its own TCP connection, signed states verified, no rollout phase): for 100,000")
+	fs.BoolVar(&o.UplinkQuickAck, "uplink-quickack", true, "-topology bridged: each site's bridge reaches the core through a relay in the suite that acknowledges every segment at once (Mosquitto 2.0.11 leaves Nagle's algorithm on for bridge connections, which with delayed ACKs holds each status up to 40 ms); the uplink phase cuts these relays. false: bridges connect straight to the core")
+	fs.DurationVar(&o.UplinkDown, "uplink-down", 10*time.Second, "uplink phase: how long every site's uplink stays cut")
+	fs.IntVar(&o.AgentsPerProcess, "agents-per-process", defaultAgentsPerProcess, "most devices one simulator process runs (each holds a socket per device, under the process file limit); the simulator's processes are started together and their replies summed")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	settleSet := false
-	fs.Visit(func(f *flag.Flag) { settleSet = settleSet || f.Name == "memory-settle" })
+	settleSet, brokerSet, phasesSet := false, false, false
+	fs.Visit(func(f *flag.Flag) {
+		settleSet = settleSet || f.Name == "memory-settle"
+		brokerSet = brokerSet || f.Name == "broker"
+		phasesSet = phasesSet || f.Name == "phases"
+	})
+	if err := checkTopology(&o, brokerSet, phasesSet, phases); err != nil {
+		return o, err
+	}
 	if !settleSet && o.Agents < smallFleet {
 		o.MemorySettle = smallFleetMemorySettle
 	}
@@ -284,10 +311,11 @@ type suite struct {
 	hub         *hubProc
 	rssEmpty    int64
 	mosq        *mosquittoProc
+	bridged     *bridged // -topology bridged: the site brokers
 	devices     []hollow.Device
 	failing     []int // indexes of the devices that cannot pull rolloutBadImage
 	monitorTok  string
-	agents      *child
+	agents      *hollowGroup
 	mon         *monitor
 
 	convergeDep  *schema.Deployment
@@ -364,6 +392,7 @@ func runOnce(ctx context.Context, o options, log *slog.Logger) (results []Result
 		{phaseMemory, s.memory},
 		{phaseSingle, s.singleChange},
 		{phaseBytes, s.bytes},
+		{phaseUplink, s.uplink},
 		{phaseStorm, s.storm},
 		{phaseRollout, s.rollout},
 		{phaseRestore, s.restore}, // opt-in (restore.go)
@@ -406,7 +435,8 @@ func (s *suite) result(name string) Result {
 	if s.o.RuntimeLatency > 0 {
 		lat = s.o.RuntimeLatency.String()
 	}
-	return Result{Name: name, Agents: s.o.Agents, Broker: s.o.Broker, RuntimeLatency: lat, StatusInterval: s.o.StatusInterval.String(), StealPct: -1}
+	return Result{Name: name, Agents: s.o.Agents, Broker: s.o.Broker, Topology: s.topologyName(), AgentKind: s.agentKindName(),
+		RuntimeLatency: lat, StatusInterval: s.o.StatusInterval.String(), StealPct: -1}
 }
 
 func (s *suite) teardown() {
@@ -426,9 +456,8 @@ func (s *suite) teardown() {
 			s.log.Warn("stop hub", "err", err)
 		}
 	}
-	if s.mosq != nil {
-		s.mosq.stop(syscall.SIGTERM)
-	}
+	s.stopBrokers(syscall.SIGTERM)
+	s.closeUplinks()
 }
 
 // checkHostLimits warns about host limits too low for n agents: open files
@@ -536,6 +565,11 @@ func (s *suite) mosquittoAccounts(devices []hollow.Device, extra ...broker.Mosqu
 // startServer starts Mosquitto (if not yet running) and the hub, and
 // measures the empty hub's memory.
 func (s *suite) startServer(ctx context.Context) error {
+	if s.o.Topology == topologyBridged && s.mosq == nil {
+		if err := s.startBridged(ctx); err != nil {
+			return err
+		}
+	}
 	if s.o.Broker == "mosquitto" {
 		if s.mosq == nil {
 			m, err := startMosquitto(ctx, filepath.Join(s.dir, "mosquitto"), s.topics, s.o.MosquittoExtra, s.mosquittoAccounts(nil))
@@ -594,6 +628,9 @@ func (s *suite) register(ctx context.Context) error {
 		return fmt.Errorf("create monitor credential: %w", err)
 	}
 	s.monitorTok = cred.Token
+	if s.bridged != nil {
+		return s.setBridgedAccounts(ctx)
+	}
 	if s.mosq != nil {
 		if err := s.mosq.setAccounts(ctx, s.mosquittoAccounts(s.devices)); err != nil {
 			return err
@@ -612,6 +649,12 @@ func (s *suite) startAgents(ctx context.Context) error {
 		ConnectRate: s.o.ConnectRate, NoLatency: []string{s.names[0]}, Seed: 1, LogLevel: s.o.AgentLogLevel,
 		ReconnectAtOnce: s.o.ReconnectAtOnce, KeepAlive: s.o.AgentKeepAlive,
 		Heartbeat: s.o.AgentHeartbeat,
+	}
+	if s.o.AgentKind == agentLite {
+		cfg.Mode, cfg.StateRoot = hollow.ModeLite, ""
+	}
+	if s.bridged != nil {
+		cfg.Devices = s.siteDevices(s.devices)
 	}
 	if s.want(phaseBytes) {
 		if err := s.startWire(&cfg); err != nil {
@@ -648,37 +691,10 @@ func (s *suite) startAgents(ctx context.Context) error {
 	return nil
 }
 
-// startHollow starts a simulator and waits until it has started every
-// device.
-func (s *suite) startHollow(ctx context.Context, name string, cfg hollow.Config) (*child, error) {
-	path := filepath.Join(s.dir, name+".json")
-	if err := hollow.WriteConfig(path, cfg); err != nil {
-		return nil, err
-	}
-	c, err := startChild(name, filepath.Join(s.dir, name+".log"), "hollow", "-config", path)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.await(ctx, "ready", nil); err != nil {
-		_ = c.stop(5 * time.Second)
-		return nil, err
-	}
-	return c, nil
-}
-
-func hollowStats(ctx context.Context, c *child) (hollow.Stats, error) {
-	var r hollow.Reply
-	if err := c.call(ctx, hollow.Command{Op: "stats"}, "stats", &r); err != nil {
-		return hollow.Stats{}, err
-	}
-	if r.Stats == nil {
-		return hollow.Stats{}, errors.New("stats reply without stats")
-	}
-	return *r.Stats, nil
-}
+func hollowStats(ctx context.Context, g *hollowGroup) (hollow.Stats, error) { return g.stats(ctx) }
 
 // awaitConnected polls the simulator until every device is connected.
-func (s *suite) awaitConnected(ctx context.Context, c *child) error {
+func (s *suite) awaitConnected(ctx context.Context, c *hollowGroup) error {
 	var last hollow.Stats
 	err := poll(ctx, 50*time.Millisecond, func() (bool, error) {
 		st, err := hollowStats(ctx, c)
@@ -833,12 +849,7 @@ func (s *suite) agentsProfile(ctx context.Context, name string) {
 		return
 	}
 	s.selfProfile(name)
-	cmd := hollow.Command{Op: "cpu-stop"}
-	if name != "" {
-		path, _ := filepath.Abs(filepath.Join(s.o.Profile, name+".agents.cpu.pprof"))
-		cmd = hollow.Command{Op: "cpu-start", File: path}
-	}
-	if err := s.agents.call(ctx, cmd, cmd.Op, nil); err != nil {
+	if err := s.agents.profile(ctx, s.o.Profile, name); err != nil {
 		s.log.Warn("hollow agents' cpu profile", "err", err)
 	}
 }

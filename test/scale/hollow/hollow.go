@@ -108,6 +108,10 @@ type Config struct {
 	// FailDevices names the devices FailImage fails on; each must be one
 	// of Devices. Without FailImage it must be empty.
 	FailDevices []string `json:"failDevices,omitempty"`
+	// MemoryLimit, if positive, is the simulator process's memory limit
+	// (its share of the whole simulator's, when that runs in several
+	// processes); 0: sized from the number of devices.
+	MemoryLimit int64 `json:"memoryLimit,omitempty"`
 }
 
 // ErrPullRefused is what EnsureImage of Config.FailImage fails with on
@@ -155,9 +159,9 @@ func (c *Config) check() error {
 	switch c.Mode {
 	case "":
 		c.Mode = ModeAgents
-	case ModeAgents, ModeFloor:
+	case ModeAgents, ModeFloor, ModeLite:
 	default:
-		return fmt.Errorf("hollow: mode %q: want %q or %q", c.Mode, ModeAgents, ModeFloor)
+		return fmt.Errorf("hollow: mode %q: want %q, %q or %q", c.Mode, ModeAgents, ModeLite, ModeFloor)
 	}
 	if c.Broker == "" {
 		return errors.New("hollow: no broker URL")
@@ -167,6 +171,9 @@ func (c *Config) check() error {
 	}
 	if c.Mode == ModeAgents && c.StateRoot == "" {
 		return errors.New("hollow: no state root")
+	}
+	if c.Mode == ModeLite && c.FailImage != "" {
+		return errors.New("hollow: failImage needs the real agents (mode agents): lite agents pull every image")
 	}
 	if len(c.FailDevices) > 0 && c.FailImage == "" {
 		return errors.New("hollow: failDevices without failImage")
@@ -196,6 +203,8 @@ type Stats struct {
 	Devices   int `json:"devices"`
 	Started   int `json:"started"`
 	Connected int `json:"connected"`
+	// Connects: sessions opened (lite agents; 0 from the others).
+	Connects int64 `json:"connects,omitempty"`
 	// Fake runtime calls, summed over the agents (ModeAgents).
 	Starts  int `json:"starts"`
 	Creates int `json:"creates"`
@@ -269,9 +278,15 @@ func (s *Simulator) Start(ctx context.Context) error {
 	devs := make([]device, len(s.cfg.Devices))
 	for i, d := range s.cfg.Devices {
 		var err error
-		if s.cfg.Mode == ModeFloor {
+		switch s.cfg.Mode {
+		case ModeFloor:
 			devs[i] = s.newFloorClient(d)
-		} else if devs[i], err = s.newAgent(i, d); err != nil {
+		case ModeLite:
+			devs[i], err = s.newLite(i, d)
+		default:
+			devs[i], err = s.newAgent(i, d)
+		}
+		if err != nil {
 			return err
 		}
 	}
