@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -508,13 +509,27 @@ func (b *Broker) subscribe(filter string, d *dispatcher, handler func(topic stri
 	}
 	id := int(b.subID.Add(1))
 	err := b.server.Subscribe(filter, id, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
-		topic, payload := pk.TopicName, append([]byte(nil), pk.Payload...)
+		topic, payload := pk.TopicName, b.handlerPayload(pk)
 		d.enqueue(func() { handler(topic, payload) })
 	})
 	if err != nil {
 		return 0, fmt.Errorf("mqtt subscribe %q: %w", filter, err)
 	}
 	return id, nil
+}
+
+// handlerPayload is the payload of pk for an inline handler, which may
+// keep it (Conn.Subscribe): the payload of the topic's retained message
+// when pk is that message, else a copy. mochi retains a message before it
+// delivers it, from its own copy it never changes, so a retained status
+// the hub keeps is one buffer shared with the broker, not two.
+func (b *Broker) handlerPayload(pk packets.Packet) []byte {
+	if pk.FixedHeader.Retain && len(pk.Payload) > 0 {
+		if r, ok := b.server.Topics.Retained.Get(pk.TopicName); ok && bytes.Equal(r.Payload, pk.Payload) {
+			return r.Payload[:len(r.Payload):len(r.Payload)]
+		}
+	}
+	return append([]byte(nil), pk.Payload...)
 }
 
 func (b *Broker) unsubscribe(filter string, id int) {

@@ -17,7 +17,9 @@ type Conn interface {
 	// it is made again after every reconnect. handler runs on a goroutine of
 	// the Conn, one message at a time, never on the MQTT client's own
 	// goroutines; it must be idempotent, since a retained message can
-	// arrive more than once. It must not call Close.
+	// arrive more than once. It must not call Close. The handler may keep
+	// payload but must never change it: it can be shared with the broker's
+	// retained copy or with the other handlers of the same message.
 	Subscribe(ctx context.Context, filter string, handler func(topic string, payload []byte)) error
 	// OnConnect registers f to run, on its own goroutine, after every
 	// (re)connect once subscriptions are restored; if the Conn is already

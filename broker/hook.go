@@ -235,10 +235,19 @@ func (h *hook) admitBootstrap(cl *mqtt.Client, pk packets.Packet, log *slog.Logg
 // (publishLimits.credit), and drops the retain flag of a bootstrap
 // client's publish: an enrollment request is for the hub, now, never for
 // later subscribers.
+//
+// It also gives a retained publish from the network a topic name of its
+// own: mochi decodes the name in place from the packet's read buffer,
+// and the retained copy it keeps shares that name, so each device's
+// retained status would hold its whole last packet (topic and payload,
+// ~1.3 KB) beside the payload mochi copied (BENCHMARKS.md, issue 45).
 func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	if cl.Net.Inline {
 		h.b.limits.credit(h.b.opts.Topics, pk.TopicName)
 		return pk, nil
+	}
+	if pk.FixedHeader.Retain {
+		pk.TopicName = strings.Clone(pk.TopicName)
 	}
 	v, ok := h.b.idents.Load(cl.ID)
 	if !ok {

@@ -197,7 +197,7 @@ func (in *Ingest) Load(ctx context.Context) error {
 // crashreports topics.
 func (in *Ingest) Subscribe(ctx context.Context) error {
 	for _, kind := range []string{schema.TopicStatus, schema.TopicOnline, schema.TopicEvents, schema.TopicCrashReports} {
-		if err := in.opts.Conn.Subscribe(ctx, in.opts.Topics.DeviceFilter(kind), in.Handle); err != nil {
+		if err := in.opts.Conn.Subscribe(ctx, in.opts.Topics.DeviceFilter(kind), in.handleKept); err != nil {
 			return fmt.Errorf("ingest: %w", err)
 		}
 	}
@@ -225,8 +225,18 @@ func (in *Ingest) Run(ctx context.Context) error {
 
 // ---- handling one message ------------------------------------------------------
 
-// Handle processes one MQTT message; it is the subscriptions' handler.
-func (in *Ingest) Handle(topic string, payload []byte) {
+// Handle processes one MQTT message. The caller may reuse payload once
+// it returns.
+func (in *Ingest) Handle(topic string, payload []byte) { in.handle(topic, payload, false) }
+
+// handleKept is the subscriptions' handler: a broker.Conn's payload is the
+// handler's to keep and never changes (on the embedded broker, the very
+// bytes of the retained message), so a status is kept without a copy of
+// its own and the broker and the model share one buffer.
+func (in *Ingest) handleKept(topic string, payload []byte) { in.handle(topic, payload, true) }
+
+// handle processes one message; kept says payload may be kept as it is.
+func (in *Ingest) handle(topic string, payload []byte, kept bool) {
 	device, kind, err := in.opts.Topics.ParseDevice(topic)
 	if err != nil {
 		in.malformed(metrics.KindUnknown, "", err)
@@ -259,6 +269,11 @@ func (in *Ingest) Handle(topic string, payload []byte) {
 	}
 	switch kind {
 	case schema.TopicStatus:
+		if !kept {
+			// The report keeps the payload (Raw) and strings decoded
+			// in place from it.
+			payload = bytes.Clone(payload)
+		}
 		in.handleStatus(device, uid, labels, payload)
 	case schema.TopicOnline:
 		in.handleOnline(device, uid, payload)
@@ -270,10 +285,8 @@ func (in *Ingest) Handle(topic string, payload []byte) {
 }
 
 func (in *Ingest) handleStatus(device, uid string, labels map[string]string, payload []byte) {
-	// The report keeps the payload (Raw) and strings decoded in place
-	// from it: a copy of its own, whatever the caller does with its
-	// buffer afterwards (one allocation, cheaper than a copy per string).
-	payload = bytes.Clone(payload)
+	// payload is the report's to keep (Raw, and the strings decoded in
+	// place from it), and is never changed.
 	var st schema.DeviceStatus
 	if err := decode(payload, &st); err != nil {
 		in.malformed(schema.TopicStatus, device, fmt.Errorf("decode: %w", err))
