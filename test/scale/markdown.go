@@ -230,14 +230,17 @@ func partialPhases(o options) string {
 	without := func(skip ...string) []string {
 		var out []string
 		for _, p := range allPhases {
-			if !slices.Contains(skip, p) {
+			if !slices.Contains(skip, p) && p != phaseUplink {
 				out = append(out, p)
 			}
 		}
 		return out
 	}
-	for _, full := range [][]string{allPhases, without(phaseBytes), without(phaseBytes, phaseRollout)} {
-		if slices.Equal(o.Phases, full) {
+	// The uplink phase exists only on the bridged topology: a run has it
+	// or not by its topology, which does not make it partial.
+	phases := slices.DeleteFunc(slices.Clone(o.Phases), func(p string) bool { return p == phaseUplink })
+	for _, full := range [][]string{without(), without(phaseBytes), without(phaseBytes, phaseRollout)} {
+		if slices.Equal(phases, full) {
 			return ""
 		}
 	}
