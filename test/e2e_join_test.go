@@ -53,6 +53,11 @@ func TestE2EJoinRefusesRogueFirstState(t *testing.T) {
 		p := addDeviceAsPrinted(t, f, dev)
 		publishRogueState(t, f, rogue, rogueKey, dev)
 		a := StartAgent(t, AgentOptions{Device: dev, Join: joinArg(t, p.agentJoin), ContainerdSocket: f.Containerd.Socket()})
+		// Whichever comes first: the refusal, or the rogue's pod.
+		awaitf(t, time.Minute, func() bool {
+			return strings.Contains(a.Logs(), "refused a desired state with a bad signature") || len(f.Containers(t, dev)) != 0
+		}, "%s neither refused nor ran the rogue's retained state", dev)
+		assertNoEvil(t, f, dev)
 		a.AwaitLog(t, 0, "refused a desired state with a bad signature", time.Minute)
 		awaitDeviceMessage(t, f, dev, "refused a desired state with a bad signature")
 		assertNoEvil(t, f, dev)
