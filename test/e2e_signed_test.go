@@ -99,6 +99,19 @@ func TestE2ESignedDesiredState(t *testing.T) {
 	} {
 		mark := a.LogMark()
 		rogue.mustPublish(topic, step.retained, step.payload)
+		runsEvil := func() bool {
+			for _, c := range f.Containers(t, dev) {
+				if c.Pod == "evil" {
+					return true
+				}
+			}
+			return false
+		}
+		awaitf(t, 30*time.Second, func() bool { return strings.Contains(a.Logs()[mark:], step.message) || runsEvil() },
+			"%s: the device neither refused nor ran it", step.name)
+		if runsEvil() {
+			t.Fatalf("%s: the device runs the rogue's pod evil", step.name)
+		}
 		a.AwaitLog(t, mark, step.message, 30*time.Second)
 		awaitf(t, 30*time.Second, func() bool {
 			d := f.Device(t, dev)
