@@ -4,8 +4,12 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +19,7 @@ import (
 
 	"github.com/containerd/containerd/namespaces"
 
+	"github.com/fleetmq/fleet/edgeagent/enroll"
 	"github.com/fleetmq/fleet/schema"
 	"github.com/fleetmq/fleet/test/testimage"
 )
@@ -328,6 +333,11 @@ func TestE2EJoinBootstrapTLS(t *testing.T) {
 	if j.BootstrapToken == "" || j.CAHash != f.Hub.CAHash || j.SigningKey != f.Hub.SigningKey || !strings.HasPrefix(j.Brokers[0], "ssl://127.0.0.1:") {
 		t.Fatalf("the join string carries %+v", j)
 	}
+	// Bad input first: a wrong CA hash, in the join string or as
+	// --ca-hash, against the real hub. The bootstrap token has one use;
+	// the enrollment after this proves none was spent.
+	e2eJoinWrongCAHash(t, f, j)
+
 	const dev = "boot-pi"
 	tarPath, _ := testimage.Build(t, testimage.Options{})
 	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(t.Context(), AgentNamespace(dev)), 2*time.Minute)
@@ -343,5 +353,55 @@ func TestE2EJoinBootstrapTLS(t *testing.T) {
 	f.AwaitConverged(t, time.Minute, dev)
 	if strings.Contains(a.Logs(), j.BootstrapToken) {
 		t.Error("the agent logged the bootstrap token")
+	}
+}
+
+// e2eJoinWrongCAHash: an agent given the hub's real TLS broker but a CA
+// hash of another CA (in the join string, or as --ca-hash beside the
+// bootstrap token) refuses the hub's certificate with an error naming the
+// pinned hash, enrolls nothing, stores no token and no CA, and spends no
+// use of the bootstrap token.
+func e2eJoinWrongCAHash(t *testing.T, f *Fleet, j schema.JoinInfo) {
+	t.Helper()
+	sum := sha256.Sum256([]byte("not the hub's CA"))
+	wrongHash := "sha256:" + hex.EncodeToString(sum[:])
+	bad := j
+	bad.CAHash = wrongHash
+	wrongJoin, err := schema.EncodeJoin(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		opts AgentOptions
+	}{
+		{"join string", AgentOptions{Device: "badca-join", Join: wrongJoin, Args: []string{"--device", "badca-join"}}},
+		{"--ca-hash", AgentOptions{Device: "badca-flag", Broker: j.Brokers[0], BootstrapToken: j.BootstrapToken, Args: []string{"--ca-hash", wrongHash}}},
+	} {
+		c.opts.ContainerdSocket = f.Containerd.Socket()
+		a := StartAgent(t, c.opts)
+		refused := a.AwaitLog(t, 0, "pinned CA "+wrongHash, time.Minute)
+		if !strings.Contains(refused, enroll.ErrCAMismatch.Error()) {
+			t.Errorf("%s: the refusal does not say why: %s", c.name, refused)
+		}
+		if err := a.Stop(); err != nil {
+			t.Errorf("%s: stop the agent: %v", c.name, err)
+		}
+		for _, name := range []string{enroll.TokenFile, enroll.CAFile} {
+			if _, err := os.Stat(filepath.Join(a.StateDir, name)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s: after the refusal the state dir has %s: %v", c.name, name, err)
+			}
+		}
+		if code, _ := f.Hub.Do(t, http.MethodGet, "/v1/devices/"+c.opts.Device, nil); code != http.StatusNotFound {
+			t.Errorf("%s: GET device %s after the refusal: %d, want 404", c.name, c.opts.Device, code)
+		}
+		if strings.Contains(a.Logs(), j.BootstrapToken) {
+			t.Errorf("%s: the agent logged the bootstrap token", c.name)
+		}
+	}
+	for id, bt := range bootstrapTokens(t, f.Hub) {
+		if bt.Used != 0 {
+			t.Errorf("bootstrap token %s: %d uses spent by refused agents", id, bt.Used)
+		}
 	}
 }
