@@ -25,6 +25,10 @@ type Status struct {
 // from it misses nothing.
 type ListMeta struct {
 	ResourceVersion string `json:"resourceVersion"`
+	// Continue, set on a page of a list asked for with limit, is the
+	// opaque token that asks for the next page (query continue=TOKEN);
+	// empty on the last page.
+	Continue string `json:"continue,omitempty"`
 }
 
 // DeviceList is the body of GET /v1/devices.

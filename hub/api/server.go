@@ -79,6 +79,8 @@ type Server struct {
 	limiter *ratelimit.AuthLimiter
 	// registered lists the routes as registered (routelist.go).
 	registered routeList
+	// pageKey signs the continue tokens of list pages (pages.go).
+	pageKey []byte
 }
 
 // New builds the API on the store.
@@ -86,6 +88,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Store == nil {
 		return nil, errors.New("new api server: no store")
 	}
+	var err error
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -110,6 +113,9 @@ func New(opts Options) (*Server, error) {
 		s.limiter = ratelimit.NewAuthLimiter(ratelimit.AuthOptions{})
 	}
 	s.agg.Now = time.Now
+	if s.pageKey, err = newPageKey(); err != nil {
+		return nil, err
+	}
 	s.routes()
 	return s, nil
 }
