@@ -154,6 +154,7 @@ func (s *Server) routes() {
 	s.Handle("/v1/{kind}", methods{http.MethodGet: s.listOrWatch, http.MethodPost: s.create})
 	s.Handle("/v1/{kind}/{name}", methods{http.MethodGet: s.get, http.MethodPut: s.update, http.MethodDelete: s.delete})
 	s.Handle("/v1/devices/{name}/token", methods{http.MethodPost: s.issueToken})
+	s.Handle("/v1/devices:batch", methods{http.MethodPost: s.registerDevices})
 	s.Handle("/v1/credentials", methods{http.MethodGet: s.listCredentials, http.MethodPost: s.createCredential})
 	s.Handle("/v1/credentials/{name}", methods{http.MethodDelete: s.deleteCredential})
 	s.bootstrapRoutes()
