@@ -220,3 +220,32 @@ func TestListPagesExpiredRevision(t *testing.T) {
 		t.Errorf("410 message %q: want the revision and to list again", msg)
 	}
 }
+
+// BenchmarkListDevices10kPaged lists the 10,000 devices of
+// BenchmarkListDevices10k in pages of 500 (as fleet get does by default),
+// following continue, and reports the time of the whole listing.
+func BenchmarkListDevices10kPaged(b *testing.B) {
+	h := newTestHub(b, Options{})
+	seedDevices(b, h, 10000)
+	for b.Loop() {
+		cont, n := "", 0
+		for {
+			q := "/v1/devices?limit=500"
+			if cont != "" {
+				q += "&continue=" + url.QueryEscape(cont)
+			}
+			resp := h.do(b, http.MethodGet, q, h.Admin, nil)
+			var p devicePage
+			if err := json.Unmarshal(resp.Body, &p); err != nil || resp.Code != http.StatusOK {
+				b.Fatalf("page: %d %v", resp.Code, err)
+			}
+			n += len(p.Items)
+			if cont = p.Metadata.Continue; cont == "" {
+				break
+			}
+		}
+		if n != 10000 {
+			b.Fatalf("listed %d devices, want 10,000", n)
+		}
+	}
+}
