@@ -91,7 +91,7 @@ win over the environment, which wins over the file.`,
 			if err := cfg.resolve(cmd.Flags()); err != nil {
 				return err
 			}
-			return runAgent(cmd.Context(), cfg, stderr)
+			return runAgent(cmd.Context(), cfg, stdout, stderr)
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -112,7 +112,7 @@ win over the environment, which wins over the file.`,
 	return root
 }
 
-func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
+func runAgent(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	log, err := newLogger(cfg.LogLevel, stderr)
 	if err != nil {
 		return err
@@ -186,7 +186,11 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 		}
 	}()
 
-	agent, err := edgeagent.New(edgeagent.Options{
+	up, err := newUpgrade(cfg, log, stdout, stderr, rt)
+	if err != nil {
+		return err
+	}
+	opts := edgeagent.Options{
 		Device:            device,
 		Broker:            cfg.Broker,
 		Token:             token,
@@ -204,14 +208,16 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 		HubSigningKey:     hubKey,
 
 		InsecureTrustFirstKey: cfg.InsecureTrustFirstKey,
-	})
+	}
+	up.options(&opts)
+	agent, err := edgeagent.New(opts)
 	if err != nil {
 		return err
 	}
 	if releaseAfter > 0 {
 		go releaseStartupPages(ctx, releaseAfter, log)
 	}
-	if err := agent.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	if err := up.run(ctx, agent); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil

@@ -186,7 +186,11 @@ func (l Layout) Commit() error {
 
 // ClearNext removes next (none is fine).
 func (l Layout) ClearNext() error {
-	if err := os.Remove(l.Next()); err != nil && !errors.Is(err, os.ErrNotExist) {
+	err := os.Remove(l.Next())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("remove the trial link: %w", err)
 	}
 	return syncDir(l.Dir)
