@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -221,13 +222,17 @@ func AgentProcesses(a *Agent) []int {
 	}
 	out := []int{pid}
 	for i := 0; i < len(out); i++ {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", out[i], out[i]))
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil {
-				out = append(out, c)
+		// Each thread lists the children it started.
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", out[i]))
+		for _, task := range tasks {
+			b, err := os.ReadFile(task)
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if c, err := strconv.Atoi(f); err == nil && !slices.Contains(out, c) {
+					out = append(out, c)
+				}
 			}
 		}
 	}

@@ -250,6 +250,7 @@ func (u *Updater) step(ctx context.Context) (*Staged, error) {
 	if !u.o.Layout.Staged(d.Version, d.Digest) {
 		next.Message = "pulling " + d.Image
 		u.setRecord(next)
+		u.log.Info("pulling the new agent release", "version", d.Version, "image", d.Image)
 		start := time.Now()
 		n, err := u.fetch(ctx, d)
 		if errors.Is(err, ErrDigest) {
