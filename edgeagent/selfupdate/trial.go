@@ -285,7 +285,7 @@ func (c *child) maxRSS() int64 {
 	select {
 	case <-c.exited:
 		if c.rusage != nil {
-			return c.rusage.Maxrss * 1024
+			return int64(c.rusage.Maxrss) * 1024
 		}
 		return 0
 	default:
