@@ -163,6 +163,7 @@ func TestE2EAgentUpgrade(t *testing.T) {
 	u.awaitRolloutPhase(t, agentA, schema.RolloutComplete, time.Minute)
 	pid := u.Agent(t, first).PID()
 
+	t.Run("bad input", func(t *testing.T) { u.badUpgrades(t, aRef) })
 	t.Run("digest mismatch is refused", func(t *testing.T) {
 		const v = "v0.0.0-b.1"
 		ref, _, _ := u.reg.PushAgentImage(t, "fleet/agent:"+v, u.bBin)
@@ -177,14 +178,14 @@ func TestE2EAgentUpgrade(t *testing.T) {
 		ref, digest := u.pushBroken(t, "fleet/agent:"+v, `echo "fleet-agent: this release is broken" >&2; exit 3`)
 		u.rollout(t, v, ref, digest, false)
 		took := u.failedBack(t, v, first, pid, "exited at start (exit status 3)", time.Minute)
-		t.Logf("a B that exits at start: rolled back %v after the rollout was applied", took.Round(time.Millisecond))
+		t.Logf("BENCH agentupgrade: a B that exits at start: rolled back %v after the rollout was applied", took.Round(time.Millisecond))
 	})
 	t.Run("B never connects", func(t *testing.T) {
 		const v = "v0.0.0-b.3"
 		ref, digest := u.pushBroken(t, "fleet/agent:"+v, `exec sleep 3600`)
 		u.rollout(t, v, ref, digest, false)
 		took := u.failedBack(t, v, first, pid, "did not connect to the broker within "+upgradeTrialDeadline.String(), upgradeTrialDeadline+time.Minute)
-		t.Logf("a B that never connects: rolled back %v after the rollout was applied (trial deadline %v)", took.Round(time.Millisecond), upgradeTrialDeadline)
+		t.Logf("BENCH agentupgrade: a B that never connects: rolled back %v after the rollout was applied (trial deadline %v)", took.Round(time.Millisecond), upgradeTrialDeadline)
 		if took < upgradeTrialDeadline {
 			t.Errorf("rolled back after %v, before the trial deadline %v", took, upgradeTrialDeadline)
 		}
@@ -215,6 +216,7 @@ func TestE2EAgentUpgrade(t *testing.T) {
 		if !lineHas(out, devs[2], agentA) {
 			t.Errorf("fleet get devices -o wide does not show %s still on %s:\n%s", devs[2], agentA, out)
 		}
+		u.dashboardShows(t, map[string]string{devs[0]: agentB, devs[1]: agentB, devs[2]: agentA})
 		u.reportSwitch(t, first, mark, perDevice, layer, "fleet/agent")
 
 		offline.Start(t)
@@ -300,6 +302,76 @@ func (u *upgradeFleet) reportSwitch(t *testing.T, device string, mark int, took 
 		}
 	}
 	n, _ := strconv.ParseInt(rss, 10, 64)
-	t.Logf("one agent upgrade on %s: %v from the rollout's apply to the hub seeing %s; %d bytes pulled from the registry per device (2 devices pulled; layer %d, binary %d); MQTT session down %v in all (two reconnections: the trial, then the new agent after exec); trial's peak RSS %.1f MiB",
+	t.Logf("BENCH agentupgrade: one agent upgrade on %s: %v from the rollout's apply to the hub seeing %s; %d bytes pulled from the registry per device (2 devices pulled; layer %d, binary %d); MQTT session down %v in all (two reconnections: the trial, then the new agent after exec); trial's peak RSS %.1f MiB",
 		device, took.Round(time.Millisecond), agentB, u.reg.Served(repo)/2, layer, len(u.bBin), down.Round(time.Millisecond), float64(n)/(1<<20))
+}
+
+// badUpgrades: fleet agent upgrade against the real hub with a version
+// newer than the hub (unknown), of another major release, and with a
+// selector that matches no device: each exits non-zero naming the field,
+// and the stored AgentRollout, and what the devices are told, stay as
+// they were. (A version below the skew policy's floor needs a hub of
+// v0.2 or later: hub/api's TestAgentRolloutAdmission.)
+func (u *upgradeFleet) badUpgrades(t *testing.T, image string) {
+	before := u.agentRollout(t)
+	digest := goruntime.GOARCH + "=" + Sha256Digest([]byte("x"))
+	for _, tt := range []struct {
+		want string
+		args []string
+	}{
+		{"spec.version: unknown version v0.1.0", []string{"--to", "v0.1.0"}},
+		{"spec.version: v1.0.0 is another major release", []string{"--to", "v1.0.0"}},
+		{"spec.selector: matches no device", []string{"--to", agentB, "-l", "site=nowhere"}},
+		{"spec.selector: matches no device", []string{"--to", agentB, "--name", "other", "-l", "site=nowhere"}},
+	} {
+		args := append([]string{"agent", "upgrade", "--image", image, "--digest", digest}, tt.args...)
+		out, errOut, err := u.RunCLI(t, "", args...)
+		if err == nil || !strings.Contains(errOut, tt.want) {
+			t.Errorf("fleet %s: %v, stdout %q, stderr %q; want a failure saying %q", strings.Join(args, " "), err, out, errOut, tt.want)
+		}
+	}
+	after := u.agentRollout(t)
+	if after.Metadata.ResourceVersion != before.Metadata.ResourceVersion || after.Spec.Version != agentA {
+		t.Errorf("a refused upgrade changed agentrollout/fleet: %s %s -> %s %s", before.Spec.Version, before.Metadata.ResourceVersion, after.Spec.Version, after.Metadata.ResourceVersion)
+	}
+	if _, _, err := u.RunCLI(t, "", "get", "agentrollout", "other"); err == nil {
+		t.Error("a refused upgrade stored agentrollout/other")
+	}
+	u.AwaitDevices(t, 10*time.Second, "still told "+agentA, runsAgent(agentA), u.Devices()...)
+}
+
+// dashboardShows checks that the dashboard's device list
+// (/v1/dashboard/devices, what its table shows) has each device's agent
+// version; the dashboard's snapshot lags the hub by its refresh, so it is
+// polled.
+func (u *upgradeFleet) dashboardShows(t *testing.T, want map[string]string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var page struct {
+			Items []struct {
+				Name  string `json:"name"`
+				Agent string `json:"agent"`
+			} `json:"items"`
+		}
+		u.Get(t, "/v1/dashboard/devices?limit=100", &page)
+		got := map[string]string{}
+		for _, r := range page.Items {
+			got[r.Name] = r.Agent
+		}
+		missing := ""
+		for d, v := range want {
+			if got[d] != v {
+				missing += fmt.Sprintf(" %s: %q, want %s;", d, got[d], v)
+			}
+		}
+		if missing == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the dashboard's device list does not show the agents' versions:%s", missing)
+			return
+		}
+		time.Sleep(pollEvery) // poll interval, not synchronisation
+	}
 }

@@ -135,6 +135,13 @@ func (r *CountingRegistry) Served(repo string) int64 {
 // reference, the binary's digest and the layer's compressed size.
 func (r *CountingRegistry) PushAgentImage(t testing.TB, repo string, bin []byte) (ref, digest string, layerBytes int64) {
 	t.Helper()
+	return r.PushAgentImageFor(t, repo, bin, goruntime.GOARCH, "")
+}
+
+// PushAgentImageFor is PushAgentImage for linux/arch/variant (arm64, or
+// arm and v7: the image of another machine's agent).
+func (r *CountingRegistry) PushAgentImageFor(t testing.TB, repo string, bin []byte, arch, variant string) (ref, digest string, layerBytes int64) {
+	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	if err := tw.WriteHeader(&tar.Header{Name: "fleet-agent", Mode: 0o755, Size: int64(len(bin)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
@@ -159,7 +166,7 @@ func (r *CountingRegistry) PushAgentImage(t testing.TB, repo string, bin []byte)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cf.OS, cf.Architecture = "linux", goruntime.GOARCH
+	cf.OS, cf.Architecture, cf.Variant = "linux", arch, variant
 	cf.Config = v1.Config{Entrypoint: []string{"/fleet-agent"}}
 	if img, err = ggcrmutate.ConfigFile(img, cf); err != nil {
 		t.Fatal(err)
