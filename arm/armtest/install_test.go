@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/fleetmq/fleet/edgeagent/selfupdate"
 )
 
 // installResult is one run of arm/install.sh.
@@ -248,6 +250,16 @@ func TestInstallUninstall(t *testing.T) {
 	}
 	if len(added) != len(wantAdded) {
 		t.Errorf("install added %d paths, want %d:\n got %v", len(added), len(wantAdded), added)
+	}
+
+	// The layout is the one the agent replaces itself in: current names
+	// the installed binary, so an agent started from it may upgrade.
+	lay := selfupdate.Layout{Dir: filepath.Join(root, "usr/local/lib/fleet-agent")}
+	if v, err := lay.CurrentVersion(); err != nil || v != release {
+		t.Errorf("layout current: %q, %v; want %s", v, err, release)
+	}
+	if err := lay.Check(filepath.Join(lay.Dir, release)); err != nil {
+		t.Errorf("the agent would not upgrade itself from the installed layout: %v", err)
 	}
 
 	// The config: exactly the agent's keys, with the given values.
