@@ -252,15 +252,7 @@ func TestInstallUninstall(t *testing.T) {
 		t.Errorf("install added %d paths, want %d:\n got %v", len(added), len(wantAdded), added)
 	}
 
-	// The layout is the one the agent replaces itself in: current names
-	// the installed binary, so an agent started from it may upgrade.
-	lay := selfupdate.Layout{Dir: filepath.Join(root, "usr/local/lib/fleet-agent")}
-	if v, err := lay.CurrentVersion(); err != nil || v != release {
-		t.Errorf("layout current: %q, %v; want %s", v, err, release)
-	}
-	if err := lay.Check(filepath.Join(lay.Dir, release)); err != nil {
-		t.Errorf("the agent would not upgrade itself from the installed layout: %v", err)
-	}
+	checkLayout(t, root, release)
 
 	// The config: exactly the agent's keys, with the given values.
 	var cfg map[string]string
@@ -361,6 +353,20 @@ l /usr/local/lib/fleet-agent/current
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// checkLayout checks that install.sh wrote the layout the agent replaces
+// itself in: current names the installed binary, so an agent started from
+// it may upgrade.
+func checkLayout(t *testing.T, root, release string) {
+	t.Helper()
+	lay := selfupdate.Layout{Dir: filepath.Join(root, "usr/local/lib/fleet-agent")}
+	if v, err := lay.CurrentVersion(); err != nil || v != release {
+		t.Errorf("layout current: %q, %v; want %s", v, err, release)
+	}
+	if err := lay.Check(filepath.Join(lay.Dir, release)); err != nil {
+		t.Errorf("the agent would not upgrade itself from the installed layout: %v", err)
+	}
+}
 
 // installedName is the name install.sh gives agent in
 // /usr/local/lib/fleet-agent: its release when it runs on this machine
