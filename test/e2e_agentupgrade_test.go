@@ -190,52 +190,7 @@ func TestE2EAgentUpgrade(t *testing.T) {
 			t.Errorf("rolled back after %v, before the trial deadline %v", took, upgradeTrialDeadline)
 		}
 	})
-	t.Run("B in waves with a device offline", func(t *testing.T) {
-		offline := u.Agent(t, devs[2])
-		offline.Kill(t)
-		u.AwaitDevices(t, time.Minute, "offline", func(d schema.Device) bool { return d.Status != nil && !d.Status.Online }, devs[2])
-		ref, digest, layer := u.reg.PushAgentImage(t, "fleet/agent:"+agentB, u.bBin)
-		mark := u.Agent(t, first).LogMark()
-		start := time.Now()
-		u.rollout(t, agentB, ref, digest, false)
-		u.AwaitDevices(t, 2*time.Minute, "running "+agentB, runsAgent(agentB), first)
-		perDevice := time.Since(start)
-		u.AwaitDevices(t, 2*time.Minute, "running "+agentB, runsAgent(agentB), devs[1])
-		ar := u.agentRollout(t)
-		for _, d := range ar.Status.Devices {
-			if d.Name == devs[2] && d.Phase != schema.AgentPending {
-				t.Errorf("the offline device is %s (%s), want Pending", d.Phase, d.Reason)
-			}
-		}
-		out := u.CLI(t, "get", "devices", "-o", "wide")
-		for _, d := range devs[:2] {
-			if !lineHas(out, d, agentB) {
-				t.Errorf("fleet get devices -o wide does not show %s on %s:\n%s", agentB, d, out)
-			}
-		}
-		if !lineHas(out, devs[2], agentA) {
-			t.Errorf("fleet get devices -o wide does not show %s still on %s:\n%s", devs[2], agentA, out)
-		}
-		u.dashboardShows(t, map[string]string{devs[0]: agentB, devs[1]: agentB, devs[2]: agentA})
-		u.reportSwitch(t, first, mark, perDevice, layer, "fleet/agent")
-
-		offline.Start(t)
-		u.AwaitDevices(t, 2*time.Minute, "running "+agentB+" after its return", runsAgent(agentB), devs[2])
-		ar = u.awaitRolloutPhase(t, agentB, schema.RolloutComplete, time.Minute)
-		for _, d := range ar.Status.Devices {
-			if d.Phase != schema.AgentUpdated {
-				t.Errorf("%s: %s, want Updated", d.Name, d.Phase)
-			}
-		}
-		// The trial's report made the device Updated; the agent exec'd
-		// after it says so too.
-		u.AwaitDevices(t, time.Minute, "reporting the upgrade from "+agentA, upgradedFrom(agentA), devs...)
-		for _, d := range devs {
-			if v, _ := u.layouts[d].CurrentVersion(); v != agentB {
-				t.Errorf("%s: current is %q, want %s", d, v, agentB)
-			}
-		}
-	})
+	t.Run("B in waves with a device offline", func(t *testing.T) { u.waves(t, devs) })
 	samePIDs(t, "across the agent's upgrades", before, u.TaskPIDs(t))
 	for _, d := range devs {
 		if evs := u.eventsSince(d, marks[d]); len(evs) != 0 {
@@ -373,5 +328,75 @@ func (u *upgradeFleet) dashboardShows(t *testing.T, want map[string]string) {
 			return
 		}
 		time.Sleep(pollEvery) // poll interval, not synchronisation
+	}
+}
+
+// inWaves checks, from the agents' logs, that the second wave began
+// only after the first: the second device started pulling B after the
+// first device's trial had passed.
+func inWaves(t *testing.T, firstLogs string, firstMark int, secondLogs string, secondMark int) {
+	t.Helper()
+	passed := LogTimes(firstLogs, firstMark, "agent trial passed")
+	pulled := LogTimes(secondLogs, secondMark, "pulling the new agent release")
+	if len(passed) == 0 || len(pulled) == 0 {
+		t.Errorf("cannot order the waves from the logs: %d trials passed on the first device, %d pulls on the second", len(passed), len(pulled))
+		return
+	}
+	if !pulled[0].After(passed[0]) {
+		t.Errorf("the second device pulled B at %v, before the first device's trial passed at %v: not in waves", pulled[0], passed[0])
+	}
+	t.Logf("waves: the first device passed its trial at %s, the second began pulling %v later", passed[0].Format(time.StampMilli), pulled[0].Sub(passed[0]).Round(time.Millisecond))
+}
+
+// waves moves the devices to B with a Staged rollout, one device first,
+// the third offline throughout (pending, never failed) until it returns
+// and upgrades; it checks the versions in the CLI and the dashboard and
+// logs what one device's switch cost.
+func (u *upgradeFleet) waves(t *testing.T, devs []string) {
+	first := devs[0]
+	offline := u.Agent(t, devs[2])
+	offline.Kill(t)
+	u.AwaitDevices(t, time.Minute, "offline", func(d schema.Device) bool { return d.Status != nil && !d.Status.Online }, devs[2])
+	ref, digest, layer := u.reg.PushAgentImage(t, "fleet/agent:"+agentB, u.bBin)
+	mark, mark1 := u.Agent(t, first).LogMark(), u.Agent(t, devs[1]).LogMark()
+	start := time.Now()
+	u.rollout(t, agentB, ref, digest, false)
+	u.AwaitDevices(t, 2*time.Minute, "running "+agentB, runsAgent(agentB), first)
+	perDevice := time.Since(start)
+	u.AwaitDevices(t, 2*time.Minute, "running "+agentB, runsAgent(agentB), devs[1])
+	inWaves(t, u.Agent(t, first).Logs(), mark, u.Agent(t, devs[1]).Logs(), mark1)
+	ar := u.agentRollout(t)
+	for _, d := range ar.Status.Devices {
+		if d.Name == devs[2] && d.Phase != schema.AgentPending {
+			t.Errorf("the offline device is %s (%s), want Pending", d.Phase, d.Reason)
+		}
+	}
+	out := u.CLI(t, "get", "devices", "-o", "wide")
+	for _, d := range devs[:2] {
+		if !lineHas(out, d, agentB) {
+			t.Errorf("fleet get devices -o wide does not show %s on %s:\n%s", agentB, d, out)
+		}
+	}
+	if !lineHas(out, devs[2], agentA) {
+		t.Errorf("fleet get devices -o wide does not show %s still on %s:\n%s", devs[2], agentA, out)
+	}
+	u.dashboardShows(t, map[string]string{devs[0]: agentB, devs[1]: agentB, devs[2]: agentA})
+	u.reportSwitch(t, first, mark, perDevice, layer, "fleet/agent")
+
+	offline.Start(t)
+	u.AwaitDevices(t, 2*time.Minute, "running "+agentB+" after its return", runsAgent(agentB), devs[2])
+	ar = u.awaitRolloutPhase(t, agentB, schema.RolloutComplete, time.Minute)
+	for _, d := range ar.Status.Devices {
+		if d.Phase != schema.AgentUpdated {
+			t.Errorf("%s: %s, want Updated", d.Name, d.Phase)
+		}
+	}
+	// The trial's report made the device Updated; the agent exec'd
+	// after it says so too.
+	u.AwaitDevices(t, time.Minute, "reporting the upgrade from "+agentA, upgradedFrom(agentA), devs...)
+	for _, d := range devs {
+		if v, _ := u.layouts[d].CurrentVersion(); v != agentB {
+			t.Errorf("%s: current is %q, want %s", d, v, agentB)
+		}
 	}
 }
