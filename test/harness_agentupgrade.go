@@ -318,3 +318,36 @@ func LogTimes(logs string, mark int, substr string) []time.Time {
 	}
 	return out
 }
+
+// SampleAgentRSS samples, every pollEvery until the returned function is
+// called, the resident memory of all of a's processes (AgentProcesses:
+// the agent and the one in trial) and returns the largest sum seen and
+// the most processes seen at once. A measurement, never an assertion.
+func SampleAgentRSS(a *Agent) func() (maxBytes int64, maxProcs int) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	var maxBytes int64
+	var maxProcs int
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(pollEvery)
+		defer tick.Stop()
+		for {
+			var sum int64
+			pids := AgentProcesses(a)
+			for _, p := range pids {
+				sum += RSSBytes(p)
+			}
+			maxBytes, maxProcs = max(maxBytes, sum), max(maxProcs, len(pids))
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() (int64, int) {
+		close(stop)
+		<-done
+		return maxBytes, maxProcs
+	}
+}
