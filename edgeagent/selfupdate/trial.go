@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -200,13 +201,12 @@ func startChild(o TrialOptions) (*child, error) {
 		pr.Close()
 		return nil, err
 	}
-	c.start = time.Now()
-	if err := cmd.Start(); err != nil {
+	started := make(chan error, 1)
+	go c.run(started, errR, o.Stderr)
+	if err := <-started; err != nil {
 		pr.Close()
 		return nil, err
 	}
-	var copied sync.WaitGroup
-	copied.Go(func() { c.copyErr(errR, o.Stderr) })
 	go func() {
 		defer pr.Close()
 		sc := bufio.NewScanner(pr)
@@ -218,15 +218,30 @@ func startChild(o TrialOptions) (*child, error) {
 			}
 		}
 	}()
-	go func() {
-		copied.Wait() // Wait closes the stderr pipe: read it all first
-		c.waitErr = cmd.Wait()
-		if ps := cmd.ProcessState; ps != nil {
-			c.rusage, _ = ps.SysUsage().(*syscall.Rusage)
-		}
-		close(c.exited)
-	}()
 	return c, nil
+}
+
+// run starts the child, says so on started, and waits for it. It holds
+// its OS thread throughout: the kernel sends PR_SET_PDEATHSIG when the
+// thread that forked the child ends, not the process, and the Go runtime
+// may end an idle thread; locked, this one lives as long as the child.
+func (c *child) run(started chan<- error, errR io.Reader, stderr io.Writer) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c.start = time.Now()
+	if err := c.cmd.Start(); err != nil {
+		started <- err
+		return
+	}
+	var copied sync.WaitGroup
+	copied.Go(func() { c.copyErr(errR, stderr) })
+	started <- nil
+	copied.Wait() // Wait closes the stderr pipe: read it all first
+	c.waitErr = c.cmd.Wait()
+	if ps := c.cmd.ProcessState; ps != nil {
+		c.rusage, _ = ps.SysUsage().(*syscall.Rusage)
+	}
+	close(c.exited)
 }
 
 // copyErr copies the child's stderr on and keeps its last lines.
