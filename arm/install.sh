@@ -25,6 +25,7 @@ umask 077
 HERE=$(cd "$(dirname "$0")" && pwd)
 
 BIN_PATH=/usr/local/bin/fleet-agent
+LIB_DIR=/usr/local/lib/fleet-agent
 ETC_DIR=/etc/fleet
 CONF_PATH=/etc/fleet/agent.yaml
 TOKEN_PATH=/etc/fleet/token
@@ -82,7 +83,10 @@ Install options:
                         Without --join the agent has no hub signing key and
                         runs nothing the hub publishes: prefer --join
   --binary PATH         fleet-agent binary to install (default: the one for
-                        this CPU in dist/ next to this script, or ../dist/)
+                        this CPU in dist/ next to this script, or ../dist/),
+                        as /usr/local/lib/fleet-agent/<release> with a
+                        current link, which /usr/local/bin/fleet-agent
+                        names: the agent upgrades itself there
   --url-base URL        download fleet-agent-linux-ARCH and SHA256SUMS from
                         URL/ (curl or wget) and verify the checksum
   --arch ARCH           arm64, armv7, armv6 or amd64 (default: from uname -m)
@@ -92,8 +96,9 @@ Install options:
 
 Uninstall options:
   --uninstall           remove what install wrote (binary, unit and its
-                        enable symlink, /etc/fleet files); containerd and
-                        the agent's state stay
+                        enable symlink, /etc/fleet files) and the agent's
+                        releases in /usr/local/lib/fleet-agent; containerd
+                        and the agent's state stay
   --purge               also remove the agent's state directory
 
 Common options:
@@ -245,6 +250,28 @@ put_file() {
 	say "wrote $2 (mode $3)"
 }
 
+# put_link TARGET LINK: makes LINK (a host path) a symlink to TARGET,
+# atomically (a new link renamed over the old one or over a file), unless
+# it is one already.
+put_link() {
+	_link=$(r "$2")
+	record l "$2"
+	if [ -L "$_link" ] && [ "$(readlink "$_link")" = "$1" ]; then
+		say "unchanged $2"
+		return 0
+	fi
+	CHANGED=1
+	if [ "$DRY_RUN" = 1 ]; then
+		say "would link $2 -> $1"
+		return 0
+	fi
+	ensure_dir "$(dirname "$2")" 0755
+	rm -f "$_link.new"
+	ln -s "$1" "$_link.new"
+	mv -fT "$_link.new" "$_link"
+	say "linked $2 -> $1"
+}
+
 # remove_path PATH: removes a file or symlink inside the root.
 remove_path() {
 	_p=$(r "$1")
@@ -351,6 +378,34 @@ find_unit() {
 	else
 		die "no $UNIT_NAME next to $0"
 	fi
+}
+
+# binary_name BIN: BIN's name in $LIB_DIR: its release, as `fleet-agent
+# version` prints it, when it runs here; else "installed" (a binary for
+# another machine, under --root).
+binary_name() {
+	_t=
+	if command -v timeout >/dev/null 2>&1; then _t="timeout 10"; fi
+	_v=$($_t "$1" version 2>/dev/null | awk '$1 == "fleet-agent" { print $2; exit }') || _v=
+	if printf '%s' "$_v" | grep -Eq '^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$'; then
+		printf '%s' "$_v"
+	else
+		printf installed
+	fi
+}
+
+# install_binary BIN: the upgrade layout the agent replaces itself in
+# (edgeagent/selfupdate): BIN as $LIB_DIR/<release>, $LIB_DIR/current
+# linked to it, and $BIN_PATH, which the unit runs, linked to current.
+# The agent tries a new release as $LIB_DIR/next and renames next over
+# current only once it connected and reported, so every start (a power
+# cut at any moment, a crash) runs a binary that worked.
+install_binary() {
+	_name=$(binary_name "$1")
+	ensure_dir "$LIB_DIR" 0755
+	put_file "$1" "$LIB_DIR/$_name" 0755
+	put_link "$_name" "$LIB_DIR/current"
+	put_link "$LIB_DIR/current" "$BIN_PATH"
 }
 
 # --- checks -----------------------------------------------------------------
@@ -501,7 +556,7 @@ write_manifest() {
 	if [ -f "$_old" ]; then
 		while read -r _kind _path; do
 			[ -n "$_path" ] || continue
-			if [ "$_kind" = f ] && ! grep -qxF "f $_path" "$RECORDS"; then
+			if [ "$_kind" = f ] && ! grep -qxF "f $_path" "$RECORDS" && ! grep -qxF "l $_path" "$RECORDS"; then
 				remove_path "$_path"
 				continue
 			fi
@@ -654,7 +709,7 @@ do_install() {
 	install_packages
 
 	ensure_dir "$ETC_DIR" 0700
-	put_file "$_bin" "$BIN_PATH" 0755
+	install_binary "$_bin"
 	if [ -n "$JOIN" ]; then
 		printf '%s\n' "$JOIN" >"$TMPD/join"
 		put_file "$TMPD/join" "$JOIN_PATH" 0600
@@ -697,6 +752,17 @@ config_state_dir() {
 	printf '%s' "${_s:-/var/lib/fleet-agent}"
 }
 
+# remove_releases: the releases the agent staged in $LIB_DIR itself (its
+# upgrades), and its links.
+remove_releases() {
+	_l=$(r "$LIB_DIR")
+	[ -d "$_l" ] || return 0
+	for _p in "$_l"/* "$_l"/.[!.]*; do
+		{ [ -e "$_p" ] || [ -L "$_p" ]; } || continue
+		remove_path "$LIB_DIR/${_p##*/}"
+	done
+}
+
 do_uninstall() {
 	if acting && [ "$(id -u)" != 0 ]; then
 		die "run as root (sudo), or use --dry-run or --root DIR"
@@ -711,6 +777,7 @@ do_uninstall() {
 			printf 'f %s\n' "$_p"
 		done >"$TMPD/uninstall"
 		printf 'l %s\n' "$WANTS_PATH" >>"$TMPD/uninstall"
+		printf 'd %s\n' "$LIB_DIR" >>"$TMPD/uninstall"
 	fi
 	if [ -n "$ROOT" ] || [ -f "$(r "$UNIT_PATH")" ]; then
 		# Stops the agent only: KillMode=process leaves containers running.
@@ -722,6 +789,7 @@ do_uninstall() {
 		esac
 	done <"$TMPD/uninstall"
 	[ ! -f "$_manifest" ] || remove_path "$MANIFEST"
+	remove_releases
 	# Directories install created, deepest first, when empty.
 	sed -n 's/^d //p' "$TMPD/uninstall" | sort -r | while read -r _d; do
 		_p=$(r "$_d")

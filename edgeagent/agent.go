@@ -147,6 +147,29 @@ type Options struct {
 	// and pin the key of the first signed one (trust on first use; flag
 	// --insecure-trust-first-key). Default false.
 	InsecureTrustFirstKey bool
+	// Upgrade follows desiredState.agent, the agent's own release
+	// (edgeagent/selfupdate): it is handed the agent the persisted desired
+	// state names at start and that of every accepted one, and its Status
+	// is reported as status.agent.upgrade. Default none: the field is
+	// ignored.
+	Upgrade Upgrader
+	// Trial, set in an agent started in a trial by the previous one, is
+	// told when the first pass over the containers is done, when the
+	// broker session is up and when a status was published. Default none.
+	Trial TrialHooks
+}
+
+// Upgrader follows the agent release the desired state names.
+type Upgrader interface {
+	Desired(*schema.DesiredAgent)
+	Status() *schema.AgentUpgradeStatus
+}
+
+// TrialHooks hear how far an agent in trial got.
+type TrialHooks interface {
+	Adopted()
+	Connected()
+	Reported()
 }
 
 // ReplayGrace is how long after accepting a desired state an older one
@@ -196,6 +219,8 @@ type Agent struct {
 	trustedCAs atomic.Pointer[[]string]
 	// certs renews the client certificate over the session (certrenew.go).
 	certs certRenewal
+	// admitted is set once Run made the admission: status can be built.
+	admitted atomic.Bool
 }
 
 // DefaultStatusSettleGrace is Options.StatusSettleGrace's default: a
@@ -244,7 +269,7 @@ func New(o Options) (*Agent, error) {
 		Device: o.Device, Topic: a.topics.status, Publisher: pub, Version: o.Version,
 		NodeInfo: o.NodeInfo, StateDir: o.StateDir, Clock: o.Clock, Logger: a.log,
 		MinInterval: o.StatusInterval, Heartbeat: o.HeartbeatInterval, SettleGrace: o.StatusSettleGrace,
-		Seed: o.Seed,
+		Seed: o.Seed, OnPublished: a.onPublished,
 	})
 	return a, nil
 }
@@ -410,11 +435,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if ds != nil {
 		a.log.Info("loaded persisted desired state", "generation", ds.Generation, "store", ds.Store, "pods", len(ds.Pods))
+		if a.o.Upgrade != nil {
+			a.o.Upgrade.Desired(ds.Agent)
+		}
 	}
 	a.admission = desired.NewAdmission(desired.AdmissionOptions{
 		Device: a.o.Device, Current: ds, Pin: a.pin, Clock: a.o.Clock, Logger: a.log,
 		InsecureTrustFirstKey: a.o.InsecureTrustFirstKey,
 	})
+	a.admitted.Store(true)
 
 	rec, err := reconcile.New(reconcile.Options{
 		Runtime:        a.o.Runtime,
@@ -454,6 +483,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The first pass runs from the persisted state, before any network.
 	select {
 	case <-rec.Ready():
+		if a.o.Trial != nil {
+			a.o.Trial.Adopted()
+		}
 	case <-ctx.Done():
 	}
 	wg.Go(func() { _ = a.reporter.Run(ctx) })
@@ -536,7 +568,26 @@ func (a *Agent) podContainers() map[string][]string {
 	return out
 }
 
+// onPublished hears that a status went out: for an agent in trial,
+// reported once its session is up.
+func (a *Agent) onPublished() {
+	if a.o.Trial != nil && a.Connected() {
+		a.o.Trial.Reported()
+	}
+}
+
+// StatusChanged makes the agent report its status again (the agent's
+// upgrade moved, say).
+func (a *Agent) StatusChanged() {
+	if a.admitted.Load() {
+		a.pushStatus()
+	}
+}
+
 func (a *Agent) onConnect() {
+	if a.o.Trial != nil {
+		a.o.Trial.Connected()
+	}
 	// The CA verified on a first contact by hash is saved during the
 	// handshake: report it from this connection on.
 	if cas := a.currentTrustedCAs(); !slices.Equal(cas, a.refreshTrustedCAs()) {
@@ -567,6 +618,9 @@ func (a *Agent) onDesired(payload []byte) {
 	}
 	if v.Outcome == desired.Accepted && a.saveCABundle(v.State) {
 		v.StatusChanged = true
+	}
+	if v.Outcome == desired.Accepted && a.o.Upgrade != nil {
+		a.o.Upgrade.Desired(v.State.Agent)
 	}
 	if v.StatusChanged {
 		a.pushStatus()
@@ -663,7 +717,12 @@ func (a *Agent) pushStatus() {
 	if pods == nil {
 		pods = []schema.PodStatus{}
 	}
+	var upgrade *schema.AgentUpgradeStatus
+	if a.o.Upgrade != nil {
+		upgrade = a.o.Upgrade.Status()
+	}
 	a.reporter.Update(schema.DeviceStatus{
+		Agent:              schema.AgentInfo{Upgrade: upgrade},
 		ObservedGeneration: st.ObservedGeneration,
 		Store:              st.Store,
 		PublicKey:          a.PublicKey(),

@@ -804,6 +804,10 @@ type AgentInfo struct {
 	TimeZone string `json:"timeZone,omitempty"`
 	// UTCOffset is the zone's current offset from UTC, such as +01:00.
 	UTCOffset string `json:"utcOffset,omitempty"`
+	// Upgrade is where the agent stands in replacing itself with the
+	// release its desired state names (desiredState.agent); absent when
+	// there is nothing to replace.
+	Upgrade *AgentUpgradeStatus `json:"upgrade,omitempty"`
 }
 
 // NodeInfo carries the device's facts.

@@ -38,6 +38,7 @@ func typeDocTable() map[string]typeDoc {
 				"arch":      {doc: "Arch is the device's architecture, as Go names it (GOARCH): arm64, arm or amd64. The hub copies it into the device's fleet/arch label."},
 				"timeZone":  {doc: "TimeZone is the device's local time zone, as the agent reads it (the TZ variable, else /etc/localtime): an IANA name such as Europe/Paris, or Local when it has none. Update windows with timeZone device are read in it."},
 				"utcOffset": {doc: "UTCOffset is the zone's current offset from UTC, such as +01:00."},
+				"upgrade":   {doc: "Upgrade is where the agent stands in replacing itself with the release its desired state names (desiredState.agent); absent when there is nothing to replace."},
 			},
 		},
 		"AgentPhase": {
@@ -71,6 +72,20 @@ func typeDocTable() map[string]typeDoc {
 				"lastGoodVersion":    {doc: "LastGoodVersion is the last version whose rollout completed, which a rollback (autoRollback, fleet rollout undo) returns to."},
 				"lastGood":           {doc: "LastGood is the spec of that version (its artifacts), which fleet rollout undo agentrollout/NAME gives the rollout again."},
 				"devices":            {doc: "Devices are the selected devices, sorted by name."},
+			},
+		},
+		"AgentUpgradePhase": {
+			doc:  "AgentUpgradePhase is where a device's agent stands in replacing itself with the release its desired state names (desiredState.agent).",
+			enum: []string{"Downloading", "Trial", "Updated", "Failed"},
+		},
+		"AgentUpgradeStatus": {
+			doc: "AgentUpgradeStatus is the device's report on its agent's own upgrade (status.agent.upgrade): absent when the desired state names no other agent than the one running.",
+			fields: map[string]fieldDoc{
+				"version":  {doc: "Version is the release the upgrade is about: the one desiredState.agent names."},
+				"phase":    {doc: "Phase is Downloading, Trial, Updated or Failed."},
+				"message":  {doc: "Message says why, for Failed, and what happens, otherwise."},
+				"previous": {doc: "Previous is the release that ran before the switch: the one a failed trial went back to."},
+				"time":     {doc: "Time is when the phase began."},
 			},
 		},
 		"AutoRollback": {

@@ -72,6 +72,8 @@ type FleetOptions struct {
 	AgentArgs []string
 	// AgentEnv are extra environment variables of every fleet-agent.
 	AgentEnv []string
+	// HubBinary is the fleet-hub to run (HubOptions.Binary).
+	HubBinary string
 }
 
 // Fleet is a whole Fleet on one machine: a private containerd shared by
@@ -143,7 +145,7 @@ func StartFleet(t testing.TB, opts FleetOptions) *Fleet {
 	devices := f.startContainerd(t, opts)
 	f.events = watchContainerd(t, f.Containerd.Client(), AgentNamespace(devices[0]))
 
-	hubOpts := HubOptions{Args: append([]string(nil), opts.HubArgs...)}
+	hubOpts := HubOptions{Args: append([]string(nil), opts.HubArgs...), Binary: opts.HubBinary}
 	if opts.Broker == BrokerMosquitto {
 		hubPassword := randomHex(t, 24)
 		f.hubPassword = hubPassword

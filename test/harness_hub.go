@@ -108,6 +108,9 @@ type HubOptions struct {
 	Env []string
 	// Ready is how long to wait for the hub to come up; default 30 s.
 	Ready time.Duration
+	// Binary is the fleet-hub to run; default the one built from this
+	// tree (BuildBinary). The version-skew tests run an older release's.
+	Binary string
 	// MQTTAddr is the embedded broker's --mqtt-addr; default
 	// "127.0.0.1:0" (a free port, kept across Restart so that clients can
 	// reconnect to the same address).
@@ -155,6 +158,9 @@ func StartHub(t testing.TB, opts HubOptions) *Hub {
 	bin, err := BuildBinary("fleet-hub")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if opts.Binary != "" {
+		bin = opts.Binary
 	}
 	if opts.DataDir == "" {
 		opts.DataDir = filepath.Join(t.TempDir(), "fleet-data")

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/fleetmq/fleet/edgeagent/selfupdate"
 )
 
 // installResult is one run of arm/install.sh.
@@ -189,6 +191,9 @@ func TestInstallUninstall(t *testing.T) {
 	args := []string{"--root", root, "--broker", "tcp://hub.example:1883", "--device", "pi-01",
 		"--token-file", tokenFile, "--binary", agent, "--arch", "armv6"}
 
+	// The upgrade layout: the binary as its release, current linked to
+	// it, and the unit's /usr/local/bin/fleet-agent linked to current.
+	release := installedName(agent)
 	before := snapshot(t, root)
 	first := mustInstall(t, args...)
 	installed := snapshot(t, root)
@@ -200,16 +205,20 @@ func TestInstallUninstall(t *testing.T) {
 		sum  *[sha256.Size]byte
 		link string
 	}{
-		"/usr":                        {mode: fs.ModeDir | 0o755},
-		"/usr/local":                  {mode: fs.ModeDir | 0o755},
-		"/usr/local/bin":              {mode: fs.ModeDir | 0o755},
-		"/usr/local/bin/fleet-agent":  {mode: 0o755, sum: ptr(sumOf(agent))},
-		"/etc/fleet":                  {mode: fs.ModeDir | 0o700},
-		"/etc/fleet/agent.yaml":       {mode: 0o600},
-		"/etc/fleet/token":            {mode: 0o600, sum: ptr(sha256.Sum256([]byte("s3cret-token\n")))},
-		"/etc/fleet/.installed-files": {mode: 0o600},
-		"/etc/systemd":                {mode: fs.ModeDir | 0o755},
-		"/etc/systemd/system":         {mode: fs.ModeDir | 0o755},
+		"/usr":                                        {mode: fs.ModeDir | 0o755},
+		"/usr/local":                                  {mode: fs.ModeDir | 0o755},
+		"/usr/local/bin":                              {mode: fs.ModeDir | 0o755},
+		"/usr/local/bin/fleet-agent":                  {mode: fs.ModeSymlink | 0o777, link: "/usr/local/lib/fleet-agent/current"},
+		"/usr/local/lib":                              {mode: fs.ModeDir | 0o755},
+		"/usr/local/lib/fleet-agent":                  {mode: fs.ModeDir | 0o755},
+		"/usr/local/lib/fleet-agent/current":          {mode: fs.ModeSymlink | 0o777, link: release},
+		"/usr/local/lib/fleet-agent/" + release:       {mode: 0o755, sum: ptr(sumOf(agent))},
+		"/etc/fleet":                                  {mode: fs.ModeDir | 0o700},
+		"/etc/fleet/agent.yaml":                       {mode: 0o600},
+		"/etc/fleet/token":                            {mode: 0o600, sum: ptr(sha256.Sum256([]byte("s3cret-token\n")))},
+		"/etc/fleet/.installed-files":                 {mode: 0o600},
+		"/etc/systemd":                                {mode: fs.ModeDir | 0o755},
+		"/etc/systemd/system":                         {mode: fs.ModeDir | 0o755},
 		"/etc/systemd/system/fleet-agent.service":     {mode: 0o644, sum: ptr(sumOf(unit))},
 		"/etc/systemd/system/multi-user.target.wants": {mode: fs.ModeDir | 0o755},
 		"/etc/systemd/system/multi-user.target.wants/fleet-agent.service": {
@@ -243,6 +252,8 @@ func TestInstallUninstall(t *testing.T) {
 		t.Errorf("install added %d paths, want %d:\n got %v", len(added), len(wantAdded), added)
 	}
 
+	checkLayout(t, root, release)
+
 	// The config: exactly the agent's keys, with the given values.
 	var cfg map[string]string
 	if err := yaml.UnmarshalStrict(readFile(t, filepath.Join(root, "etc/fleet/agent.yaml")), &cfg); err != nil {
@@ -264,11 +275,15 @@ d /etc/systemd/system/multi-user.target.wants
 d /usr
 d /usr/local
 d /usr/local/bin
+d /usr/local/lib
+d /usr/local/lib/fleet-agent
 f /etc/fleet/agent.yaml
 f /etc/fleet/token
 f /etc/systemd/system/fleet-agent.service
-f /usr/local/bin/fleet-agent
+f /usr/local/lib/fleet-agent/` + release + `
 l /etc/systemd/system/multi-user.target.wants/fleet-agent.service
+l /usr/local/bin/fleet-agent
+l /usr/local/lib/fleet-agent/current
 `
 	if got := string(readFile(t, filepath.Join(root, "etc/fleet/.installed-files"))); got != wantManifest {
 		t.Errorf("manifest:\n%s\nwant:\n%s", got, wantManifest)
@@ -338,6 +353,31 @@ l /etc/systemd/system/multi-user.target.wants/fleet-agent.service
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// checkLayout checks that install.sh wrote the layout the agent replaces
+// itself in: current names the installed binary, so an agent started from
+// it may upgrade.
+func checkLayout(t *testing.T, root, release string) {
+	t.Helper()
+	lay := selfupdate.Layout{Dir: filepath.Join(root, "usr/local/lib/fleet-agent")}
+	if v, err := lay.CurrentVersion(); err != nil || v != release {
+		t.Errorf("layout current: %q, %v; want %s", v, err, release)
+	}
+	if err := lay.Check(filepath.Join(lay.Dir, release)); err != nil {
+		t.Errorf("the agent would not upgrade itself from the installed layout: %v", err)
+	}
+}
+
+// installedName is the name install.sh gives agent in
+// /usr/local/lib/fleet-agent: its release when it runs on this machine
+// (through binfmt_misc), else "installed".
+func installedName(agent string) string {
+	out, err := exec.Command(agent, "version").Output()
+	if f := strings.Fields(string(out)); err == nil && len(f) > 1 && f[0] == "fleet-agent" {
+		return f[1]
+	}
+	return "installed"
+}
 
 // checkKeysAreAgentFlags checks that every config key install.sh writes is
 // a flag of the agent it installs (config file keys and flags share names).
@@ -472,7 +512,7 @@ func TestInstallDryRun(t *testing.T) {
 	if d := diffTrees(before, snapshot(t, root), true); len(d) > 0 {
 		t.Errorf("--dry-run changed the tree:\n%s", strings.Join(d, "\n"))
 	}
-	for _, want := range []string{"would write /usr/local/bin/fleet-agent (mode 0755)", "would write /etc/fleet/agent.yaml (mode 0600)",
+	for _, want := range []string{"would link /usr/local/bin/fleet-agent -> /usr/local/lib/fleet-agent/current", "would write /etc/fleet/agent.yaml (mode 0600)",
 		"would write /etc/fleet/token (mode 0600)", "would run: systemctl enable --now fleet-agent.service"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("--dry-run output lacks %q:\n%s", want, r.stdout)
@@ -504,7 +544,7 @@ func TestInstallBinarySources(t *testing.T) {
 		if r := runScript(t, args[0], args[1:]...); r.code != 0 {
 			t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 		}
-		if !bytes.Equal(readFile(t, filepath.Join(root, "usr/local/bin/fleet-agent")), readFile(t, filepath.Join(d, "fleet-agent-linux-armv7"))) {
+		if !bytes.Equal(readFile(t, filepath.Join(root, "usr/local/lib/fleet-agent/current")), readFile(t, filepath.Join(d, "fleet-agent-linux-armv7"))) {
 			t.Error("installed binary is not dist/fleet-agent-linux-armv7")
 		}
 		// A binary that does not match SHA256SUMS is refused.
@@ -524,7 +564,7 @@ func TestInstallBinarySources(t *testing.T) {
 		root := deviceRoot(t)
 		mustInstall(t, "--root", root, "--broker", "tcp://hub:1883", "--device", "pi-06", "--token", "t",
 			"--url-base", srv.URL+"/", "--arch", "arm64")
-		if !bytes.Equal(readFile(t, filepath.Join(root, "usr/local/bin/fleet-agent")), readFile(t, filepath.Join(d, "fleet-agent-linux-arm64"))) {
+		if !bytes.Equal(readFile(t, filepath.Join(root, "usr/local/lib/fleet-agent/current")), readFile(t, filepath.Join(d, "fleet-agent-linux-arm64"))) {
 			t.Error("installed binary is not the downloaded fleet-agent-linux-arm64")
 		}
 		// A server whose SHA256SUMS does not match.

@@ -22,6 +22,7 @@ import (
 	"github.com/fleetmq/fleet/edgeagent/enroll"
 	"github.com/fleetmq/fleet/edgeagent/reconcile"
 	"github.com/fleetmq/fleet/edgeagent/runtime/containerd"
+	"github.com/fleetmq/fleet/edgeagent/selfupdate"
 	"github.com/fleetmq/fleet/edgeagent/session"
 	"github.com/fleetmq/fleet/edgeagent/trust"
 	"github.com/fleetmq/fleet/schema"
@@ -81,6 +82,11 @@ type config struct {
 	LogMaxFiles scalar `json:"log-max-files,omitempty"`
 	LogWriter   string `json:"log-writer,omitempty"`
 
+	// UpgradeDir and UpgradeTrialDeadline: the agent's own upgrades
+	// (edgeagent/selfupdate).
+	UpgradeDir           string `json:"upgrade-dir,omitempty"`
+	UpgradeTrialDeadline string `json:"upgrade-trial-deadline,omitempty"`
+
 	// Registry is file-only: mirrors, plain-HTTP hosts and credentials
 	// for image pulls, handed to the containerd runtime.
 	Registry containerd.RegistryConfig `json:"registry,omitzero"`
@@ -115,6 +121,8 @@ func (c *config) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.TopicPrefix, "topic-prefix", schema.DefaultTopicPrefix, "MQTT topic prefix (must match the hub's)")
 	fs.StringVar(&c.HubSigningKey, "hub-signing-key", "", "pin the hub's desired-state signing key (base64, as GET /v1/info signingKey shows it, or @FILE; the join string carries it): otherwise the key pinned earlier, or the one enrollment over verified TLS returns. With no key pinned the agent runs nothing from the broker")
 	fs.BoolVar(&c.InsecureTrustFirstKey, "insecure-trust-first-key", false, "with no hub signing key pinned, run unsigned desired states and pin the key of the first signed one: whoever publishes on the device's topic first (a rogue on an external broker) owns the device. Only for hubs you reach over a trusted network")
+	fs.StringVar(&c.UpgradeDir, "upgrade-dir", selfupdate.DefaultDir, "directory of the agent's binaries (<version> files, current and next links; install.sh makes it): the agent replaces itself with the release its signed desired state names only when it runs from <upgrade-dir>/current")
+	fs.StringVar(&c.UpgradeTrialDeadline, "upgrade-trial-deadline", selfupdate.DefaultTrialDeadline.String(), "how long a new agent release has, in its trial, to connect to the broker and report its status before the running agent kills it and goes back to itself (10s to 1h)")
 	fs.StringVar(&c.configFile, "config", "", "YAML config file (same keys as the flags, plus registry)")
 }
 
@@ -198,6 +206,9 @@ func (c *config) resolve(fs *pflag.FlagSet) error {
 		}
 	}
 	if _, err := c.resync(); err != nil {
+		return err
+	}
+	if _, err := c.trialDeadline(); err != nil {
 		return err
 	}
 	if _, err := c.hubSigningKey(); err != nil {
@@ -395,6 +406,15 @@ func (c *config) resync() (time.Duration, error) {
 	d, err := time.ParseDuration(c.ResyncInterval)
 	if err != nil || d < time.Second {
 		return 0, fmt.Errorf("--resync-interval %q: want a duration of at least 1s, such as 30s", c.ResyncInterval)
+	}
+	return d, nil
+}
+
+// trialDeadline reads --upgrade-trial-deadline.
+func (c *config) trialDeadline() (time.Duration, error) {
+	d, err := time.ParseDuration(c.UpgradeTrialDeadline)
+	if err != nil || d < 10*time.Second || d > time.Hour {
+		return 0, fmt.Errorf("--upgrade-trial-deadline %q: want a duration between 10s and 1h, such as 2m", c.UpgradeTrialDeadline)
 	}
 	return d, nil
 }

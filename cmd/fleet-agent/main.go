@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"github.com/fleetmq/fleet/edgeagent"
 	"github.com/fleetmq/fleet/edgeagent/backoff"
 	"github.com/fleetmq/fleet/edgeagent/enroll"
+	"github.com/fleetmq/fleet/edgeagent/reconcile"
 	"github.com/fleetmq/fleet/edgeagent/runtime/containerd"
 	"github.com/fleetmq/fleet/schema"
 )
@@ -99,7 +101,7 @@ win over the environment, which wins over the file.`,
 			if err := cfg.resolve(cmd.Flags()); err != nil {
 				return err
 			}
-			return runAgent(cmd.Context(), cfg, stderr)
+			return runAgent(cmd.Context(), cfg, stdout, stderr)
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -120,8 +122,7 @@ win over the environment, which wins over the file.`,
 	return root
 }
 
-// Long (104 lines) because it wires the agent's parts in start order; split with the broker list and self-update.
-func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
+func runAgent(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	log, err := newLogger(cfg.LogLevel, stderr)
 	if err != nil {
 		return err
@@ -130,34 +131,11 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	resync, err := cfg.resync()
+	st, err := cfg.settings()
 	if err != nil {
 		return err
 	}
-	keepAlive, err := cfg.keepAlive()
-	if err != nil {
-		return err
-	}
-	heartbeat, err := cfg.statusHeartbeat()
-	if err != nil {
-		return err
-	}
-	releaseAfter, err := cfg.releasePages()
-	if err != nil {
-		return err
-	}
-	gcFloor, err := cfg.imageGCMinFree()
-	if err != nil {
-		return err
-	}
-	hubKey, err := cfg.hubSigningKey()
-	if err != nil {
-		return err
-	}
-	brokers, err := cfg.brokers()
-	if err != nil {
-		return err
-	}
+	hubKey, brokers := st.hubKey, st.brokers
 	device, token, err := identity(ctx, cfg, log, tlsCfg, hubKey)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -199,7 +177,11 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 		}
 	}()
 
-	agent, err := edgeagent.New(edgeagent.Options{
+	up, err := newUpgrade(cfg, log, stdout, stderr, rt)
+	if err != nil {
+		return err
+	}
+	opts := edgeagent.Options{
 		Device:            device,
 		Brokers:           brokers,
 		Token:             token,
@@ -210,24 +192,60 @@ func runAgent(ctx context.Context, cfg config, stderr io.Writer) error {
 		Runtime:           rt,
 		Logger:            log,
 		Version:           schema.BuildVersion(),
-		ResyncInterval:    resync,
-		KeepAlive:         keepAlive,
-		HeartbeatInterval: heartbeat,
-		ImageGCMinFree:    gcFloor,
+		ResyncInterval:    st.resync,
+		KeepAlive:         st.keepAlive,
+		HeartbeatInterval: st.heartbeat,
+		ImageGCMinFree:    st.gcFloor,
 		HubSigningKey:     hubKey,
 
 		InsecureTrustFirstKey: cfg.InsecureTrustFirstKey,
-	})
+	}
+	up.options(&opts)
+	agent, err := edgeagent.New(opts)
 	if err != nil {
 		return err
 	}
-	if releaseAfter > 0 {
-		go releaseStartupPages(ctx, releaseAfter, log)
+	if st.releaseAfter > 0 {
+		go releaseStartupPages(ctx, st.releaseAfter, log)
 	}
-	if err := agent.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	if err := up.run(ctx, agent); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
+}
+
+// settings are the agent's parsed durations, sizes, pinned key and broker
+// list: every flag that can be wrong is checked before anything starts.
+type settings struct {
+	resync, keepAlive, heartbeat, releaseAfter time.Duration
+	gcFloor                                    reconcile.DiskFloor
+	hubKey                                     ed25519.PublicKey
+	brokers                                    []string
+}
+
+func (cfg *config) settings() (settings, error) {
+	var st settings
+	var err error
+	if st.resync, err = cfg.resync(); err != nil {
+		return st, err
+	}
+	if st.keepAlive, err = cfg.keepAlive(); err != nil {
+		return st, err
+	}
+	if st.heartbeat, err = cfg.statusHeartbeat(); err != nil {
+		return st, err
+	}
+	if st.releaseAfter, err = cfg.releasePages(); err != nil {
+		return st, err
+	}
+	if st.gcFloor, err = cfg.imageGCMinFree(); err != nil {
+		return st, err
+	}
+	if st.hubKey, err = cfg.hubSigningKey(); err != nil {
+		return st, err
+	}
+	st.brokers, err = cfg.brokers()
+	return st, err
 }
 
 // releaseStartupPages waits d, then releases the binary's resident pages

@@ -72,6 +72,9 @@ type ReporterOptions struct {
 	Seed uint64
 	// PublishTimeout bounds one publish (default 10 s).
 	PublishTimeout time.Duration
+	// OnPublished, if set, is called after each status the publisher
+	// took (an agent in trial tells its parent it reported).
+	OnPublished func()
 }
 
 // Reporter publishes the device status. Update never blocks; Run does the
@@ -365,7 +368,7 @@ func (l *reportLoop) encode(st *schema.DeviceStatus, force bool) (key, payload [
 	st.TypeMeta = schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDeviceStatus}
 	st.Device = o.Device
 	st.Agent = schema.AgentInfo{Version: o.Version, OS: goruntime.GOOS, Arch: goruntime.GOARCH,
-		TimeZone: ZoneName(), UTCOffset: time.Now().Format("-07:00")}
+		TimeZone: ZoneName(), UTCOffset: time.Now().Format("-07:00"), Upgrade: st.Agent.Upgrade}
 	st.Time, st.Node = time.Time{}, nil
 	key, err := json.Marshal(st)
 	if err != nil {
@@ -417,6 +420,9 @@ func (l *reportLoop) publish(ctx context.Context, st *schema.DeviceStatus, key, 
 		return true
 	}
 	l.sent, l.sentNode = key, st.Node
+	if o.OnPublished != nil {
+		o.OnPublished()
+	}
 	o.Logger.Debug("published status", "observedGeneration", st.ObservedGeneration, "pods", len(st.Pods))
 	return true
 }

@@ -125,7 +125,7 @@ func (s *agentStage) plan(f fleetView, now time.Time) {
 			if _, taken := s.agents[dev]; taken {
 				continue
 			}
-			devs = append(devs, s.device(f, dev, now))
+			devs = append(devs, s.device(f, dev, a.Spec.Version, now))
 		}
 		p := agentplan.Next(agentplan.Input{Rollout: a, Devices: devs, State: s.states[name], Now: now})
 		if !sameJSON(p.State, s.states[name]) {
@@ -153,14 +153,19 @@ func (s *agentStage) plan(f fleetView, now time.Time) {
 }
 
 // device is one device as the planner sees it at now: a device that
-// comes back online, or changes version, is timed from then.
-func (s *agentStage) device(f fleetView, name string, now time.Time) agentplan.Device {
+// comes back online, or changes version, is timed from then. A device
+// whose agent reports (status.agent.upgrade) that version failed, or
+// was refused, is failed, with the agent's words as the reason.
+func (s *agentStage) device(f fleetView, name, version string, now time.Time) agentplan.Device {
 	d, _ := f.device(name)
 	out := agentplan.Device{Name: name, Labels: d.Labels, Arch: d.Labels[schema.LabelArch]}
 	st, online := f.deviceState(name, d.UID)
 	out.Online = online
 	if st != nil {
 		out.Version = st.Agent.Version
+		if up := st.Agent.Upgrade; up != nil && up.Phase == schema.AgentUpgradeFailed && up.Version == version {
+			out.Failed, out.Reason = true, up.Message
+		}
 		if out.Arch == "" {
 			out.Arch = st.Agent.Arch
 		}

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -148,4 +149,47 @@ func TestControllerAgentRolloutOfflineDevice(t *testing.T) {
 	})
 	f.reportAgent(1, "v1.4.0")
 	eventually(t, "d1 updated", func() bool { return f.agentStatus().Devices[1].Phase == schema.AgentUpdated })
+}
+
+// TestControllerAgentRolloutReportedFailure: a device whose agent reports
+// (status.agent.upgrade) that the new version failed its trial is failed
+// at once, with the agent's words, long before the progress deadline; at
+// the failure threshold the rollout rolls back. A failure the agent
+// reports about another version counts for nothing.
+func TestControllerAgentRolloutReportedFailure(t *testing.T) {
+	f := newStagedFleet(t, 2)
+	for i := range 2 {
+		f.reportAgent(i, "v1.3.0")
+	}
+	apply(t, f.st, agentRolloutObj("v1.3.0"))
+	eventually(t, "A complete", func() bool {
+		f.c.StatusChanged()
+		st := f.agentStatus()
+		return st != nil && st.Rollout != nil && st.Rollout.Phase == schema.RolloutComplete
+	})
+	apply(t, f.st, agentRolloutObj("v1.4.0"))
+	eventually(t, "B's first wave", func() bool { return f.agents()[0] == "v1.4.0" })
+	report := func(version, msg string) {
+		f.status.set(f.name(0), &schema.DeviceStatus{Device: f.name(0), Agent: schema.AgentInfo{
+			Version: "v1.3.0", OS: "linux", Arch: "arm64",
+			Upgrade: &schema.AgentUpgradeStatus{Version: version, Phase: schema.AgentUpgradeFailed, Message: msg, Previous: "v1.3.0"},
+		}})
+		f.c.DeviceStatusChanged(f.name(0))
+	}
+	report("v1.9.0", "about another version")
+	f.c.StatusChanged()
+	if st := f.agentStatus(); st.Devices[0].Phase != schema.AgentUpdating {
+		t.Fatalf("a failure about another version: phase %s, want Updating", st.Devices[0].Phase)
+	}
+	report("v1.4.0", "trial of v1.4.0 failed: it exited at start (exit status 3)")
+	eventually(t, "rolled back on the reported failure", func() bool {
+		f.c.StatusChanged()
+		st := f.agentStatus()
+		return st != nil && st.Rollout != nil && st.Rollout.Phase == schema.RolloutRolledBack
+	})
+	st := f.agentStatus()
+	if !strings.Contains(st.Rollout.Reason+st.Devices[0].Reason, "exited at start") {
+		t.Errorf("reasons %q / %q: want the agent's words", st.Rollout.Reason, st.Devices[0].Reason)
+	}
+	eventually(t, "every device named A again", func() bool { a := f.agents(); return a[0] == "v1.3.0" && a[1] == "v1.3.0" })
 }

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package selfupdate
+
+import "syscall"
+
+func trialProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
