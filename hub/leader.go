@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -161,6 +162,9 @@ func (h *Hub) runController(ctx context.Context) error {
 		return h.ctrl.Run(ctx)
 	}
 	return h.lead.elector.Run(ctx, func(ctx context.Context) error {
+		if err := h.checkTermSigningKey(ctx); err != nil { // fleetsigning.go
+			return err
+		}
 		running := make(chan struct{})
 		var opening sync.WaitGroup
 		if h.broker != nil {
@@ -202,4 +206,33 @@ func (h *Hub) serveHubs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, list)
+}
+
+// fleetBrokers are the broker URLs of every hub registered on the fleet's
+// etcd prefix, the leader's first, each once (hubs sharing an external
+// broker give one), for GET /v1/info brokers: `fleet device add` gives
+// devices them all. nil on Badger (mqttURL alone), or when etcd does not
+// answer within 2 s (the info is served without them).
+func (h *Hub) fleetBrokers(ctx context.Context) []string {
+	l := h.lead
+	if l == nil || l.elector == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	list, err := leader.Members(ctx, l.cli, l.prefix)
+	if err != nil {
+		h.log.Warn("GET /v1/info: the fleet's hubs are unknown; brokers left out", "err", err)
+		return nil
+	}
+	var out []string
+	for _, m := range list.Items { // the leader first
+		if m.BrokerURL != "" && !slices.Contains(out, m.BrokerURL) {
+			out = append(out, m.BrokerURL)
+		}
+	}
+	if h.info.MQTTURL != "" && !slices.Contains(out, h.info.MQTTURL) {
+		out = append(out, h.info.MQTTURL) // this hub, registering still
+	}
+	return out
 }

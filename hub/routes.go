@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -87,7 +88,7 @@ func (h *Hub) wrapListeners(wrap func(net.Listener) net.Listener) {
 	}
 }
 
-func (h *Hub) hubInfo() schema.HubInfo {
+func (h *Hub) hubInfo(ctx context.Context) schema.HubInfo {
 	caHash := h.info.CAHash
 	if h.tls.OwnCA() {
 		caHash = h.tls.CAHash() // the active CA's, after a rotation too
@@ -97,11 +98,12 @@ func (h *Hub) hubInfo() schema.HubInfo {
 		MQTTURL: h.info.MQTTURL, ExternalBroker: h.broker == nil,
 		MQTTPlainURL: h.info.MQTTPlainURL, HTTPSURL: h.info.HTTPSURL, CAHash: caHash,
 		SigningKey: schema.EncodeSigningKey(h.signer.PublicKey()), SigningKeyID: h.signer.KeyID(),
+		Brokers: h.fleetBrokers(ctx), // leader.go
 	}
 }
 
-func (h *Hub) serveInfo(w http.ResponseWriter, _ *http.Request) {
-	api.WriteJSON(w, http.StatusOK, h.hubInfo())
+func (h *Hub) serveInfo(w http.ResponseWriter, r *http.Request) {
+	api.WriteJSON(w, http.StatusOK, h.hubInfo(r.Context()))
 }
 
 // serveEvents answers the device's recent events, oldest first.
@@ -211,7 +213,14 @@ func (h *Hub) serveRotateSigningKey(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, r, h.log, err)
 		return
 	}
+	if _, _, ok := h.store.EtcdClient(); ok {
+		// The other hubs of the fleet need the new key files (fleetsigning.go).
+		if err := recordFleetSigningKey(r.Context(), h.store, newID); err != nil {
+			api.WriteError(w, r, h.log, err)
+			return
+		}
+	}
 	h.log.Info("signing key rotated; republishing every desired state", "old_key", oldID, "new_key", newID)
 	h.ctrl.RepublishAll()
-	api.WriteJSON(w, http.StatusOK, h.hubInfo())
+	api.WriteJSON(w, http.StatusOK, h.hubInfo(r.Context()))
 }
