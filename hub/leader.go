@@ -156,12 +156,31 @@ func (h *Hub) onLeader(on bool) {
 // runController runs the controller: at once on Badger; on etcd for the
 // term this hub wins, with its commits fenced on the leadership. The
 // controller's first pass rebuilds every retained desired state from the
-// store before the embedded broker accepts devices.
+// store before the embedded broker accepts devices. Until its term, a
+// hub on etcd follows the store's devices without any pass
+// (controller.Follow).
 func (h *Hub) runController(ctx context.Context) error {
 	if h.lead.elector == nil {
 		return h.ctrl.Run(ctx)
 	}
+	// Until it leads, the hub follows the store's devices, for its status
+	// ingest (a shared broker brings it every device's reports).
+	followCtx, stopFollowing := context.WithCancel(ctx)
+	followed := make(chan error, 1)
+	go func() {
+		err := h.ctrl.Follow(followCtx)
+		if err != nil {
+			h.log.Error("standby: following the store's devices failed; status reports of devices it does not know are ignored", "err", err)
+		}
+		followed <- err
+	}()
+	stopFollow := sync.OnceFunc(func() {
+		stopFollowing()
+		<-followed
+	})
+	defer stopFollow()
 	return h.lead.elector.Run(ctx, func(ctx context.Context) error {
+		stopFollow()
 		if err := h.checkTermSigningKey(ctx); err != nil { // fleetsigning.go
 			return err
 		}
