@@ -18,9 +18,11 @@ import (
 // which may follow on the same controller, loads everything again before
 // its first pass.
 func (c *Controller) Follow(ctx context.Context) error {
-	defer func() { c.loaded = false }()
-	if err := c.load(ctx, true); err != nil {
-		return err
+	defer func() { c.loaded, c.standby = false, false }()
+	if !c.standby {
+		if err := c.load(ctx, true); err != nil {
+			return err
+		}
 	}
 	resync := time.NewTicker(c.opts.ResyncInterval)
 	defer resync.Stop()
@@ -56,4 +58,16 @@ func (c *Controller) Follow(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// LoadStandby loads the fleet as Follow does, for a standby hub to call
+// before it releases the messages that arrived meanwhile (the retained
+// online flags of every device on a shared broker); Follow then starts
+// from it. Run, afterwards, loads everything again.
+func (c *Controller) LoadStandby(ctx context.Context) error {
+	if err := c.load(ctx, true); err != nil {
+		return err
+	}
+	c.loaded, c.standby = false, true
+	return nil
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // TestFollowKeepsTheModelAndPublishesNothing: a standby's controller
-// (Follow) keeps the model's devices and the stored desired states
+// (LoadStandby, then Follow) keeps the model's devices and the stored desired states
 // current with the store, but places, writes and publishes nothing; Run
 // on the same controller afterwards loads everything and publishes as a
 // leader does.
@@ -46,6 +46,13 @@ func TestFollowKeepsTheModelAndPublishesNothing(t *testing.T) {
 	c, err := New(Options{Store: st, Conn: pub, Model: model.Writer()})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Loaded before the hub releases the messages that arrived meanwhile.
+	if err := c.LoadStandby(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := model.Device("a"); !ok {
+		t.Fatal("LoadStandby: the model does not know device a")
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
