@@ -33,15 +33,25 @@ type hubPair struct {
 	mu   sync.Mutex
 	hubs map[string]*Hub
 	urls map[string]string
+	// tokens are the hubs' admin tokens, read once: a restart keeps the
+	// token (admin.conf) but rewrites Hub.Token while appliers run.
+	tokens map[string]string
 }
 
 func (p *hubPair) url(id string) (string, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.urls[id], p.hubs[id].Token
+	if p.tokens == nil {
+		p.tokens = map[string]string{}
+	}
+	if _, ok := p.tokens[id]; !ok {
+		p.tokens[id] = p.hubs[id].Token
+	}
+	return p.urls[id], p.tokens[id]
 }
 
 func (p *hubPair) restart(id string) {
+	p.url(id) // the token, read before the restart rewrites it
 	h := p.hubs[id]
 	h.Restart()
 	p.mu.Lock()
