@@ -208,19 +208,26 @@ func (h *Hub) serveDeviceCertificate(w http.ResponseWriter, r *http.Request) {
 // state, signed by the new key with the old one's endorsement. It answers
 // the hub's info with the new key.
 func (h *Hub) serveRotateSigningKey(w http.ResponseWriter, r *http.Request) {
+	_, _, shared := h.store.EtcdClient()
+	if shared && !h.lead.elector.IsLeader() {
+		// Only the leader publishes: it must sign with the new key.
+		api.WriteStatus(w, api.NewStatus(http.StatusConflict, api.ReasonConflict,
+			fmt.Sprintf("hub %s is a standby: rotate the signing key through the leader hub (fleet get hubs)", h.lead.id), nil))
+		return
+	}
 	oldID, newID, err := h.signer.Rotate()
 	if err != nil {
 		api.WriteError(w, r, h.log, err)
 		return
 	}
-	if _, _, ok := h.store.EtcdClient(); ok {
+	h.log.Info("signing key rotated; republishing every desired state", "old_key", oldID, "new_key", newID)
+	h.ctrl.RepublishAll()
+	if shared {
 		// The other hubs of the fleet need the new key files (fleetsigning.go).
 		if err := recordFleetSigningKey(r.Context(), h.store, newID); err != nil {
 			api.WriteError(w, r, h.log, err)
 			return
 		}
 	}
-	h.log.Info("signing key rotated; republishing every desired state", "old_key", oldID, "new_key", newID)
-	h.ctrl.RepublishAll()
 	api.WriteJSON(w, http.StatusOK, h.hubInfo(r.Context()))
 }

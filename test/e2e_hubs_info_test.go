@@ -89,8 +89,9 @@ func TestE2EHubInfoBrokers(t *testing.T) {
 // but a signing key of its own is refused at start, with an error naming
 // its signing.key and the files to copy, and does not join the hubs; with the
 // first hub's signing.key it starts and presents the same key. A
-// rotation through one hub (POST /v1/signing-key/rotate) makes the new
-// key the fleet's: the other hub, restarted with the old key, is refused
+// rotation through the standby is refused (409: the leader publishes);
+// one through the leader (POST /v1/signing-key/rotate) makes the new key
+// the fleet's: the other hub, restarted with the old key, is refused
 // the same way until the new files are copied.
 func TestE2EHubSigningKeyAcrossHubs(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{TLS: true, Members: 1})
@@ -121,6 +122,10 @@ func TestE2EHubSigningKeyAcrossHubs(t *testing.T) {
 		t.Fatalf("hub-b presents signing key %s, hub-a %s", b.SigningKey, a.SigningKey)
 	}
 
+	// Only the leader rotates: it is the one that publishes.
+	if code, body := b.Do(t, http.MethodPost, "/v1/signing-key/rotate", nil); code != http.StatusConflict || !strings.Contains(string(body), "through the leader hub") {
+		t.Fatalf("rotate through the standby: %d %s, want 409 naming the leader", code, body)
+	}
 	var rotated schema.HubInfo
 	if err := json.Unmarshal(mustDo(t, a, http.MethodPost, "/v1/signing-key/rotate", nil, http.StatusOK), &rotated); err != nil {
 		t.Fatal(err)
