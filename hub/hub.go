@@ -139,6 +139,11 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 			return nil, err
 		}
 	}
+	if so.Etcd != nil {
+		if err = checkFleetSigningKey(ctx, st, keys.signer, opts.DataDir); err != nil { // fleetsigning.go
+			return nil, err
+		}
+	}
 	info := Info{AdminConfig: adminconf.Path(opts.DataDir), StoreID: st.ID()}
 	ln, tlsLn, err := listenAPI(opts, &info, &closers)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -155,12 +156,34 @@ func (h *Hub) onLeader(on bool) {
 // runController runs the controller: at once on Badger; on etcd for the
 // term this hub wins, with its commits fenced on the leadership. The
 // controller's first pass rebuilds every retained desired state from the
-// store before the embedded broker accepts devices.
+// store before the embedded broker accepts devices. Until its term, a
+// hub on etcd follows the store's devices without any pass
+// (controller.Follow).
 func (h *Hub) runController(ctx context.Context) error {
 	if h.lead.elector == nil {
 		return h.ctrl.Run(ctx)
 	}
+	// Until it leads, the hub follows the store's devices, for its status
+	// ingest (a shared broker brings it every device's reports).
+	followCtx, stopFollowing := context.WithCancel(ctx)
+	followed := make(chan error, 1)
+	go func() {
+		err := h.ctrl.Follow(followCtx)
+		if err != nil {
+			h.log.Error("standby: following the store's devices failed; status reports of devices it does not know are ignored", "err", err)
+		}
+		followed <- err
+	}()
+	stopFollow := sync.OnceFunc(func() {
+		stopFollowing()
+		<-followed
+	})
+	defer stopFollow()
 	return h.lead.elector.Run(ctx, func(ctx context.Context) error {
+		stopFollow()
+		if err := h.checkTermSigningKey(ctx); err != nil { // fleetsigning.go
+			return err
+		}
 		running := make(chan struct{})
 		var opening sync.WaitGroup
 		if h.broker != nil {
@@ -202,4 +225,33 @@ func (h *Hub) serveHubs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, list)
+}
+
+// fleetBrokers are the broker URLs of every hub registered on the fleet's
+// etcd prefix, the leader's first, each once (hubs sharing an external
+// broker give one), for GET /v1/info brokers: `fleet device add` gives
+// devices them all. nil on Badger (mqttURL alone), or when etcd does not
+// answer within 2 s (the info is served without them).
+func (h *Hub) fleetBrokers(ctx context.Context) []string {
+	l := h.lead
+	if l == nil || l.elector == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	list, err := leader.Members(ctx, l.cli, l.prefix)
+	if err != nil {
+		h.log.Warn("GET /v1/info: the fleet's hubs are unknown; brokers left out", "err", err)
+		return nil
+	}
+	var out []string
+	for _, m := range list.Items { // the leader first
+		if m.BrokerURL != "" && !slices.Contains(out, m.BrokerURL) {
+			out = append(out, m.BrokerURL)
+		}
+	}
+	if h.info.MQTTURL != "" && !slices.Contains(out, h.info.MQTTURL) {
+		out = append(out, h.info.MQTTURL) // this hub, registering still
+	}
+	return out
 }

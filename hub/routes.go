@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -87,7 +88,7 @@ func (h *Hub) wrapListeners(wrap func(net.Listener) net.Listener) {
 	}
 }
 
-func (h *Hub) hubInfo() schema.HubInfo {
+func (h *Hub) hubInfo(ctx context.Context) schema.HubInfo {
 	caHash := h.info.CAHash
 	if h.tls.OwnCA() {
 		caHash = h.tls.CAHash() // the active CA's, after a rotation too
@@ -97,11 +98,12 @@ func (h *Hub) hubInfo() schema.HubInfo {
 		MQTTURL: h.info.MQTTURL, ExternalBroker: h.broker == nil,
 		MQTTPlainURL: h.info.MQTTPlainURL, HTTPSURL: h.info.HTTPSURL, CAHash: caHash,
 		SigningKey: schema.EncodeSigningKey(h.signer.PublicKey()), SigningKeyID: h.signer.KeyID(),
+		Brokers: h.fleetBrokers(ctx), // leader.go
 	}
 }
 
-func (h *Hub) serveInfo(w http.ResponseWriter, _ *http.Request) {
-	api.WriteJSON(w, http.StatusOK, h.hubInfo())
+func (h *Hub) serveInfo(w http.ResponseWriter, r *http.Request) {
+	api.WriteJSON(w, http.StatusOK, h.hubInfo(r.Context()))
 }
 
 // serveEvents answers the device's recent events, oldest first.
@@ -206,6 +208,13 @@ func (h *Hub) serveDeviceCertificate(w http.ResponseWriter, r *http.Request) {
 // state, signed by the new key with the old one's endorsement. It answers
 // the hub's info with the new key.
 func (h *Hub) serveRotateSigningKey(w http.ResponseWriter, r *http.Request) {
+	_, _, shared := h.store.EtcdClient()
+	if shared && !h.lead.elector.IsLeader() {
+		// Only the leader publishes: it must sign with the new key.
+		api.WriteStatus(w, api.NewStatus(http.StatusConflict, api.ReasonConflict,
+			fmt.Sprintf("hub %s is a standby: rotate the signing key through the leader hub (fleet get hubs)", h.lead.id), nil))
+		return
+	}
 	oldID, newID, err := h.signer.Rotate()
 	if err != nil {
 		api.WriteError(w, r, h.log, err)
@@ -213,5 +222,12 @@ func (h *Hub) serveRotateSigningKey(w http.ResponseWriter, r *http.Request) {
 	}
 	h.log.Info("signing key rotated; republishing every desired state", "old_key", oldID, "new_key", newID)
 	h.ctrl.RepublishAll()
-	api.WriteJSON(w, http.StatusOK, h.hubInfo())
+	if shared {
+		// The other hubs of the fleet need the new key files (fleetsigning.go).
+		if err := recordFleetSigningKey(r.Context(), h.store, newID); err != nil {
+			api.WriteError(w, r, h.log, err)
+			return
+		}
+	}
+	api.WriteJSON(w, http.StatusOK, h.hubInfo(r.Context()))
 }

@@ -192,6 +192,10 @@ func (h *Hub) startParts(r *runState, conn broker.Conn, listening func()) error 
 	if h.lead.elector == nil {
 		// On etcd the controller loads when this hub wins (leader.go).
 		ctrlErr = h.ctrl.Load(r.ctx)
+	} else {
+		// Until then it knows the devices, whose messages are released
+		// next (controller.Follow).
+		ctrlErr = h.ctrl.LoadStandby(r.ctx)
 	}
 	loading.Wait()
 	if err := errors.Join(ctrlErr, ingestErr); err != nil {

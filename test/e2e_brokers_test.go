@@ -72,7 +72,8 @@ func TestE2EAgentBrokerList(t *testing.T) {
 	for _, a := range f.Agents {
 		a.AwaitLog(t, marks[a.Device], `msg="mqtt connected" device=`+a.Device+` broker=`+second, time.Minute)
 	}
-	t.Logf("every agent on the second hub's broker %s after %v (kill -9 of the first hub, start of the second included)", second, time.Since(start).Round(time.Millisecond))
+	onSecond := time.Now()
+	t.Logf("every agent on the second hub's broker %s after %v (kill -9 of the first hub, start of the second included)", second, onSecond.Sub(start).Round(time.Millisecond))
 	f.AwaitDevices(t, e2eConverge, "online and converged on the second hub", func(d schema.Device) bool {
 		return Converged(d)
 	}, f.Devices()...)
@@ -89,7 +90,14 @@ func TestE2EAgentBrokerList(t *testing.T) {
 		t.Fatalf("%d containers running after a change through the second hub, want 4: %v", len(pids), pids)
 	}
 
-	// And back: the second dies, the first comes back on its address.
+	// And back: the second dies, the first comes back on its address
+	// (a standby until the second's lease ends). The agents' connections
+	// to the second outlast their StableAfter first, as a real fleet's
+	// would between two failovers, so that this move's backoff starts
+	// afresh rather than from the first move's.
+	for time.Since(onSecond) < agentStableAfter {
+		time.Sleep(pollEvery) // poll interval
+	}
 	for _, a := range f.Agents {
 		marks[a.Device] = a.LogMark()
 	}
@@ -97,7 +105,8 @@ func TestE2EAgentBrokerList(t *testing.T) {
 	f.Hub = h1
 	h1.Restart()
 	for _, a := range f.Agents {
-		a.AwaitLog(t, marks[a.Device], `msg="mqtt connected" device=`+a.Device+` broker=`+h1.MQTTURL, time.Minute)
+		// The lease, then the agent's backoff (at most 1 min).
+		a.AwaitLog(t, marks[a.Device], `msg="mqtt connected" device=`+a.Device+` broker=`+h1.MQTTURL, 100*time.Second)
 	}
 	f.AwaitDevices(t, e2eConverge, "online and converged on the first hub again", func(d schema.Device) bool {
 		return Converged(d)

@@ -91,3 +91,24 @@ func TestTokenCreateEveryBroker(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceAddLeaderBrokerFirst: asked through a standby hub on etcd,
+// whose GET /v1/info brokers lists every hub's broker, the leader's
+// first, `fleet device add` gives the device that order, not the
+// standby's own broker first.
+func TestDeviceAddLeaderBrokerFirst(t *testing.T) {
+	e := newEnv(t)
+	key := hubSigningKey(t)
+	e.hub.SetInfo(&schema.HubInfo{MQTTURL: "tcp://standby.example:1883", SigningKey: key,
+		Brokers: []string{"tcp://leader.example:1883", "tcp://standby.example:1883"}})
+	out := e.ok("", "device", "add", "pi-1")
+	join, _, _ := joinLines(t, out)
+	j, err := schema.ParseJoin(join)
+	want := []string{"tcp://leader.example:1883", "tcp://standby.example:1883"}
+	if err != nil || !slices.Equal(j.Brokers, want) {
+		t.Fatalf("join string %+v, %v; want brokers %q", j, err, want)
+	}
+	if line := "fleet-agent --broker " + strings.Join(want, ",") + " "; !strings.Contains(out, line) {
+		t.Errorf("no %q in:\n%s", line, out)
+	}
+}

@@ -284,7 +284,9 @@ type brokerInfo struct {
 
 // brokerInfo asks the hub which MQTT URLs devices use: given, if any
 // (--broker, checked by checkBrokerFlag), else every broker the hub
-// knows of (GET /v1/info mqttURL, then its brokers). A hub that cannot
+// knows of (GET /v1/info mqttURL, then its brokers; in the order of
+// brokers when it names mqttURL too, as a hub on etcd does, the leader's
+// first, whichever hub is asked). A hub that cannot
 // say (an older hub, a failed request) does not fail the command: the
 // usual URL is assumed, with a note on stderr.
 func (c *cliContext) brokerInfo(ctx context.Context, cl *client.Client, given []string) brokerInfo {
@@ -295,9 +297,17 @@ func (c *cliContext) brokerInfo(ctx context.Context, cl *client.Client, given []
 	case len(given) > 0:
 		b.url, b.urls, guessed = given[0], given, false
 	case info != nil && len(info.Brokers) > 0:
+		var all []string
 		for _, h := range info.Brokers {
 			fixed, _ := cl.BrokerURL(&schema.HubInfo{MQTTURL: h})
-			b.urls = appendBrokers(b.urls, fixed)
+			all = appendBrokers(all, fixed)
+		}
+		if len(appendBrokers(all, u)) == len(all) {
+			// The list names this hub's broker too: its order is the
+			// hub's preference (on etcd the leader's broker first).
+			b.url, b.urls = all[0], all
+		} else {
+			b.urls = appendBrokers(b.urls, all...)
 		}
 	}
 	if info != nil && b.anyTLS() {

@@ -134,6 +134,8 @@ type Controller struct {
 	model   *fleetmodel.Writer
 	loaded  bool
 	listRev uint64 // events at or below it are in the fleet already
+	// standby: LoadStandby loaded the fleet for Follow (follow.go).
+	standby bool
 
 	fleet   *fleet
 	cfg     *configState // the ConfigMaps and Secrets the pods use (config.go)

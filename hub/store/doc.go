@@ -49,6 +49,8 @@
 //	                           written by the controller
 //	v1/fleet-ca                with etcd: hash of the CA every hub of the fleet presents
 //	                           (hub/fleetca.go)
+//	v1/fleet-signing-key       with etcd: ID of the key every hub of the fleet signs
+//	                           desired states with (hub/fleetsigning.go)
 //
 // Every write goes through a Txn (Store.Write): the revision is bumped once
 // per committed transaction that changed anything, and object events carry
