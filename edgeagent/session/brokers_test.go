@@ -282,3 +282,62 @@ func TestNewBrokerListNamesTheBadEntry(t *testing.T) {
 		t.Fatalf("Brokers() = %q for Broker alone", got)
 	}
 }
+
+// TestBrokerListBackoffGrowsPerRound: with brokers [dead, standby] (the
+// leader just killed, the other hub not elected yet), the wait before the
+// second broker of each round stays within the backoff's first delay and
+// the wait after a whole round grows once per round, so the device is not
+// left many seconds in backoff when the standby becomes the leader.
+func TestBrokerListBackoffGrowsPerRound(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "tcp://" + ln.Addr().String()
+	ln.Close() // connection refused from now on
+	standby, second := startStandby(t, true)
+	clk := recordingClock{clock.NewFake(time.Unix(0, 0)), make(chan time.Duration)}
+	s, err := New(Options{Brokers: []string{dead, second}, Device: "pi-1", Token: "tok", Clock: clk, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	const rounds = 10
+	for k := range rounds {
+		d := awaitWait(t, clk)
+		if d < 0 || d > DefaultBackoff.Initial {
+			t.Errorf("round %d: wait before the next broker %s, want within [0, %s]", k, d, DefaultBackoff.Initial)
+		}
+		clk.Advance(d)
+		d = awaitWait(t, clk)
+		max := min(time.Duration(float64(DefaultBackoff.Initial)*math.Pow(DefaultBackoff.Factor, float64(k))), DefaultBackoff.Max)
+		if d < 0 || d > max {
+			t.Errorf("round %d: wait after the round %s, want within [0, %s]", k, d, max)
+		}
+		clk.Advance(d)
+	}
+	if got := standby.refused.Load(); got != rounds {
+		t.Errorf("the standby refused %d times in %d rounds", got, rounds)
+	}
+	// Elected: the standby accepts, and the next round reaches it.
+	standby.refusing.Store(false)
+	stopAdvancing := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case d := <-clk.d:
+				clk.Advance(d)
+			case <-stopAdvancing:
+				return
+			}
+		}
+	}()
+	awaitBroker(t, s, second)
+	cancel()
+	defer close(stopAdvancing)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

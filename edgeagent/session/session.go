@@ -328,11 +328,19 @@ const DefaultKeepAlive = 120 * time.Second
 // "offline" and disconnects. It returns nil after ctx is done.
 //
 // With several brokers, each attempt after a lost connection or a failed
-// attempt goes to the next broker of the list (round-robin); the backoff
-// counts every failure, whichever broker it came from, and a connection
-// that lasted StableAfter resets it.
+// attempt goes to the next broker of the list (round-robin). The backoff
+// counts a lost connection and each round of failed attempts (every broker
+// of the list tried once); within a round, the wait before the next broker
+// is drawn from [0, the backoff's first delay]. A connection that lasted
+// StableAfter resets it.
 func (s *Session) Run(ctx context.Context) error {
 	b := backoff.New(s.o.Backoff, s.o.Seed)
+	hopSeed := s.o.Seed
+	if hopSeed != 0 {
+		hopSeed++ // 0 stays random
+	}
+	hop := backoff.New(backoff.Policy{Initial: s.o.Backoff.Initial, Max: s.o.Backoff.Initial, Jitter: backoff.FullJitter}, hopSeed)
+	failed := 0 // attempts failed in a row since the last connection
 	for i := 0; ; i = (i + 1) % len(s.brokers) {
 		up, err := s.connectOnce(ctx, i)
 		if ctx.Err() != nil {
@@ -341,7 +349,17 @@ func (s *Session) Run(ctx context.Context) error {
 		if up >= s.o.StableAfter {
 			b.Reset()
 		}
-		d := b.Next()
+		var d time.Duration
+		if up == 0 {
+			failed++
+		} else {
+			failed = 0
+		}
+		if up == 0 && failed%len(s.brokers) != 0 {
+			d = hop.Next() // the next broker of this round
+		} else {
+			d = b.Next()
+		}
 		attrs := []any{"broker", s.brokers[i].url, "err", err}
 		if len(s.brokers) > 1 {
 			attrs = append(attrs, "next_broker", s.brokers[(i+1)%len(s.brokers)].url)
