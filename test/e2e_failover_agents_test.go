@@ -156,7 +156,7 @@ func TestE2EHubFailoverAgents(t *testing.T) {
 	f := StartFleet(t, FleetOptions{Agents: 3, DevicePrefix: "fo", HubArgs: append(etcdArgs(c, prefix), "--hub-id", "hub-a"),
 		Labels: func(int) map[string]string { return site }})
 	b := startSecondHub(t, f.Hub, append(etcdArgs(c, prefix), "--hub-id", "hub-b"))
-	p := &hubPair{hubs: map[string]*Hub{"hub-a": f.Hub, "hub-b": b}, urls: map[string]string{"hub-a": f.Hub.URL, "hub-b": b.URL}}
+	p := newHubPair(map[string]*Hub{"hub-a": f.Hub, "hub-b": b})
 	p.awaitLeaderIs(t, "hub-b", "hub-a", 2, 30*time.Second)
 	list := f.Hub.MQTTURL + "," + b.MQTTURL
 	for _, a := range f.Agents {

@@ -104,7 +104,7 @@ func TestE2EHubFailoverSharedMosquitto(t *testing.T) {
 	}
 	b := startSecondHub(t, f.Hub, append(etcdArgs(c, prefix), "--hub-id", "hub-b", "--broker", f.Mosquitto.URL,
 		"--broker-username", "fleet-hub", "--broker-password-file", pwFile, "--broker-client-id", "fleet-hub-b"))
-	p := &hubPair{hubs: map[string]*Hub{"hub-a": f.Hub, "hub-b": b}, urls: map[string]string{"hub-a": f.Hub.URL, "hub-b": b.URL}}
+	p := newHubPair(map[string]*Hub{"hub-a": f.Hub, "hub-b": b})
 	p.awaitLeaderIs(t, "hub-b", "hub-a", 2, 30*time.Second)
 	if got := hubInfo(t, b).Brokers; !slices.Equal(got, []string{f.Mosquitto.URL}) {
 		t.Fatalf("GET /v1/info brokers of hubs sharing one broker: %q, want %q alone", got, f.Mosquitto.URL)

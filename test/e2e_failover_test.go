@@ -36,6 +36,15 @@ type hubPair struct {
 	tokens map[string]string
 }
 
+// newHubPair is a hubPair of hubs by ID, with their URLs and tokens now.
+func newHubPair(hubs map[string]*Hub) *hubPair {
+	p := &hubPair{hubs: hubs, urls: map[string]string{}, tokens: map[string]string{}}
+	for id, h := range hubs {
+		p.urls[id], p.tokens[id] = h.URL, h.Token
+	}
+	return p
+}
+
 func (p *hubPair) url(id string) (string, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -185,8 +194,7 @@ func startHubPair(t *testing.T, c *etcdtest.Cluster, prefix string) *hubPair {
 		copyFile(t, filepath.Join(a.DataDir, f), filepath.Join(dirB, f))
 	}
 	b := StartHub(t, HubOptions{DataDir: dirB, Args: append(etcdArgs(c, prefix), "--hub-id", "hub-b")})
-	p := &hubPair{hubs: map[string]*Hub{"hub-a": a, "hub-b": b}, urls: map[string]string{"hub-a": a.URL, "hub-b": b.URL},
-		tokens: map[string]string{"hub-a": a.Token, "hub-b": b.Token}}
+	p := newHubPair(map[string]*Hub{"hub-a": a, "hub-b": b})
 	p.awaitLeaderIs(t, "hub-b", "hub-a", 2, 30*time.Second)
 	return p
 }

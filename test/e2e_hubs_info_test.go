@@ -109,7 +109,7 @@ func TestE2EHubSigningKeyAcrossHubs(t *testing.T) {
 				t.Errorf("%s: the refused hub's error does not say %q:\n%s", what, want, out)
 			}
 		}
-		p := &hubPair{hubs: map[string]*Hub{"hub-a": a}, urls: map[string]string{"hub-a": a.URL}}
+		p := newHubPair(map[string]*Hub{"hub-a": a})
 		if list, err := p.hubsOf("hub-a"); err != nil || len(list.Items) != 1 {
 			t.Errorf("%s: hubs after the refused one: %+v %v, want hub-a alone", what, list, err)
 		}
