@@ -21,6 +21,7 @@ import (
 
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/schema"
+	"github.com/fleetmq/fleet/test/etcdtest"
 	"github.com/fleetmq/fleet/test/scale/hollow"
 )
 
@@ -90,6 +91,9 @@ type options struct {
 	UplinkQuickAck bool
 	// UplinkDown: how long the uplink phase keeps every uplink cut.
 	UplinkDown time.Duration
+	// Store is "badger" (the hub's default) or "etcd" (a 3-member etcd
+	// cluster on loopback, started by the suite: store.go).
+	Store string
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -148,6 +152,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.UplinkQuickAck, "uplink-quickack", true, "-topology bridged: each site's bridge reaches the core through a relay in the suite that acknowledges every segment at once (Mosquitto 2.0.11 leaves Nagle's algorithm on for bridge connections, which with delayed ACKs holds each status up to 40 ms); the uplink phase cuts these relays. false: bridges connect straight to the core")
 	fs.DurationVar(&o.UplinkDown, "uplink-down", 10*time.Second, "uplink phase: how long every site's uplink stays cut")
 	fs.IntVar(&o.AgentsPerProcess, "agents-per-process", defaultAgentsPerProcess, "most devices one simulator process runs (each holds a socket per device, under the process file limit); the simulator's processes are started together and their replies summed")
+	fs.StringVar(&o.Store, "store", "badger", "the hub's store: badger (on disk in its data dir) or etcd (a 3-member etcd cluster the suite starts on loopback, Debian's etcd-server, data under the run's directory; fleet-hub --store etcd://…)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -175,6 +180,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-runtime-latency, -status-interval, -changes, -memory-settle and -deadline-scale must not be negative")
 	case o.IdleWindow <= 0 || o.BytesSample < 1 || o.AgentKeepAlive < 0:
 		return o, errors.New("-idle-window and -bytes-sample must be positive, -agent-keepalive not negative")
+	case o.Store != "badger" && o.Store != "etcd":
+		return o, fmt.Errorf("-store %q: want badger or etcd", o.Store)
+	case o.Store == "etcd" && o.Profile != "":
+		return o, errors.New("-store etcd runs the fleet-hub binary: it does not combine with -profile (the in-process hub)")
 	}
 	switch strings.ToUpper(*sig) {
 	case "TERM", "SIGTERM":
@@ -309,6 +318,7 @@ type suite struct {
 	hubPwFile   string
 	hubSpec     hubSpec
 	hub         *hubProc
+	etcd        *etcdtest.Cluster // -store etcd
 	rssEmpty    int64
 	mosq        *mosquittoProc
 	bridged     *bridged // -topology bridged: the site brokers
@@ -458,6 +468,9 @@ func (s *suite) teardown() {
 	}
 	s.stopBrokers(syscall.SIGTERM)
 	s.closeUplinks()
+	if s.etcd != nil {
+		s.etcd.Close()
+	}
 }
 
 // checkHostLimits warns about host limits too low for n agents: open files
@@ -510,6 +523,9 @@ func (s *suite) setupHubSpec(ctx context.Context) error {
 		}
 		spec.PasswordFile = s.hubPwFile
 	} else if spec.MQTTAddr, err = freeAddr(); err != nil {
+		return err
+	}
+	if spec.StoreArgs, err = s.startStore(); err != nil {
 		return err
 	}
 	s.hubSpec = spec
