@@ -238,6 +238,7 @@ func TestE2EPartitionedLeaderHub(t *testing.T) {
 	applying.Wait()
 
 	// Heal. hub-a, having lost its term, exits (to come back as a standby).
+	t.Logf("hub-a's process at the heal, %s after the cut: running %v", time.Since(cut).Round(time.Millisecond), a.running())
 	for _, p := range proxies {
 		p.Heal()
 	}
