@@ -153,11 +153,30 @@ func stepRegister(s regState, in regOp, out regOut) []any {
 	return nil
 }
 
+// hubAddrs are the hubs' API URLs and tokens, by ID, for clients that run
+// while the test restarts hubs (a Hub's own fields change under Restart).
+type hubAddrs struct {
+	mu sync.Mutex
+	m  map[string][2]string
+}
+
+func (a *hubAddrs) set(id string, h *Hub) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.m[id] = [2]string{h.URL, h.Token}
+}
+
+func (a *hubAddrs) get(id string) (url, token string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.m[id][0], a.m[id][1]
+}
+
 // linClient runs operations through one hub and records them.
 type linClient struct {
-	id   int
-	hub  string
-	pair *hubPair
+	id    int
+	hub   string
+	addrs *hubAddrs
 	// seen is the last resourceVersion this client read of each key.
 	seen map[string]int64
 	ops  []porcupine.Operation
@@ -175,7 +194,7 @@ func cmYAML(name, value string, rv int64) []byte {
 
 // do runs one operation and decodes its outcome.
 func (c *linClient) do(in regOp) regOut {
-	url, token := c.pair.url(c.hub)
+	url, token := c.addrs.get(c.hub)
 	if in.Kind == "get" {
 		code, body, err := tryDo(url, token, http.MethodGet, "/v1/configmaps/"+in.Key, nil)
 		switch {
@@ -277,13 +296,16 @@ func TestE2ELinearizableAcrossLeaderKills(t *testing.T) {
 	p := &hubPair{hubs: map[string]*Hub{"hub-a": a, "hub-b": b}, urls: map[string]string{"hub-a": a.URL, "hub-b": b.URL}}
 	p.awaitLeaderIs(t, "hub-b", "hub-a", 2, 30*time.Second)
 
+	addrs := &hubAddrs{m: map[string][2]string{}}
+	addrs.set("hub-a", a)
+	addrs.set("hub-b", b)
 	keys := []string{"lin-0", "lin-1", "lin-2"}
 	t0 := time.Now()
 	stop := make(chan struct{})
 	var running sync.WaitGroup
 	var clients []*linClient
 	for i, hub := range []string{"hub-a", "hub-b", "hub-a", "hub-b"} {
-		cl := &linClient{id: i, hub: hub, pair: p, seen: map[string]int64{}}
+		cl := &linClient{id: i, hub: hub, addrs: addrs, seen: map[string]int64{}}
 		clients = append(clients, cl)
 		running.Go(func() { cl.run(keys, t0, stop) })
 	}
@@ -304,6 +326,7 @@ func TestE2ELinearizableAcrossLeaderKills(t *testing.T) {
 		p.hubs[leader].Kill()
 		took := p.awaitLeaderIs(t, next, next, 1, 4*lease)
 		p.restart(leader)
+		addrs.set(leader, p.hubs[leader])
 		p.awaitLeaderIs(t, leader, next, 2, 30*time.Second)
 		t.Logf("kill %d of %s: %s leads after %s; %s back as a standby after %s", i, leader, next, took.Round(time.Millisecond), leader, time.Since(killed).Round(time.Millisecond))
 		leader = next
