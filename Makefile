@@ -10,7 +10,7 @@ GOFLAGS_BUILD := -trimpath -tags grpcnotrace -ldflags '$(LDFLAGS)'
 BIN := bin
 TEST_TIMEOUT ?= 18m
 
-.PHONY: help build deps test test-short fuzz lint bench bench-quick demo demo-down arm clean
+.PHONY: help build deps test test-short fuzz lint bench bench-quick bench-failover demo demo-down arm clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -68,6 +68,9 @@ bench: ## Go benchmarks, then the scale suite at 1,000 and 10,000 agents, embedd
 	$(SCALE) -agents 1000 -broker embedded -runtime-latency 65ms -phases converge,bytes -markdown BENCHMARKS.md || status=1; \
 	$(SCALE) -agents 10000 -broker embedded -runtime-latency 65ms -phases storm -reconnect-at-once -markdown BENCHMARKS.md || status=1; \
 	exit $$status
+
+bench-failover: ## kill -9 of the leader hub 20 times (3 etcd members, 2 hubs): new-leader time p50/max in the log (BENCHMARKS.md)
+	FLEET_REQUIRE_CONTAINERD=1 FLEET_FAILOVER_KILLS=20 $(GO) test -race -count=1 -timeout 20m -run '^TestE2EHubFailover$$' -v ./test/ | grep -E 'kill [0-9]+ of|failover over|^(ok|FAIL|---)'
 
 demo: ## start a local fleet (root): containerd, a hub, three agents; prints the dashboard URL and a read-only token; see README
 	@bash test/demo/demo.sh up

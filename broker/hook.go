@@ -77,7 +77,6 @@ func (h *hook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
 // OnConnectAuthenticate authenticates a network client through the
 // Authenticator and records its identity for OnACLCheck. Whether the
 // credentials were good is recorded in the attempt OnConnect admitted.
-// Long (105 lines) because it reads as the order of the broker's admission checks; split with the standby refusal.
 func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	b := h.b
 	if cl.Net.Inline {
@@ -154,6 +153,19 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		log.Warn("mqtt connection refused: will topic not allowed", "will_topic", pk.Connect.WillTopic)
 		return false
 	}
+	if !h.admitClientID(cl, id, username, log) {
+		return false
+	}
+	b.idents.Store(cl.ID, identEntry{cl: cl, id: id})
+	log.Debug("mqtt client authenticated")
+	return true
+}
+
+// admitClientID tells whether the authenticated client id may use its
+// client ID: a device only its own, and nobody another identity's
+// session (a device takes its own back).
+func (h *hook) admitClientID(cl *mqtt.Client, id Identity, username string, log *slog.Logger) bool {
+	b := h.b
 	if id.Role == RoleDevice && !DeviceClientID(id.Name, cl.ID) {
 		why := fmt.Sprintf("client ID %q is not the device's own (its name, or its name, '-' and 16 hex digits)", schema.Truncate(cl.ID, 80, "…"))
 		log.Warn("mqtt connection refused: " + why)
@@ -178,9 +190,6 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		// own take-over then disconnects it and marks it taken over.
 		b.forgetSession(existing)
 	}
-
-	b.idents.Store(cl.ID, identEntry{cl: cl, id: id})
-	log.Debug("mqtt client authenticated")
 	return true
 }
 

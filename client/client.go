@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -240,9 +239,12 @@ func (c *Client) do(ctx context.Context, method, p string, q url.Values, in any,
 }
 
 func decodeBody(resp *http.Response, method, p string, out any) error {
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
 		return fmt.Errorf("%s %s: read response: %w", method, p, err)
+	}
+	if len(data) > maxResponseBytes {
+		return fmt.Errorf("%s %s: the response is larger than %d MiB: ask for a list in pages (limit, continue)", method, p, maxResponseBytes>>20)
 	}
 	if out == nil {
 		return nil
@@ -290,28 +292,34 @@ func (c *Client) Apply(ctx context.Context, manifest []byte, dryRun bool) (*sche
 // ListDeployments lists the deployments whose labels match selector
 // ("k=v,k2=v2"; empty for all).
 func (c *Client) ListDeployments(ctx context.Context, selector string) (*schema.DeploymentList, error) {
-	var out schema.DeploymentList
-	if err := c.do(ctx, http.MethodGet, "/v1/deployments", selectorQuery(selector), nil, &out); err != nil {
+	items, rv, err := listTyped[schema.Deployment](ctx, c, "/v1/deployments", selector)
+	if err != nil {
 		return nil, err
 	}
+	out := schema.DeploymentList{Items: items}
+	out.APIVersion, out.Kind, out.Metadata.ResourceVersion = schema.APIVersion, "DeploymentList", rv
 	return &out, nil
 }
 
 // ListDevices lists the devices whose labels match selector.
 func (c *Client) ListDevices(ctx context.Context, selector string) (*schema.DeviceList, error) {
-	var out schema.DeviceList
-	if err := c.do(ctx, http.MethodGet, "/v1/devices", selectorQuery(selector), nil, &out); err != nil {
+	items, rv, err := listTyped[schema.Device](ctx, c, "/v1/devices", selector)
+	if err != nil {
 		return nil, err
 	}
+	out := schema.DeviceList{Items: items}
+	out.APIVersion, out.Kind, out.Metadata.ResourceVersion = schema.APIVersion, "DeviceList", rv
 	return &out, nil
 }
 
 // ListConfigMaps lists the ConfigMaps whose labels match selector.
 func (c *Client) ListConfigMaps(ctx context.Context, selector string) (*schema.ConfigMapList, error) {
-	var out schema.ConfigMapList
-	if err := c.do(ctx, http.MethodGet, "/v1/configmaps", selectorQuery(selector), nil, &out); err != nil {
+	items, rv, err := listTyped[schema.ConfigMap](ctx, c, "/v1/configmaps", selector)
+	if err != nil {
 		return nil, err
 	}
+	out := schema.ConfigMapList{Items: items}
+	out.APIVersion, out.Kind, out.Metadata.ResourceVersion = schema.APIVersion, "ConfigMapList", rv
 	return &out, nil
 }
 
@@ -319,10 +327,12 @@ func (c *Client) ListConfigMaps(ctx context.Context, selector string) (*schema.C
 // keys and sizes (Secret.Keys), never their values. A monitor credential
 // may not list them (IsForbidden).
 func (c *Client) ListSecrets(ctx context.Context, selector string) (*schema.SecretList, error) {
-	var out schema.SecretList
-	if err := c.do(ctx, http.MethodGet, "/v1/secrets", selectorQuery(selector), nil, &out); err != nil {
+	items, rv, err := listTyped[schema.Secret](ctx, c, "/v1/secrets", selector)
+	if err != nil {
 		return nil, err
 	}
+	out := schema.SecretList{Items: items}
+	out.APIVersion, out.Kind, out.Metadata.ResourceVersion = schema.APIVersion, "SecretList", rv
 	return &out, nil
 }
 
@@ -440,27 +450,10 @@ func (c *Client) Get(ctx context.Context, kind Kind, name string) (schema.Object
 }
 
 // List lists the objects of any kind whose labels match selector, and
-// returns them with the list's resourceVersion.
+// returns them with the list's resourceVersion. It asks for
+// DefaultChunkSize items at a time (ListChunked).
 func (c *Client) List(ctx context.Context, kind Kind, selector string) ([]schema.Object, string, error) {
-	info, ok := kind.info()
-	if !ok {
-		return nil, "", kind.valid()
-	}
-	// The items decode straight into a []T of the kind's type.
-	items := reflect.New(reflect.SliceOf(info.Type))
-	l := struct {
-		Metadata schema.ListMeta `json:"metadata"`
-		Items    any             `json:"items"`
-	}{Items: items.Interface()}
-	if err := c.do(ctx, http.MethodGet, "/v1/"+string(kind), selectorQuery(selector), nil, &l); err != nil {
-		return nil, "", err
-	}
-	s := items.Elem()
-	objs := make([]schema.Object, s.Len())
-	for i := range objs {
-		objs[i] = s.Index(i).Addr().Interface().(schema.Object)
-	}
-	return objs, l.Metadata.ResourceVersion, nil
+	return c.ListChunked(ctx, kind, selector, ListOptions{})
 }
 
 // Delete deletes one object of any kind and returns it as it was.

@@ -25,6 +25,10 @@ type Status struct {
 // from it misses nothing.
 type ListMeta struct {
 	ResourceVersion string `json:"resourceVersion"`
+	// Continue, set on a page of a list asked for with limit, is the
+	// opaque token that asks for the next page (query continue=TOKEN);
+	// empty on the last page.
+	Continue string `json:"continue,omitempty"`
 }
 
 // DeviceList is the body of GET /v1/devices.
@@ -113,6 +117,45 @@ type ApplyResponse struct {
 // rotated. The hub keeps only a hash of Token.
 type DeviceCredentials struct {
 	Name  string `json:"name"`
+	Token string `json:"token"`
+}
+
+// MaxDeviceBatch is how many devices one POST /v1/devices:batch may
+// register.
+const MaxDeviceBatch = 10000
+
+// DeviceBatch is the body of POST /v1/devices:batch: devices to register
+// in one call, each of which gets a new token.
+type DeviceBatch struct {
+	// Items are the devices, at most MaxDeviceBatch, each name once.
+	Items []DeviceBatchItem `json:"items"`
+}
+
+// DeviceBatchItem is one device of a DeviceBatch.
+type DeviceBatchItem struct {
+	// Name is the device's name. Required.
+	Name string `json:"name"`
+	// Labels are the labels a new device gets; a device that exists keeps
+	// its own.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Description is the spec.description a new device gets.
+	Description string `json:"description,omitempty"`
+}
+
+// DeviceBatchResult is the answer of POST /v1/devices:batch, in the order
+// of the request's items.
+type DeviceBatchResult struct {
+	Items []DeviceBatchItemResult `json:"items"`
+}
+
+// DeviceBatchItemResult is what became of one device of a batch.
+type DeviceBatchItemResult struct {
+	Name string `json:"name"`
+	// Action is ActionCreated for a new device, ActionUnchanged for one
+	// that existed (kept as it was, but for its new token).
+	Action string `json:"action"`
+	// Token is the device's new MQTT token, shown once; the hub keeps
+	// only a hash.
 	Token string `json:"token"`
 }
 

@@ -191,9 +191,19 @@ func badKeys(t *testing.T, f *Fleet, dev string, ds schema.DesiredState) {
 		t.Errorf("the hub's log does not name the publicKey field:\n%s", logs)
 	}
 	// 1 MB: past the broker's packet limit, the connection is closed.
+	// The status really is that big, and it reached the broker: the
+	// broker cut the client off for the packet's size.
+	tooLarge := `fleet_mqtt_clients_cut_off_total{reason="packet_too_large"}`
+	cutBefore := metric(t, f.Hub, tooLarge)
+	hugeStatus := thiefStatus(t, dev, ds, big)
+	if len(hugeStatus) < 1<<20 {
+		t.Fatalf("the 1 MB key's status is %d bytes", len(hugeStatus))
+	}
 	huge := mustDialMQTT(t, f.BrokerURL, dev, f.Token(dev), dialOpts{})
-	_ = huge.publish(topics.Device(dev, schema.TopicStatus), 0, false, thiefStatus(t, dev, ds, big))
+	_ = huge.publish(topics.Device(dev, schema.TopicStatus), 0, false, hugeStatus)
 	huge.awaitLost(mqttWait)
+	awaitf(t, mqttWait, func() bool { return metric(t, f.Hub, tooLarge) >= cutBefore+1 },
+		"the broker counted no client cut off for a packet too large: the 1 MB status never reached it")
 	var d schema.Device
 	f.Get(t, "/v1/devices/"+dev, &d)
 	raw, _ := json.Marshal(d)

@@ -30,22 +30,23 @@ import (
 // their current API URLs (a restarted hub gets a new port) behind a lock
 // so the appliers can read them while the test restarts hubs.
 type hubPair struct {
-	mu   sync.Mutex
-	hubs map[string]*Hub
-	urls map[string]string
+	mu     sync.Mutex
+	hubs   map[string]*Hub
+	urls   map[string]string
+	tokens map[string]string
 }
 
 func (p *hubPair) url(id string) (string, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.urls[id], p.hubs[id].Token
+	return p.urls[id], p.tokens[id]
 }
 
 func (p *hubPair) restart(id string) {
 	h := p.hubs[id]
 	h.Restart()
 	p.mu.Lock()
-	p.urls[id] = h.URL
+	p.urls[id], p.tokens[id] = h.URL, h.Token
 	p.mu.Unlock()
 }
 
@@ -184,13 +185,15 @@ func startHubPair(t *testing.T, c *etcdtest.Cluster, prefix string) *hubPair {
 		copyFile(t, filepath.Join(a.DataDir, f), filepath.Join(dirB, f))
 	}
 	b := StartHub(t, HubOptions{DataDir: dirB, Args: append(etcdArgs(c, prefix), "--hub-id", "hub-b")})
-	p := &hubPair{hubs: map[string]*Hub{"hub-a": a, "hub-b": b}, urls: map[string]string{"hub-a": a.URL, "hub-b": b.URL}}
+	p := &hubPair{hubs: map[string]*Hub{"hub-a": a, "hub-b": b}, urls: map[string]string{"hub-a": a.URL, "hub-b": b.URL},
+		tokens: map[string]string{"hub-a": a.Token, "hub-b": b.Token}}
 	p.awaitLeaderIs(t, "hub-b", "hub-a", 2, 30*time.Second)
 	return p
 }
 
 // failoverKills is how many times TestE2EHubFailover kills the leader:
-// FLEET_FAILOVER_KILLS, default 20 (3 with -short).
+// FLEET_FAILOVER_KILLS (make bench-failover: 20, for BENCHMARKS.md),
+// default 5 (3 with -short): each kill waits out up to a lease.
 func failoverKills() int {
 	if n, err := strconv.Atoi(os.Getenv("FLEET_FAILOVER_KILLS")); err == nil && n > 0 {
 		return n
@@ -198,7 +201,7 @@ func failoverKills() int {
 	if testing.Short() {
 		return 3
 	}
-	return 20
+	return 5
 }
 
 // applier applies a new ConfigMap through one hub again and again, and
@@ -241,6 +244,7 @@ func (a *applier) run(p *hubPair, id string, stop <-chan struct{}, done *sync.Wa
 // devices, applies through the surviving hub keep working, and every
 // acknowledged apply is there at the end.
 func TestE2EHubFailover(t *testing.T) {
+	t.Parallel() // mostly waits out leases; its own etcd and hubs, no devices
 	c := etcdtest.Start(t, etcdtest.Options{TLS: true})
 	p := startHubPair(t, c, "/fleet/failover/")
 	const lease = 10 * time.Second

@@ -4,8 +4,12 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +19,7 @@ import (
 
 	"github.com/containerd/containerd/namespaces"
 
+	"github.com/fleetmq/fleet/edgeagent/enroll"
 	"github.com/fleetmq/fleet/schema"
 	"github.com/fleetmq/fleet/test/testimage"
 )
@@ -53,6 +58,11 @@ func TestE2EJoinRefusesRogueFirstState(t *testing.T) {
 		p := addDeviceAsPrinted(t, f, dev)
 		publishRogueState(t, f, rogue, rogueKey, dev)
 		a := StartAgent(t, AgentOptions{Device: dev, Join: joinArg(t, p.agentJoin), ContainerdSocket: f.Containerd.Socket()})
+		// Whichever comes first: the refusal, or the rogue's pod.
+		awaitf(t, time.Minute, func() bool {
+			return strings.Contains(a.Logs(), "refused a desired state with a bad signature") || len(f.Containers(t, dev)) != 0
+		}, "%s neither refused nor ran the rogue's retained state", dev)
+		assertNoEvil(t, f, dev)
 		a.AwaitLog(t, 0, "refused a desired state with a bad signature", time.Minute)
 		awaitDeviceMessage(t, f, dev, "refused a desired state with a bad signature")
 		assertNoEvil(t, f, dev)
@@ -72,21 +82,30 @@ func TestE2EJoinRefusesRogueFirstState(t *testing.T) {
 	t.Run("no signing key", func(t *testing.T) {
 		const dev = "oldstyle-pi"
 		p := addDeviceAsPrinted(t, f, dev)
-		f.applyDeps(t, e2eDep{Name: "old-app", Selector: map[string]string{"join-case": dev}})
-		f.deleteOnCleanup(t, "old-app")
+		// The rogue's state is the retained one when the device first
+		// connects, as in the threat.
+		publishRogueState(t, f, rogue, rogueKey, dev)
 		// The command line fleet device add printed before the join
 		// string, without --hub-signing-key.
 		a := StartAgent(t, AgentOptions{Device: dev, Broker: f.BrokerURL, Token: p.token, ContainerdSocket: f.Containerd.Socket()})
 		const why = "no hub signing key pinned: start the agent with --join"
 		a.AwaitLog(t, 0, why, time.Minute)
-		a.AwaitLog(t, 0, "refused a desired state: "+why, time.Minute)
-		awaitDeviceMessage(t, f, dev, why)
-		mark := a.LogMark()
-		publishRogueState(t, f, rogue, rogueKey, dev)
-		a.AwaitLog(t, mark, "refused a desired state: "+why, time.Minute)
-		if cs := f.Containers(t, dev); len(cs) != 0 {
-			t.Fatalf("an agent with no signing key pinned runs %+v", cs)
+		refusedOrRan := func(mark int, what string) {
+			t.Helper()
+			awaitf(t, time.Minute, func() bool {
+				return strings.Contains(a.Logs()[mark:], "refused a desired state: "+why) || len(f.Containers(t, dev)) != 0
+			}, "an agent with no signing key pinned neither refused nor ran %s", what)
+			if cs := f.Containers(t, dev); len(cs) != 0 {
+				t.Fatalf("an agent with no signing key pinned runs %+v (after %s)", cs, what)
+			}
 		}
+		refusedOrRan(0, "the rogue's retained state")
+		awaitDeviceMessage(t, f, dev, why)
+		// The hub's own state is refused too: no key to check it by.
+		mark := a.LogMark()
+		f.applyDeps(t, e2eDep{Name: "old-app", Selector: map[string]string{"join-case": dev}})
+		f.deleteOnCleanup(t, "old-app")
+		refusedOrRan(mark, "the hub's state")
 		if _, err := os.Stat(filepath.Join(a.StateDir, "hub-signing.pub")); err == nil {
 			t.Error("a key was pinned")
 		}
@@ -314,6 +333,11 @@ func TestE2EJoinBootstrapTLS(t *testing.T) {
 	if j.BootstrapToken == "" || j.CAHash != f.Hub.CAHash || j.SigningKey != f.Hub.SigningKey || !strings.HasPrefix(j.Brokers[0], "ssl://127.0.0.1:") {
 		t.Fatalf("the join string carries %+v", j)
 	}
+	// Bad input first: a wrong CA hash, in the join string or as
+	// --ca-hash, against the real hub. The bootstrap token has one use;
+	// the enrollment after this proves none was spent.
+	e2eJoinWrongCAHash(t, f, j)
+
 	const dev = "boot-pi"
 	tarPath, _ := testimage.Build(t, testimage.Options{})
 	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(t.Context(), AgentNamespace(dev)), 2*time.Minute)
@@ -329,5 +353,55 @@ func TestE2EJoinBootstrapTLS(t *testing.T) {
 	f.AwaitConverged(t, time.Minute, dev)
 	if strings.Contains(a.Logs(), j.BootstrapToken) {
 		t.Error("the agent logged the bootstrap token")
+	}
+}
+
+// e2eJoinWrongCAHash: an agent given the hub's real TLS broker but a CA
+// hash of another CA (in the join string, or as --ca-hash beside the
+// bootstrap token) refuses the hub's certificate with an error naming the
+// pinned hash, enrolls nothing, stores no token and no CA, and spends no
+// use of the bootstrap token.
+func e2eJoinWrongCAHash(t *testing.T, f *Fleet, j schema.JoinInfo) {
+	t.Helper()
+	sum := sha256.Sum256([]byte("not the hub's CA"))
+	wrongHash := "sha256:" + hex.EncodeToString(sum[:])
+	bad := j
+	bad.CAHash = wrongHash
+	wrongJoin, err := schema.EncodeJoin(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		opts AgentOptions
+	}{
+		{"join string", AgentOptions{Device: "badca-join", Join: wrongJoin, Args: []string{"--device", "badca-join"}}},
+		{"--ca-hash", AgentOptions{Device: "badca-flag", Broker: j.Brokers[0], BootstrapToken: j.BootstrapToken, Args: []string{"--ca-hash", wrongHash}}},
+	} {
+		c.opts.ContainerdSocket = f.Containerd.Socket()
+		a := StartAgent(t, c.opts)
+		refused := a.AwaitLog(t, 0, "pinned CA "+wrongHash, time.Minute)
+		if !strings.Contains(refused, enroll.ErrCAMismatch.Error()) {
+			t.Errorf("%s: the refusal does not say why: %s", c.name, refused)
+		}
+		if err := a.Stop(); err != nil {
+			t.Errorf("%s: stop the agent: %v", c.name, err)
+		}
+		for _, name := range []string{enroll.TokenFile, enroll.CAFile} {
+			if _, err := os.Stat(filepath.Join(a.StateDir, name)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s: after the refusal the state dir has %s: %v", c.name, name, err)
+			}
+		}
+		if code, _ := f.Hub.Do(t, http.MethodGet, "/v1/devices/"+c.opts.Device, nil); code != http.StatusNotFound {
+			t.Errorf("%s: GET device %s after the refusal: %d, want 404", c.name, c.opts.Device, code)
+		}
+		if strings.Contains(a.Logs(), j.BootstrapToken) {
+			t.Errorf("%s: the agent logged the bootstrap token", c.name)
+		}
+	}
+	for id, bt := range bootstrapTokens(t, f.Hub) {
+		if bt.Used != 0 {
+			t.Errorf("bootstrap token %s: %d uses spent by refused agents", id, bt.Used)
+		}
 	}
 }

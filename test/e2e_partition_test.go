@@ -68,6 +68,12 @@ func subscribeDesired(t *testing.T, url, device, token string) (*mqttClient, *de
 	return cl, log
 }
 
+// pairOf is the hubPair of hub-a and hub-b.
+func pairOf(a, b *Hub) *hubPair {
+	return &hubPair{hubs: map[string]*Hub{"hub-a": a, "hub-b": b}, urls: map[string]string{"hub-a": a.URL, "hub-b": b.URL},
+		tokens: map[string]string{"hub-a": a.Token, "hub-b": b.Token}}
+}
+
 // electionKeys lists the election keys of the fleet under prefix, oldest
 // (the leader's) first.
 func electionKeys(t *testing.T, cli *clientv3.Client, prefix string) []*mvccpb.KeyValue {
@@ -127,7 +133,7 @@ func TestE2EPartitionedLeaderHub(t *testing.T) {
 		copyFile(t, filepath.Join(a.DataDir, f), filepath.Join(dirB, f))
 	}
 	b := StartHub(t, HubOptions{DataDir: dirB, Args: slices.Concat(etcdArgs(c, prefix), leaseArg, []string{"--hub-id", "hub-b"})})
-	pair := &hubPair{hubs: map[string]*Hub{"hub-a": a, "hub-b": b}, urls: map[string]string{"hub-a": a.URL, "hub-b": b.URL}}
+	pair := pairOf(a, b)
 	pair.awaitLeaderIs(t, "hub-b", "hub-a", 2, 30*time.Second)
 	awaitf(t, 30*time.Second, func() bool { return pair.leaderMetric("hub-a") == 1 }, "fleet_hub_leader on hub-a")
 

@@ -73,6 +73,14 @@ spec:
 			t.Errorf("the apply answer carries the value: %s", r.Object)
 		}
 	}
+	// On the wire, whether or not the device can use it: the desired
+	// state carrying the Secret crossed the external broker with the
+	// value sealed (neither in clear nor as base64).
+	awaitf(t, e2eConverge, func() bool { return strings.Contains(sniffed(), `"secrets":[{"name":"e2e-creds"`) },
+		"mosquitto_sub saw no desired state carrying the Secret")
+	if inClear([]byte(sniffed()), value) {
+		t.Fatal("a desired state on the external broker carries the secret value in clear or base64")
+	}
 	f.AwaitRollout(t, dep, 1, e2eConverge)
 	c := f.AwaitContainerRunning(t, "dev-1", dep)
 	env := environ(t, c.PID)

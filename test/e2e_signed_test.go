@@ -16,7 +16,11 @@ import (
 // harness's injector account) publishes a forged desired state (valid
 // JSON, a higher generation, another pod; unsigned, then with a signature
 // that does not match) and replays a genuine earlier state it captured
-// from the topic (lower generation, validly signed). The device runs none
+// from the topic (lower generation, validly signed), and a state signed
+// with the hub's key for another store (the generation floor survives a
+// new store under the same key: a store recreated or left, captured; the
+// test signs it with the hub's key from its data directory, as the hub
+// did). The device runs none
 // of them: its container keeps running with the same PID, it says why in
 // its status message and events (read through the hub's API), and it
 // applies the next genuine apply.
@@ -65,6 +69,17 @@ func TestE2ESignedDesiredState(t *testing.T) {
 	unsigned := mustJSON(t, forged)
 	forged.Signature = genuine.Signature // a real signature, over other bytes
 	badSig := mustJSON(t, forged)
+	// A state the hub signed with the same key for another store (one
+	// recreated, or left), captured: its generation is not above the
+	// device's. Signed here with the hub's own key, read from its data
+	// directory, as a captured one would be.
+	otherStore := forged
+	otherStore.Signature, otherStore.Store = nil, "recreated-"+genuine.Store
+	otherStore.Generation = f.Device(t, dev).Status.ObservedGeneration
+	storeReplay, err := schema.SignDesiredState(mustJSON(t, otherStore), readHubSigningKey(t, f.Hub.DataDir), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	for _, step := range []struct {
 		name     string
@@ -78,9 +93,25 @@ func TestE2ESignedDesiredState(t *testing.T) {
 		{"forged, bad signature", badSig, true, "DesiredStateBadSignature", "refused a desired state with a bad signature"},
 		{"replayed genuine state", captured, true, "DesiredStateReplayed",
 			"refused a replayed desired state: generation " + strconv.FormatInt(genuine.Generation, 10)},
+		// The generation floor survives a new store under the same key.
+		{"another store's state, same key", storeReplay, true, "DesiredStateReplayed",
+			"refused a replayed desired state: generation " + strconv.FormatInt(otherStore.Generation, 10) + " of store " + otherStore.Store + " is not above"},
 	} {
 		mark := a.LogMark()
 		rogue.mustPublish(topic, step.retained, step.payload)
+		runsEvil := func() bool {
+			for _, c := range f.Containers(t, dev) {
+				if c.Pod == "evil" {
+					return true
+				}
+			}
+			return false
+		}
+		awaitf(t, 30*time.Second, func() bool { return strings.Contains(a.Logs()[mark:], step.message) || runsEvil() },
+			"%s: the device neither refused nor ran it", step.name)
+		if runsEvil() {
+			t.Fatalf("%s: the device runs the rogue's pod evil", step.name)
+		}
 		a.AwaitLog(t, mark, step.message, 30*time.Second)
 		awaitf(t, 30*time.Second, func() bool {
 			d := f.Device(t, dev)

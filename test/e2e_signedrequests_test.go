@@ -248,15 +248,25 @@ func pad(p []byte, n int) []byte {
 	return append(p[:len(p)-1:len(p)-1], []byte(`,"pad":"`+strings.Repeat("p", n)+`"}`)...)
 }
 
-// mutate changes old to new in a captured request, and its ID to a fresh
-// one (so that its refusal is told from the original's).
+// mutate changes old to new in a captured request, its ID to a fresh
+// one (so that its refusal is told from the original's) and its nonce to
+// a fresh one (so that only the signature stands between it and the
+// device: the nonce check would refuse a reused one as a replay).
 func mutate(t *testing.T, payload []byte, old, new string) []byte {
 	t.Helper()
-	var r struct{ ID string }
+	var r struct{ ID, Nonce string }
 	if err := json.Unmarshal(payload, &r); err != nil {
 		t.Fatal(err)
 	}
+	if r.Nonce == "" {
+		t.Fatalf("the captured request has no nonce: %s", payload)
+	}
 	p := bytes.Replace(payload, []byte(old), []byte(new), 1)
+	fresh := bytes.Replace(p, []byte(`"nonce":"`+r.Nonce+`"`), []byte(`"nonce":"`+randomHex(t, schema.RequestNonceBytes)+`"`), 1)
+	if bytes.Equal(fresh, p) {
+		t.Fatalf("no nonce member to replace in %s", payload)
+	}
+	p = fresh
 	return bytes.Replace(p, []byte(r.ID), []byte(randomHex(t, schema.RequestIDBytes)), 1)
 }
 

@@ -39,7 +39,7 @@ func TestE2EStandbyHubMemory(t *testing.T) {
 		copyFile(t, filepath.Join(a.DataDir, f), filepath.Join(dirB, f))
 	}
 	b := StartHub(t, HubOptions{DataDir: dirB, Args: append(etcdArgs(c, prefix), "--hub-id", "hub-b")})
-	p := &hubPair{hubs: map[string]*Hub{"hub-a": a, "hub-b": b}, urls: map[string]string{"hub-a": a.URL, "hub-b": b.URL}}
+	p := pairOf(a, b)
 	p.awaitLeaderIs(t, "hub-b", "hub-a", 2, 30*time.Second)
 
 	rss := func(h *Hub) int64 { return procStatusBytes(t, h.PID(), "VmRSS") }

@@ -30,11 +30,12 @@ func startSecondHub(t *testing.T, a *Hub, args []string) *Hub {
 // TestE2ETwoHubsShareEtcd: two real fleet-hub processes serve one fleet
 // on one real 3-member etcd cluster at once. What is applied through hub A
 // is what `fleet get` through hub B shows, with the same resourceVersion;
-// `fleet get -w` through B streams A's changes; an operator credential and
-// a device token created through A work on B (the HTTP API and B's
-// embedded broker), and stop working on B once A revokes or replaces them.
-// (Which hub runs the controller is not checked here: both do until
-// leader election lands.)
+// `fleet get -w` through B streams A's changes;
+// an operator credential created through A works on B's HTTP API, a
+// device token created through B works on A's embedded broker (the
+// leader's: the standby's refuses devices), and each stops working once
+// the other hub revokes or replaces it. (Leadership itself is
+// TestE2EHubFailover's.)
 func TestE2ETwoHubsShareEtcd(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{TLS: true})
 	args := etcdArgs(c, "/fleet/twohubs/")
@@ -140,33 +141,35 @@ func TestE2ETwoHubsShareEtcd(t *testing.T) {
 		t.Logf("credential deleted through hub A refused by hub B after %v", time.Since(start).Round(time.Millisecond))
 	})
 
+	// Devices connect to the leader's broker only (the standby's refuses
+	// them): A started first and leads, so the token goes through B.
 	t.Run("DeviceToken", func(t *testing.T) {
-		token := addDevice(t, a, "pi-1", map[string]string{"site": "a"})
+		token := addDevice(t, b, "pi-1", map[string]string{"site": "a"})
 		var dev *mqttClient
 		awaitf(t, 10*time.Second, func() bool {
 			var err error
-			dev, err = dialMQTT(t, b.MQTTURL, "pi-1", token, dialOpts{})
+			dev, err = dialMQTT(t, a.MQTTURL, "pi-1", token, dialOpts{})
 			return err == nil
-		}, "hub B's broker accepts the device token issued through hub A")
-		// Replaced through A: B drops the session and refuses the old token.
-		fresh := issueToken(t, a, "pi-1")
+		}, "hub A's broker accepts the device token issued through hub B")
+		// Replaced through B: A drops the session and refuses the old token.
+		fresh := issueToken(t, b, "pi-1")
 		dev.awaitLost(10 * time.Second)
 		awaitf(t, 10*time.Second, func() bool {
-			_, err := dialMQTT(t, b.MQTTURL, "pi-1", token, dialOpts{})
+			_, err := dialMQTT(t, a.MQTTURL, "pi-1", token, dialOpts{})
 			return err != nil
-		}, "hub B's broker refuses the token hub A replaced")
+		}, "hub A's broker refuses the token hub B replaced")
 		awaitf(t, 10*time.Second, func() bool {
-			_, err := dialMQTT(t, b.MQTTURL, "pi-1", fresh, dialOpts{})
+			_, err := dialMQTT(t, a.MQTTURL, "pi-1", fresh, dialOpts{})
 			return err == nil
-		}, "hub B's broker accepts the new token")
-		// Deleted through A: refused by B.
-		mustDo(t, a, http.MethodDelete, "/v1/devices/pi-1", nil, http.StatusOK)
+		}, "hub A's broker accepts the new token")
+		// Deleted through B: refused by A.
+		mustDo(t, b, http.MethodDelete, "/v1/devices/pi-1", nil, http.StatusOK)
 		awaitf(t, 10*time.Second, func() bool {
-			_, err := dialMQTT(t, b.MQTTURL, "pi-1", fresh, dialOpts{})
+			_, err := dialMQTT(t, a.MQTTURL, "pi-1", fresh, dialOpts{})
 			return err != nil
-		}, "hub B's broker refuses the device hub A deleted")
-		if code, _ := b.Do(t, http.MethodGet, "/v1/devices/pi-1", nil); code != http.StatusNotFound {
-			t.Fatalf("GET the deleted device through hub B: %d, want 404", code)
+		}, "hub A's broker refuses the device hub B deleted")
+		if code, _ := a.Do(t, http.MethodGet, "/v1/devices/pi-1", nil); code != http.StatusNotFound {
+			t.Fatalf("GET the deleted device through hub A: %d, want 404", code)
 		}
 	})
 }

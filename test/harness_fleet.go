@@ -112,7 +112,6 @@ type Fleet struct {
 //
 // Without root, containerd or runc the test is skipped, or failed when
 // FLEET_REQUIRE_CONTAINERD=1 (containerdtest.Require).
-// Long (101 lines) because it starts the fleet's processes in dependency order.
 func StartFleet(t testing.TB, opts FleetOptions) *Fleet {
 	t.Helper()
 	if opts.Agents <= 0 {
@@ -141,28 +140,7 @@ func StartFleet(t testing.TB, opts FleetOptions) *Fleet {
 		}
 	}
 
-	f.Containerd = containerdtest.Start(t)
-	tarPath, ref := testimage.Build(t, testimage.Options{})
-	f.Image = ref
-	tars := []string{tarPath}
-	if opts.Shell {
-		sysdeps.Require(t, "busybox")
-		shellTar, shellRef := testimage.Build(t, testimage.Options{Ref: "fleet.test/shell:v1", Shell: true})
-		f.ShellImage = shellRef
-		tars = append(tars, shellTar)
-	}
-	devices := make([]string, opts.Agents)
-	for i := range devices {
-		devices[i] = fmt.Sprintf("%s-%d", opts.DevicePrefix, i+1)
-		for _, tp := range tars {
-			ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.Background(), AgentNamespace(devices[i])), 2*time.Minute)
-			_, err := testimage.Import(ctx, f.Containerd.Client(), tp, "")
-			cancel()
-			if err != nil {
-				t.Fatalf("import the test image %s for %s: %v", tp, devices[i], err)
-			}
-		}
-	}
+	devices := f.startContainerd(t, opts)
 	f.events = watchContainerd(t, f.Containerd.Client(), AgentNamespace(devices[0]))
 
 	hubOpts := HubOptions{Args: append([]string(nil), opts.HubArgs...)}
@@ -213,6 +191,36 @@ func StartFleet(t testing.TB, opts FleetOptions) *Fleet {
 	}
 	f.AwaitConverged(t, time.Minute, devices...)
 	return f
+}
+
+// startContainerd starts the fleet's containerd and imports the test
+// images (the shell image too with opts.Shell) into every device's
+// namespace; it returns the devices' names.
+func (f *Fleet) startContainerd(t testing.TB, opts FleetOptions) (devices []string) {
+	t.Helper()
+	f.Containerd = containerdtest.Start(t)
+	tarPath, ref := testimage.Build(t, testimage.Options{})
+	f.Image = ref
+	tars := []string{tarPath}
+	if opts.Shell {
+		sysdeps.Require(t, "busybox")
+		shellTar, shellRef := testimage.Build(t, testimage.Options{Ref: "fleet.test/shell:v1", Shell: true})
+		f.ShellImage = shellRef
+		tars = append(tars, shellTar)
+	}
+	devices = make([]string, opts.Agents)
+	for i := range devices {
+		devices[i] = fmt.Sprintf("%s-%d", opts.DevicePrefix, i+1)
+		for _, tp := range tars {
+			ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.Background(), AgentNamespace(devices[i])), 2*time.Minute)
+			_, err := testimage.Import(ctx, f.Containerd.Client(), tp, "")
+			cancel()
+			if err != nil {
+				t.Fatalf("import the test image %s for %s: %v", tp, devices[i], err)
+			}
+		}
+	}
+	return devices
 }
 
 // Devices returns the names of the fleet's agent devices.

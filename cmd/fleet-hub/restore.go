@@ -69,52 +69,7 @@ know. Apply again what was applied after the backup.`,
     --etcd-cacert /etc/etcd/ca.crt --etcd-cert /etc/fleet/hub-etcd.crt --etcd-key /etc/fleet/hub-etcd.key`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if from == "" {
-				return errors.New("--from FILE: required")
-			}
-			toEtcd := strings.HasPrefix(storeFlag, "etcd://")
-			if storeFlag != "" && storeFlag != "badger" && !toEtcd {
-				return fmt.Errorf("--store %q: want badger (the default: <data-dir>/store) or etcd://HOST:PORT[,HOST:PORT…]", storeFlag)
-			}
-			key, err := keys.Key("restore")
-			if err != nil {
-				return err
-			}
-			var etcdDesc string
-			if toEtcd {
-				// Before the backup is read: a used prefix or an
-				// unreachable cluster costs nothing.
-				if etcdDesc, err = hub.CheckStoreEmpty(cmd.Context(), "--store", storeFlag, ef); err != nil {
-					return fmt.Errorf("restore into etcd: %w; nothing was written", err)
-				}
-			}
-			f, err := os.Open(from)
-			if err != nil {
-				return fmt.Errorf("--from: %w", err)
-			}
-			defer f.Close()
-			start := time.Now()
-			m, err := backup.Restore(cmd.Context(), f, key, backup.RestoreOptions{DataDir: s.DataDir, From: filepath.Base(from)})
-			if err != nil {
-				return fmt.Errorf("restore %s: %w", from, err)
-			}
-			out := cmd.OutOrStdout()
-			where := s.DataDir
-			if toEtcd {
-				res, err := moveStoreToEtcd(cmd.Context(), s.DataDir, storeFlag, ef, cmd.ErrOrStderr())
-				if err != nil {
-					return fmt.Errorf("restore %s into %s: %w", from, etcdDesc, err)
-				}
-				where = fmt.Sprintf("%s (%d keys, copy checked: sha256 %s) and the key files into %s", etcdDesc, res.Keys, res.Digest, s.DataDir)
-			}
-			fmt.Fprintf(out, "restored hub %s (CA %s, signing key %s) at revision %d into %s in %s: %s\n",
-				m.Hub.StoreID, orNone(m.Hub.CAHash), orNone(m.Hub.SigningKeyID), m.Revision, where,
-				time.Since(start).Round(time.Millisecond), objectCounts(m.Objects))
-			fmt.Fprintf(out, "the backup was taken %s, %s ago: every change made after it is lost (the recovery point is the backup interval); apply those changes again\n",
-				m.Created.Format(time.RFC3339), m.Age(time.Now()))
-			fmt.Fprintf(out, "devices get nothing from the restored hub until each reports the generation it runs; then their states continue above it\n")
-			fmt.Fprintf(out, "start it with: fleet-hub --data-dir %s%s\n", s.DataDir, storeArgs(storeFlag, ef))
-			return nil
+			return runRestore(cmd, s, from, storeFlag, keys, ef)
 		},
 	}
 	f := cmd.Flags()
@@ -126,6 +81,58 @@ know. Apply again what was applied after the backup.`,
 	f.StringVar(&ef.KeyFile, "etcd-key", "", "PEM private key of --etcd-cert")
 	keyFlags(cmd, &keys, false)
 	return cmd
+}
+
+// runRestore is restore's work: check the flags (and an etcd target)
+// before reading the backup, restore it, move the store into etcd if
+// asked, and say what was restored and what was lost.
+func runRestore(cmd *cobra.Command, s *settings, from, storeFlag string, keys backup.KeyFlags, ef hub.EtcdFlags) error {
+	if from == "" {
+		return errors.New("--from FILE: required")
+	}
+	toEtcd := strings.HasPrefix(storeFlag, "etcd://")
+	if storeFlag != "" && storeFlag != "badger" && !toEtcd {
+		return fmt.Errorf("--store %q: want badger (the default: <data-dir>/store) or etcd://HOST:PORT[,HOST:PORT…]", storeFlag)
+	}
+	key, err := keys.Key("restore")
+	if err != nil {
+		return err
+	}
+	var etcdDesc string
+	if toEtcd {
+		// Before the backup is read: a used prefix or an
+		// unreachable cluster costs nothing.
+		if etcdDesc, err = hub.CheckStoreEmpty(cmd.Context(), "--store", storeFlag, ef); err != nil {
+			return fmt.Errorf("restore into etcd: %w; nothing was written", err)
+		}
+	}
+	f, err := os.Open(from)
+	if err != nil {
+		return fmt.Errorf("--from: %w", err)
+	}
+	defer f.Close()
+	start := time.Now()
+	m, err := backup.Restore(cmd.Context(), f, key, backup.RestoreOptions{DataDir: s.DataDir, From: filepath.Base(from)})
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", from, err)
+	}
+	out := cmd.OutOrStdout()
+	where := s.DataDir
+	if toEtcd {
+		res, err := moveStoreToEtcd(cmd.Context(), s.DataDir, storeFlag, ef, cmd.ErrOrStderr())
+		if err != nil {
+			return fmt.Errorf("restore %s into %s: %w", from, etcdDesc, err)
+		}
+		where = fmt.Sprintf("%s (%d keys, copy checked: sha256 %s) and the key files into %s", etcdDesc, res.Keys, res.Digest, s.DataDir)
+	}
+	fmt.Fprintf(out, "restored hub %s (CA %s, signing key %s) at revision %d into %s in %s: %s\n",
+		m.Hub.StoreID, orNone(m.Hub.CAHash), orNone(m.Hub.SigningKeyID), m.Revision, where,
+		time.Since(start).Round(time.Millisecond), objectCounts(m.Objects))
+	fmt.Fprintf(out, "the backup was taken %s, %s ago: every change made after it is lost (the recovery point is the backup interval); apply those changes again\n",
+		m.Created.Format(time.RFC3339), m.Age(time.Now()))
+	fmt.Fprintf(out, "devices get nothing from the restored hub until each reports the generation it runs; then their states continue above it\n")
+	fmt.Fprintf(out, "start it with: fleet-hub --data-dir %s%s\n", s.DataDir, storeArgs(storeFlag, ef))
+	return nil
 }
 
 // moveStoreToEtcd copies the store just restored into dataDir/store into

@@ -109,12 +109,13 @@ type deviceAddOptions struct {
 	description string
 	output      string
 	brokers     []string
+	fromFile    string
 }
 
 func newDeviceAddCmd(cli *cliContext) *cobra.Command {
 	var o deviceAddOptions
 	cmd := &cobra.Command{
-		Use:   "add NAME [--label key=value ...] [--description TEXT] [-o json|yaml]",
+		Use:   "add (NAME [--label key=value ...] [--description TEXT] | --from-file FILE) [-o json|yaml]",
 		Short: "Register a device and show its token once",
 		Long: `Register a device with the hub, issue its MQTT token and show the token once,
 with the fleet-agent command line to start on the device. The agent connects
@@ -139,7 +140,7 @@ Every device carries the label fleet/device=NAME; --label adds your own
 (repeatable, or comma-separated). Keys under fleet/ are reserved for the hub.
 
 -o json prints only {"name":...,"token":...} (-o yaml the same in YAML), for
-provisioning scripts.`,
+provisioning scripts.` + deviceFileHelp,
 		Example: `  fleet device add pi-1
   fleet device add pi-1 --label site=lab --label room=kitchen --description "Pi 4 in the kitchen"
 
@@ -147,9 +148,28 @@ provisioning scripts.`,
   fleet device add pi-1 -o json | jq -r .token > pi-1.token
 
   # Several hubs: the device gets every hub's broker, in this order
-  fleet device add pi-1 --broker ssl://hub1.example:8883,ssl://hub2.example:8883`,
-		Args: exactArgs(1, "NAME"),
+  fleet device add pi-1 --broker ssl://hub1.example:8883,ssl://hub2.example:8883
+
+  # Many devices from a CSV file (pi-1,site=lab;room=a,Pi in the kitchen),
+  # their tokens written to a file only you can read
+  (umask 077; fleet device add --from-file devices.csv > tokens.csv)`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if o.fromFile != "" {
+				if len(args) > 0 || len(o.labels) > 0 || o.description != "" || len(o.brokers) > 0 {
+					return fmt.Errorf("--from-file takes no NAME, --label, --description or --broker: the file gives each device's name, labels and description")
+				}
+				return nil
+			}
+			return exactArgs(1, "NAME")(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.fromFile != "" {
+				format, err := parseSecretOutput(cmd, o.output)
+				if err != nil {
+					return err
+				}
+				return runDeviceAddFile(cmd.Context(), cli, o.fromFile, format)
+			}
 			return runDeviceAdd(cmd.Context(), cli, cmd, args[0], o)
 		},
 	}
@@ -157,6 +177,7 @@ provisioning scripts.`,
 	addBrokerFlag(cmd, &o.brokers)
 	f.StringArrayVarP(&o.labels, "label", "l", nil, "label key=value of the device (repeatable; key=value,key2=value2 also works)")
 	f.StringVar(&o.description, "description", "", "free text shown by fleet describe device")
+	f.StringVar(&o.fromFile, "from-file", "", "register every device of this CSV file (- for stdin) in a few calls: NAME[,LABELS[,DESCRIPTION]] per line")
 	addSecretOutputFlag(cmd, &o.output)
 	return cmd
 }

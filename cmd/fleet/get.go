@@ -21,6 +21,7 @@ type getOptions struct {
 	watch       bool
 	noHeaders   bool
 	watchEvents bool
+	chunkSize   int
 }
 
 // getLong is the help of fleet get.
@@ -99,6 +100,11 @@ Output formats (-o):
 every format: numbers by value, text in natural order (pi-2 before pi-10),
 items without a value first.
 
+Lists are fetched --chunk-size items at a time (default 500; 0 asks for
+everything in one answer), the hub's pages (limit, continue) followed to the
+end: a fleet of 100,000 devices is 200 small answers, not one huge one. On a
+terminal, a listing of several pages shows its progress on stderr.
+
 -w prints the list, then a line (or a JSON/YAML object, or the template) per
 change until interrupted.`
 
@@ -136,6 +142,10 @@ const getExample = `  # All deployments, and all devices with more columns
 
   # Names only, for scripts
   fleet get devices -o name
+
+  # A large fleet, 2,000 devices per request (or everything at once)
+  fleet get devices --chunk-size 2000
+  fleet get devices --chunk-size 0
   fleet get devices -o jsonpath='{.items[*].metadata.name}'
 
   # One line per device: name, online, agent version
@@ -186,6 +196,7 @@ func addGetFlags(cmd *cobra.Command, o *getOptions, what string) {
 	f.BoolVarP(&o.watch, "watch", "w", false, "after listing, print every change until interrupted")
 	f.BoolVar(&o.noHeaders, "no-headers", false, "leave out the header line of tables")
 	f.BoolVar(&o.watchEvents, "output-watch-events", false, "with -w, print the event type (ADDED, MODIFIED, DELETED) of each change")
+	f.IntVar(&o.chunkSize, "chunk-size", client.DefaultChunkSize, "fetch lists this many items per request (0: everything in one request)")
 }
 
 func runGet(ctx context.Context, cli *cliContext, args []string, o getOptions) error {
@@ -212,6 +223,9 @@ func runGet(ctx context.Context, cli *cliContext, args []string, o getOptions) e
 	}
 	if err := checkSelector(o.selector); err != nil {
 		return err
+	}
+	if o.chunkSize < 0 {
+		return fmt.Errorf("--chunk-size: %d is negative: want 0 (everything at once) or more", o.chunkSize)
 	}
 	if o.selector != "" && len(refs) > 0 {
 		return errors.New("a NAME and a label selector (-l) cannot be combined")
@@ -242,7 +256,7 @@ func runGet(ctx context.Context, cli *cliContext, args []string, o getOptions) e
 		return err
 	}
 	if len(refs) == 0 {
-		objs, rv, err := cl.List(ctx, kind, o.selector)
+		objs, rv, err := listInChunks(ctx, cli, cl, kind, o.selector, o.chunkSize)
 		if err != nil {
 			return err
 		}

@@ -111,14 +111,30 @@ func (s *Server) listOrWatch(w http.ResponseWriter, r *http.Request) {
 }
 
 // list writes the stored JSON of the objects as they are: no decoding
-// (but for the labels, with a selector) and no re-encoding.
+// (but for the labels, with a selector) and no re-encoding. With limit it
+// writes one page (pages.go).
 func (s *Server) list(w http.ResponseWriter, r *http.Request, kind string, sel schema.LabelSelector) {
+	q := r.URL.Query()
+	pg, err := s.parsePage(q, kind, q.Get("labelSelector"))
+	after := ""
+	if err == nil && pg.Token != nil {
+		after = pg.Token.After
+		err = s.store.ListRevisionHeld(pg.Token.Rev)
+	}
+	if err != nil {
+		WriteError(w, r, s.log, err)
+		return
+	}
 	var items bytes.Buffer
-	n := 0
+	n, last, more := 0, "", false
 	redact := monitorView(r, kind)
-	rev, err := s.store.ListRawNamed(r.Context(), kind, func(name string, raw []byte) error {
+	rev, err := s.store.ListRawNamedFrom(r.Context(), kind, after, func(name string, raw []byte) error {
 		if !sel.Empty() && !matches(raw, sel) {
 			return nil
+		}
+		if pg.Limit > 0 && n == pg.Limit {
+			more = true
+			return store.ErrStopList
 		}
 		if n > 0 {
 			items.WriteByte(',')
@@ -128,28 +144,41 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, kind string, sel s
 		} else {
 			writeWithStatus(&items, raw, s.statusJSON(kind, name))
 		}
-		n++
+		n, last = n+1, name
 		return nil
 	})
 	if err != nil {
 		WriteError(w, r, s.log, err)
 		return
 	}
+	meta := schema.ListMeta{ResourceVersion: strconv.FormatUint(rev, 10)}
+	if pg.Token != nil {
+		rev = pg.Token.Rev
+		meta.ResourceVersion = strconv.FormatUint(rev, 10)
+	}
+	if more {
+		meta.Continue = s.sealPageToken(pageToken{Kind: kind, Selector: q.Get("labelSelector"), After: last, Rev: rev})
+	}
+	s.writeList(w, kind, meta, items.Bytes())
+}
+
+// writeList writes a list's answer around its items, already JSON.
+func (s *Server) writeList(w http.ResponseWriter, kind string, meta schema.ListMeta, items []byte) {
 	head, err := json.Marshal(struct {
 		schema.TypeMeta `json:",inline"`
 		Metadata        schema.ListMeta `json:"metadata"`
 	}{
 		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: store.ListKindFor(kind)},
-		Metadata: schema.ListMeta{ResourceVersion: strconv.FormatUint(rev, 10)},
+		Metadata: meta,
 	})
 	if err != nil {
-		WriteError(w, r, s.log, fmt.Errorf("encode list: %w", err))
+		WriteJSON(w, http.StatusInternalServerError, NewStatus(http.StatusInternalServerError, ReasonInternalError, "encode list: "+err.Error(), nil))
 		return
 	}
-	body := make([]byte, 0, len(head)+items.Len()+16)
+	body := make([]byte, 0, len(head)+len(items)+16)
 	body = append(body, head[:len(head)-1]...) // without the closing brace
 	body = append(body, `,"items":[`...)
-	body = append(body, items.Bytes()...)
+	body = append(body, items...)
 	body = append(body, "]}\n"...)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")

@@ -79,6 +79,8 @@ type Server struct {
 	limiter *ratelimit.AuthLimiter
 	// registered lists the routes as registered (routelist.go).
 	registered routeList
+	// pageKey signs the continue tokens of list pages (pages.go).
+	pageKey []byte
 }
 
 // New builds the API on the store.
@@ -86,6 +88,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Store == nil {
 		return nil, errors.New("new api server: no store")
 	}
+	var err error
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -110,6 +113,9 @@ func New(opts Options) (*Server, error) {
 		s.limiter = ratelimit.NewAuthLimiter(ratelimit.AuthOptions{})
 	}
 	s.agg.Now = time.Now
+	if s.pageKey, err = newPageKey(); err != nil {
+		return nil, err
+	}
 	s.routes()
 	return s, nil
 }
@@ -148,6 +154,7 @@ func (s *Server) routes() {
 	s.Handle("/v1/{kind}", methods{http.MethodGet: s.listOrWatch, http.MethodPost: s.create})
 	s.Handle("/v1/{kind}/{name}", methods{http.MethodGet: s.get, http.MethodPut: s.update, http.MethodDelete: s.delete})
 	s.Handle("/v1/devices/{name}/token", methods{http.MethodPost: s.issueToken})
+	s.Handle("/v1/devices:batch", methods{http.MethodPost: s.registerDevices})
 	s.Handle("/v1/credentials", methods{http.MethodGet: s.listCredentials, http.MethodPost: s.createCredential})
 	s.Handle("/v1/credentials/{name}", methods{http.MethodDelete: s.deleteCredential})
 	s.bootstrapRoutes()

@@ -41,6 +41,8 @@ func Roots() []Root {
 		root[schema.RollbackRequest]("RollbackRequest"),
 		root[schema.RollbackResponse]("RollbackResponse"),
 		root[schema.DeviceCredentials]("DeviceCredentials"),
+		root[schema.DeviceBatch]("DeviceBatch"),
+		root[schema.DeviceBatchResult]("DeviceBatchResult"),
 		root[api.DeviceRekey]("DeviceRekey"),
 		root[schema.DeviceCertificateRequest]("DeviceCertificateRequest"),
 		root[schema.DeviceCertificate]("DeviceCertificate"),

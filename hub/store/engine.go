@@ -33,6 +33,9 @@ type engineTxn interface {
 	// reverse); val is only valid during the call. An error from fn stops
 	// the scan and is returned as is.
 	scan(prefix string, reverse bool, fn func(key string, val []byte) error) error
+	// scanFrom is scan forward from the first key after prefix+after
+	// (from the prefix's first key when after is ""), for a list's pages.
+	scanFrom(prefix, after string, fn func(key string, val []byte) error) error
 	// set and del buffer a write.
 	set(key string, val []byte) error
 	del(key string) error

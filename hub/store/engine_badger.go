@@ -146,6 +146,28 @@ func (t badgerTxn) scan(prefix string, reverse bool, fn func(key string, val []b
 	return nil
 }
 
+func (t badgerTxn) scanFrom(prefix, after string, fn func(key string, val []byte) error) error {
+	opts := badger.DefaultIteratorOptions
+	opts.Prefix = []byte(prefix)
+	opts.PrefetchSize = 64
+	it := t.b.NewIterator(opts)
+	defer it.Close()
+	seek := []byte(prefix)
+	if after != "" {
+		seek = append(append(seek, after...), 0)
+	}
+	for it.Seek(seek); it.Valid(); it.Next() {
+		item := it.Item()
+		err := item.Value(func(v []byte) error {
+			return fn(string(item.Key()), v)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (t badgerTxn) set(key string, val []byte) error {
 	return badgerErr(t.b.Set([]byte(key), val))
 }

@@ -264,11 +264,33 @@ func (t *etcdTxn) scan(prefix string, reverse bool, fn func(key string, val []by
 	return t.scanPages(prefix, reverse, fn)
 }
 
+func (t *etcdTxn) scanFrom(prefix, after string, fn func(key string, val []byte) error) error {
+	if after == "" {
+		return t.scan(prefix, false, fn)
+	}
+	if t.writable {
+		// A write transaction's own writes are laid over etcd's keys by
+		// scan; skip what comes before after there.
+		start := prefix + after
+		return t.scan(prefix, false, func(key string, val []byte) error {
+			if key <= start {
+				return nil
+			}
+			return fn(key, val)
+		})
+	}
+	return t.scanRange(prefix, t.e.prefix+prefix+after+"\x00", false, fn)
+}
+
 // scanPages streams the keys under prefix from etcd, a page at a time, at
 // the transaction's revision.
 func (t *etcdTxn) scanPages(prefix string, reverse bool, fn func(key string, val []byte) error) error {
-	from := t.e.prefix + prefix
-	end := clientv3.GetPrefixRangeEnd(from)
+	return t.scanRange(prefix, t.e.prefix+prefix, reverse, fn)
+}
+
+// scanRange is scanPages from the etcd key from on (forward).
+func (t *etcdTxn) scanRange(prefix, from string, reverse bool, fn func(key string, val []byte) error) error {
+	end := clientv3.GetPrefixRangeEnd(t.e.prefix + prefix)
 	order := clientv3.SortAscend
 	if reverse {
 		order = clientv3.SortDescend

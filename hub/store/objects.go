@@ -83,6 +83,51 @@ func (s *Store) ListRawNamed(ctx context.Context, kind string, fn func(name stri
 	return rev, nil
 }
 
+// ErrStopList, returned by the fn of ListRawNamedFrom, ends the listing
+// early without an error.
+var ErrStopList = errors.New("stop listing")
+
+// ListRawNamedFrom is ListRawNamed from the first object whose name sorts
+// after after ("" for the first), for the API's pages: fn returns
+// ErrStopList once it has a page's worth. Each call reads the store as it
+// is then (its own revision, returned).
+func (s *Store) ListRawNamedFrom(ctx context.Context, kind, after string, fn func(name string, raw []byte) error) (uint64, error) {
+	res, ok := ResourceForKind(kind)
+	if !ok {
+		return 0, fmt.Errorf("list %s: unknown kind: %w", kind, ErrNotFound)
+	}
+	prefix := objectPrefix(res)
+	var rev uint64
+	err := s.View(ctx, func(t *Txn) error {
+		rev = t.Revision()
+		return t.b.scanFrom(prefix, after, func(key string, val []byte) error {
+			val, err := publicRaw(kind, val)
+			if err != nil {
+				return err
+			}
+			return fn(key[len(prefix):], val)
+		})
+	})
+	if err != nil && !errors.Is(err, ErrStopList) {
+		return 0, err
+	}
+	return rev, nil
+}
+
+// ListRevisionHeld reports, with an error wrapping ErrExpired, when a watch
+// from rev could no longer be started: the changes since rev have left the
+// event ring, so a listing begun at rev can no longer be completed by a
+// watch from its revision.
+func (s *Store) ListRevisionHeld(rev uint64) error {
+	s.feed.mu.Lock()
+	oldest := s.feed.complete
+	s.feed.mu.Unlock()
+	if rev < oldest {
+		return fmt.Errorf("the listing's revision %d is older than the oldest revision still held, %d: %w", rev, oldest, ErrExpired)
+	}
+	return nil
+}
+
 // ListDevices is List for Devices.
 func (s *Store) ListDevices(ctx context.Context, selector map[string]string) ([]schema.Device, uint64, error) {
 	objs, rev, err := s.List(ctx, schema.KindDevice, selector)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -38,32 +37,6 @@ func deviceNames(n int) []string {
 		names[i] = fmt.Sprintf("dev-%0*d", width, i)
 	}
 	return names
-}
-
-// deviceManifests returns the Device manifests in streams of at most
-// per documents (an apply is one store transaction of bounded size).
-func deviceManifests(names []string, per int) ([][]byte, error) {
-	var out [][]byte
-	for start := 0; start < len(names); start += per {
-		var b bytes.Buffer
-		for _, name := range names[start:min(len(names), start+per)] {
-			d := schema.Device{
-				TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDevice},
-				Metadata: schema.ObjectMeta{Name: name, Labels: map[string]string{scaleLabel: scaleLabelValue}},
-			}
-			j, err := json.Marshal(d)
-			if err != nil {
-				return nil, err
-			}
-			if b.Len() > 0 {
-				b.WriteString("---\n")
-			}
-			b.Write(j)
-			b.WriteByte('\n')
-		}
-		out = append(out, b.Bytes())
-	}
-	return out, nil
 }
 
 // deployment returns a defaulted Deployment running one container; env

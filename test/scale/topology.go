@@ -2,9 +2,11 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Topologies (-topology) and agent kinds (-agent-kind).
@@ -68,4 +70,15 @@ func checkTopology(o *options, brokerSet, phasesSet bool, phases *string) error 
 	}
 	*phases = strings.Join(keep, ",")
 	return nil
+}
+
+// topologyFlags are the flags of the bridged topology and the light
+// agents that 100,000 devices need.
+func topologyFlags(fs *flag.FlagSet, o *options) {
+	fs.StringVar(&o.Topology, "topology", "single", "single: every device connects to the hub's broker; bridged: -sites Mosquitto site brokers, each bridged to the core Mosquitto the hub uses (fleet-hub --broker), the devices spread over the sites (implies -broker mosquitto; no floor or rollout phase)")
+	fs.IntVar(&o.Sites, "sites", 2, "-topology bridged: how many site brokers (each should hold at most about 15,000 devices: the process file limit is 20,000)")
+	fs.StringVar(&o.AgentKind, "agent-kind", "full", "full: every device runs the real edge agent (about 160 KB a device); lite: a light agent per device (one goroutine, MQTT over its own TCP connection, signed states verified, no rollout phase): for 100,000")
+	fs.BoolVar(&o.UplinkQuickAck, "uplink-quickack", true, "-topology bridged: each site's bridge reaches the core through a relay in the suite that acknowledges every segment at once (Mosquitto 2.0.11 leaves Nagle's algorithm on for bridge connections, which with delayed ACKs holds each status up to 40 ms); the uplink phase cuts these relays. false: bridges connect straight to the core")
+	fs.DurationVar(&o.UplinkDown, "uplink-down", 10*time.Second, "uplink phase: how long every site's uplink stays cut")
+	fs.IntVar(&o.AgentsPerProcess, "agents-per-process", defaultAgentsPerProcess, "most devices one simulator process runs (each holds a socket per device, under the process file limit); the simulator's processes are started together and their replies summed")
 }

@@ -53,6 +53,8 @@ func Run(t *testing.T, nb NewBackend) {
 		{"TokensHashed", testTokensHashed},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"DisruptionLosesNoAcknowledgedWrite", testDisruption},
+		{"ListFromAfterName", testListFrom},
+		{"RegisterDevicesWithTokens", testRegisterDevices},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, nb(t)) })
