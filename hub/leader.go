@@ -37,6 +37,11 @@ type leadership struct {
 	cli     *clientv3.Client
 	prefix  string
 	ttl     time.Duration
+	// mu orders opening the broker after a term's first pass against the
+	// term's end (onLeader(false)), which may come from another
+	// goroutine: a broker is never opened by a term that has ended.
+	mu      sync.Mutex
+	leading bool
 }
 
 // checkLeader checks --hub-id and --leader-lease.
@@ -148,8 +153,22 @@ func (l *leadership) standby() <-chan struct{} {
 // leading puts its broker on standby at once, which disconnects the
 // devices: they move to the next leader.
 func (h *Hub) onLeader(on bool) {
+	h.lead.mu.Lock()
+	defer h.lead.mu.Unlock()
+	h.lead.leading = on
 	if !on && h.broker != nil {
 		h.broker.SetStandby(fmt.Sprintf("hub %s stopped leading: devices connect to the new leader hub (fleet get hubs)", h.lead.id))
+	}
+}
+
+// openBroker lets devices onto the embedded broker if the term whose
+// context is ctx still runs.
+func (h *Hub) openBroker(ctx context.Context) {
+	h.lead.mu.Lock()
+	defer h.lead.mu.Unlock()
+	if ctx.Err() == nil && h.lead.leading {
+		h.broker.SetStandby("")
+		h.log.Info("leader: desired states rebuilt; the broker accepts devices", "hub", h.lead.id)
 	}
 }
 
@@ -190,10 +209,7 @@ func (h *Hub) runController(ctx context.Context) error {
 			opening.Go(func() {
 				select {
 				case <-h.ctrl.Ready():
-					if ctx.Err() == nil {
-						h.broker.SetStandby("")
-						h.log.Info("leader: desired states rebuilt; the broker accepts devices", "hub", h.lead.id)
-					}
+					h.openBroker(ctx)
 				case <-ctx.Done():
 				case <-running:
 				}

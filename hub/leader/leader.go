@@ -48,8 +48,10 @@ type Options struct {
 	// Metrics, if set, counts leadership (NewMetrics).
 	Metrics *Metrics
 	// OnLeader, if set, is called with true when a term starts (before
-	// Run's function) and with false when it ends (after the function
-	// returned), from Run's goroutine.
+	// Run's function, from Run's goroutine) and with false, once, as soon
+	// as the term's context ends (from a goroutine of Run's, possibly
+	// before the function returned: it may be stuck on a partitioned
+	// etcd).
 	OnLeader func(bool)
 	// Now is the clock of the renewal watchdog; default time.Now.
 	Now func() time.Time

@@ -26,11 +26,23 @@ func (e *Elector) term(ctx context.Context, sess *concurrency.Session, el *concu
 	e.setLeader(true)
 	e.noteLeader(e.o.Member.ID)
 	e.log.Info("leader elected: this hub leads", "hub", e.o.Member.ID, "election_key", el.Key(), "revision", el.Rev())
+	// The term ends for the hub's other parts (the broker goes on standby)
+	// the moment its context does, not once lead has returned: lead may
+	// be stuck in a store call a partition holds up past the lease's end.
+	var ending sync.Once
+	end := func() { ending.Do(func() { e.setLeader(false) }) }
+	watching.Go(func() {
+		<-tctx.Done()
+		if cause := context.Cause(tctx); cause != nil && errors.Is(cause, ErrLostLeadership) {
+			e.log.Warn("leadership ending: this hub stops acting as leader", "hub", e.o.Member.ID, "err", cause)
+		}
+		end()
+	})
 	err := lead(store.WithFence(tctx, fence))
 	cause := context.Cause(tctx)
 	stop(nil)
 	watching.Wait()
-	e.setLeader(false)
+	end()
 	if ctx.Err() != nil {
 		// A clean stop: hand over at once rather than after the TTL.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)

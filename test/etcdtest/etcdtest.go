@@ -71,64 +71,109 @@ type Member struct {
 func Start(t testing.TB, o Options) *Cluster {
 	t.Helper()
 	bin := sysdeps.Require(t, "etcd")
+	c, err := start(bin, t.TempDir(), o, t.Cleanup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// StartCluster is Start for programs that are not tests (the scale
+// suite): the cluster's data goes under dir, and Close kills it.
+func StartCluster(dir string, o Options) (*Cluster, error) {
+	bin, err := sysdeps.Path("etcd")
+	if err != nil {
+		return nil, err
+	}
+	var c *Cluster
+	c, err = start(bin, dir, o, nil)
+	return c, err
+}
+
+// Close kills every member (SIGKILL) and waits for them to go.
+func (c *Cluster) Close() {
+	for _, m := range c.Members {
+		m.Kill()
+	}
+}
+
+// start starts the members in dir; cleanup, if set, is given each member's
+// Kill (otherwise the caller calls Close). On an error every member
+// started is killed.
+func start(bin, dir string, o Options, cleanup func(func())) (c *Cluster, err error) {
 	if o.Members <= 0 {
 		o.Members = 3
 	}
-	c := &Cluster{Dir: t.TempDir(), tls: o.TLS}
+	c = &Cluster{Dir: dir, tls: o.TLS}
+	defer func() {
+		if err != nil && cleanup == nil && c != nil {
+			c.Close()
+		}
+	}()
 	scheme := "http"
 	if o.TLS {
 		scheme = "https"
 		if err := writeCerts(c.Dir); err != nil {
-			t.Fatalf("etcd certificates: %v", err)
+			return nil, fmt.Errorf("etcd certificates: %w", err)
 		}
 	}
 	var peers []string
-	ports := freePorts(t, 2*o.Members)
+	ports, err := freePorts(2 * o.Members)
+	if err != nil {
+		return nil, err
+	}
 	clientPorts, peerPorts := ports[:o.Members], ports[o.Members:]
 	for i := range o.Members {
 		peers = append(peers, fmt.Sprintf("m%d=%s://127.0.0.1:%d", i, scheme, peerPorts[i]))
 	}
 	for i := range o.Members {
-		m := &Member{
-			Name:      fmt.Sprintf("m%d", i),
-			ClientURL: fmt.Sprintf("%s://127.0.0.1:%d", scheme, clientPorts[i]),
-			DataDir:   filepath.Join(c.Dir, fmt.Sprintf("m%d", i)),
-			bin:       bin,
-		}
-		peerURL := fmt.Sprintf("%s://127.0.0.1:%d", scheme, peerPorts[i])
-		m.args = []string{
-			"--name", m.Name, "--data-dir", m.DataDir,
-			"--listen-client-urls", m.ClientURL, "--advertise-client-urls", m.ClientURL,
-			"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-			"--initial-cluster", strings.Join(peers, ","), "--initial-cluster-state", "new",
-			"--initial-cluster-token", filepath.Base(c.Dir),
-			// Fleet's audit pruning deletes up to 1,000 keys at once.
-			"--max-txn-ops", "10000",
-			"--heartbeat-interval", "100", "--election-timeout", "1000",
-			"--logger", "zap", "--log-level", "warn",
-		}
-		if o.TLS {
-			ca, crt, key := filepath.Join(c.Dir, "ca.crt"), filepath.Join(c.Dir, "server.crt"), filepath.Join(c.Dir, "server.key")
-			m.args = append(m.args,
-				"--cert-file", crt, "--key-file", key, "--trusted-ca-file", ca, "--client-cert-auth",
-				"--peer-cert-file", crt, "--peer-key-file", key, "--peer-trusted-ca-file", ca, "--peer-client-cert-auth")
-		}
-		c.Members = append(c.Members, m)
+		c.Members = append(c.Members, newMember(bin, c.Dir, i, scheme, clientPorts[i], peerPorts[i], peers, o.TLS))
 	}
 	for _, m := range c.Members {
 		if err := m.start(); err != nil {
-			t.Fatalf("start etcd %s: %v", m.Name, err)
+			return c, fmt.Errorf("start etcd %s: %w", m.Name, err)
 		}
-		t.Cleanup(m.Kill)
+		if cleanup != nil {
+			cleanup(m.Kill)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for _, m := range c.Members {
 		if err := c.waitReady(ctx, m); err != nil {
-			t.Fatalf("etcd %s not ready: %v\n%s", m.Name, err, m.Output())
+			return c, fmt.Errorf("etcd %s not ready: %w\n%s", m.Name, err, m.Output())
 		}
 	}
-	return c
+	return c, nil
+}
+
+// newMember is member i of a cluster whose data is under dir.
+func newMember(bin, dir string, i int, scheme string, clientPort, peerPort int, peers []string, withTLS bool) *Member {
+	m := &Member{
+		Name:      fmt.Sprintf("m%d", i),
+		ClientURL: fmt.Sprintf("%s://127.0.0.1:%d", scheme, clientPort),
+		DataDir:   filepath.Join(dir, fmt.Sprintf("m%d", i)),
+		bin:       bin,
+	}
+	peerURL := fmt.Sprintf("%s://127.0.0.1:%d", scheme, peerPort)
+	m.args = []string{
+		"--name", m.Name, "--data-dir", m.DataDir,
+		"--listen-client-urls", m.ClientURL, "--advertise-client-urls", m.ClientURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", strings.Join(peers, ","), "--initial-cluster-state", "new",
+		"--initial-cluster-token", filepath.Base(dir),
+		// Fleet's audit pruning deletes up to 1,000 keys at once.
+		"--max-txn-ops", "10000",
+		"--heartbeat-interval", "100", "--election-timeout", "1000",
+		"--logger", "zap", "--log-level", "warn",
+	}
+	if withTLS {
+		ca, crt, key := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+		m.args = append(m.args,
+			"--cert-file", crt, "--key-file", key, "--trusted-ca-file", ca, "--client-cert-auth",
+			"--peer-cert-file", crt, "--peer-key-file", key, "--peer-trusted-ca-file", ca, "--peer-client-cert-auth")
+	}
+	return m
 }
 
 // Endpoints are the members' client URLs.
@@ -313,18 +358,17 @@ func (m *Member) Output() string {
 // freePorts returns n distinct free loopback ports: every listener stays
 // open until all are chosen, so the kernel cannot hand the same port out
 // twice (one port closed and chosen again gave two members one URL).
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
+func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatalf("find a free port: %v", err)
+			return nil, fmt.Errorf("find a free port: %w", err)
 		}
 		defer l.Close()
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	return ports
+	return ports, nil
 }
 
 // writeCerts makes a CA, a server certificate for 127.0.0.1 (members and

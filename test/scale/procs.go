@@ -47,6 +47,8 @@ type hubSpec struct {
 	LogPath      string
 	// Env is added to the hub's environment.
 	Env []string
+	// StoreArgs are the hub's store flags (-store etcd: --store etcd://…).
+	StoreArgs []string
 }
 
 // hubProc is a running hub. URL and Token come from its admin.conf.
@@ -73,6 +75,7 @@ func (h *hubProc) start(ctx context.Context, ready time.Duration) error {
 		h.conf = fi
 	}
 	args := []string{"--data-dir", s.DataDir, "--http-addr", s.HTTPAddr, "--log-level", s.LogLevel}
+	args = append(args, s.StoreArgs...)
 	if s.Broker != "" {
 		args = append(args, "--broker", s.Broker, "--broker-password-file", s.PasswordFile)
 	} else {

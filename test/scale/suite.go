@@ -21,6 +21,7 @@ import (
 
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/schema"
+	"github.com/fleetmq/fleet/test/etcdtest"
 	"github.com/fleetmq/fleet/test/scale/hollow"
 )
 
@@ -90,6 +91,9 @@ type options struct {
 	UplinkQuickAck bool
 	// UplinkDown: how long the uplink phase keeps every uplink cut.
 	UplinkDown time.Duration
+	// Store is "badger" (the hub's default) or "etcd" (a 3-member etcd
+	// cluster on loopback, started by the suite: store.go).
+	Store string
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -143,6 +147,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.Keep, "keep", false, "keep the run's directory")
 	fs.BoolVar(&o.Verbose, "v", false, "log progress to stderr")
 	topologyFlags(fs, &o)
+	fs.StringVar(&o.Store, "store", "badger", "the hub's store: badger (on disk in its data dir) or etcd (a 3-member etcd cluster the suite starts on loopback, Debian's etcd-server, data under the run's directory; fleet-hub --store etcd://…)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -170,6 +175,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-runtime-latency, -status-interval, -changes, -memory-settle and -deadline-scale must not be negative")
 	case o.IdleWindow <= 0 || o.BytesSample < 1 || o.AgentKeepAlive < 0:
 		return o, errors.New("-idle-window and -bytes-sample must be positive, -agent-keepalive not negative")
+	case o.Store != "badger" && o.Store != "etcd":
+		return o, fmt.Errorf("-store %q: want badger or etcd", o.Store)
+	case o.Store == "etcd" && o.Profile != "":
+		return o, errors.New("-store etcd runs the fleet-hub binary: it does not combine with -profile (the in-process hub)")
 	}
 	switch strings.ToUpper(*sig) {
 	case "TERM", "SIGTERM":
@@ -304,6 +313,7 @@ type suite struct {
 	hubPwFile   string
 	hubSpec     hubSpec
 	hub         *hubProc
+	etcd        *etcdtest.Cluster // -store etcd
 	rssEmpty    int64
 	mosq        *mosquittoProc
 	bridged     *bridged // -topology bridged: the site brokers
@@ -453,6 +463,9 @@ func (s *suite) teardown() {
 	}
 	s.stopBrokers(syscall.SIGTERM)
 	s.closeUplinks()
+	if s.etcd != nil {
+		s.etcd.Close()
+	}
 }
 
 // checkHostLimits warns about host limits too low for n agents: open files
@@ -505,6 +518,9 @@ func (s *suite) setupHubSpec(ctx context.Context) error {
 		}
 		spec.PasswordFile = s.hubPwFile
 	} else if spec.MQTTAddr, err = freeAddr(); err != nil {
+		return err
+	}
+	if spec.StoreArgs, err = s.startStore(); err != nil {
 		return err
 	}
 	s.hubSpec = spec
