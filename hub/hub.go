@@ -134,13 +134,8 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if so.Etcd != nil && keys.tls != nil && keys.tls.OwnCA() {
-		if err = checkFleetCA(ctx, st, keys.tls.CAHash()); err != nil {
-			return nil, err
-		}
-	}
 	if so.Etcd != nil {
-		if err = checkFleetSigningKey(ctx, st, keys.signer, opts.DataDir); err != nil { // fleetsigning.go
+		if err = checkFleetKeys(ctx, st, keys, opts.DataDir); err != nil {
 			return nil, err
 		}
 	}
@@ -203,6 +198,17 @@ func New(ctx context.Context, opts Options) (_ *Hub, err error) {
 	}
 	h.logRestore(ctx)
 	return h, nil
+}
+
+// checkFleetKeys checks, on a store other hubs share (etcd), that this
+// hub brings the fleet's CA and signing key, not keys of its own.
+func checkFleetKeys(ctx context.Context, st *store.Store, keys hubKeys, dataDir string) error {
+	if keys.tls != nil && keys.tls.OwnCA() {
+		if err := checkFleetCA(ctx, st, keys.tls.CAHash()); err != nil {
+			return err
+		}
+	}
+	return checkFleetSigningKey(ctx, st, keys.signer, dataDir) // fleetsigning.go
 }
 
 // hubKeys are the hub's key material (hub/pki) and its MQTT password, all

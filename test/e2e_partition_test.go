@@ -70,8 +70,7 @@ func subscribeDesired(t *testing.T, url, device, token string) (*mqttClient, *de
 
 // pairOf is the hubPair of hub-a and hub-b.
 func pairOf(a, b *Hub) *hubPair {
-	return &hubPair{hubs: map[string]*Hub{"hub-a": a, "hub-b": b}, urls: map[string]string{"hub-a": a.URL, "hub-b": b.URL},
-		tokens: map[string]string{"hub-a": a.Token, "hub-b": b.Token}}
+	return newHubPair(map[string]*Hub{"hub-a": a, "hub-b": b})
 }
 
 // electionKeys lists the election keys of the fleet under prefix, oldest

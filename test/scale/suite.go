@@ -147,7 +147,6 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.Keep, "keep", false, "keep the run's directory")
 	fs.BoolVar(&o.Verbose, "v", false, "log progress to stderr")
 	topologyFlags(fs, &o)
-	fs.StringVar(&o.Store, "store", "badger", "the hub's store: badger (on disk in its data dir) or etcd (a 3-member etcd cluster the suite starts on loopback, Debian's etcd-server, data under the run's directory; fleet-hub --store etcd://…)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
