@@ -135,10 +135,6 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		o.HubEnv = append(o.HubEnv, v)
 		return nil
 	})
-	fs.Func("mosquitto-option", "a line to add to mosquitto.conf (repeatable), e.g. \"set_tcp_nodelay true\"", func(v string) error {
-		o.MosquittoExtra = append(o.MosquittoExtra, v)
-		return nil
-	})
 	sig := fs.String("storm-signal", "TERM", "how the storm stops the hub: TERM or KILL")
 	fs.StringVar(&o.HubLogLevel, "hub-log-level", "warn", "fleet-hub --log-level")
 	fs.StringVar(&o.AgentLogLevel, "agent-log-level", "off", "log level of the hollow agents (their log is agents.log in the run's directory)")

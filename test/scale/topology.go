@@ -75,6 +75,10 @@ func checkTopology(o *options, brokerSet, phasesSet bool, phases *string) error 
 // topologyFlags are the flags of the fleet's shape: the hub's store, the
 // bridged topology and the light agents that 100,000 devices need.
 func topologyFlags(fs *flag.FlagSet, o *options) {
+	fs.Func("mosquitto-option", "a line to add to mosquitto.conf (repeatable), e.g. \"set_tcp_nodelay true\"", func(v string) error {
+		o.MosquittoExtra = append(o.MosquittoExtra, v)
+		return nil
+	})
 	fs.StringVar(&o.Store, "store", "badger", "the hub's store: badger (on disk in its data dir) or etcd (a 3-member etcd cluster the suite starts on loopback, Debian's etcd-server, data under the run's directory; fleet-hub --store etcd://…)")
 	fs.StringVar(&o.Topology, "topology", "single", "single: every device connects to the hub's broker; bridged: -sites Mosquitto site brokers, each bridged to the core Mosquitto the hub uses (fleet-hub --broker), the devices spread over the sites (implies -broker mosquitto; no floor or rollout phase)")
 	fs.IntVar(&o.Sites, "sites", 2, "-topology bridged: how many site brokers (each should hold at most about 15,000 devices: the process file limit is 20,000)")
