@@ -81,14 +81,19 @@ func (s *Store) AppendAudit(ctx context.Context, e schema.AuditEntry) (schema.Au
 	}
 	in := e
 	var final auditPos
+	seenPos, seenNext, seenHash := a.position(), a.next, a.lastHash
 	err := engineUpdate(ctx, s.eng, func(b engineTxn) error {
-		pos := a.position()
-		next, lastHash := a.next, a.lastHash
+		pos, next, lastHash := seenPos, seenNext, seenHash
 		if s.follow != nil {
 			// Other hubs append too: go on after their entries.
 			if err := catchUpAudit(b, &pos, &next, &lastHash); err != nil {
 				return err
 			}
+			// An entry, once written, stays as it is (pruning takes only
+			// the oldest): a retry after a conflict goes on from here, not
+			// from this hub's last append. Else a hub behind a busy one
+			// reads every entry since, each attempt, and loses each race.
+			seenPos, seenNext, seenHash = pos, next, lastHash
 		}
 		e = in
 		e.Seq, e.Prev, e.Hash = next, lastHash, ""

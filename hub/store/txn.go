@@ -186,12 +186,13 @@ func (s *Store) write(ctx context.Context, dryRun bool, fn func(t *Txn) error) (
 // commitLocked runs fn and commits it, running it again on a conflict;
 // writeMu is held unless dryRun.
 func (s *Store) commitLocked(ctx context.Context, dryRun bool, fn func(t *Txn) error) (uint64, error) {
-	for range maxAttempts {
+	for attempt := range maxAttempts {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
 		t, err := s.attempt(ctx, dryRun, actorFrom(ctx), fn)
 		if errors.Is(err, errTxnConflict) {
+			conflictPause(ctx, attempt)
 			continue
 		}
 		if err != nil || t == nil {
