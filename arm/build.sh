@@ -7,6 +7,7 @@
 #   dist/fleet-linux-{arm64,armv7,armv6}
 #   dist/fleet-agent-linux-amd64   x86-64 devices, when ARCHES names amd64
 #   dist/SHA256SUMS                sha256sum format, names relative to dist/
+#   dist/VERSION                   the version stamped, one line (arm/agentimage)
 #
 # Static (CGO_ENABLED=0), stripped, -trimpath, with the version stamped into
 # schema.Version. Usage: VERSION=v1.2.3 bash arm/build.sh (or `make arm`).
@@ -71,6 +72,8 @@ done
 	cd "$DIST"
 	sha256sum -- "${built[@]}" >.SHA256SUMS.tmp
 	mv -f .SHA256SUMS.tmp SHA256SUMS
+	echo "$VERSION" >.VERSION.tmp
+	mv -f .VERSION.tmp VERSION
 )
 
 echo "== sizes ($DIST)"

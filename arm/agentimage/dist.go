@@ -278,11 +278,23 @@ func stampedVersion(data []byte) string {
 	return ""
 }
 
-// resolveVersion returns --version, or the version stamped into the
-// builds, and refuses builds of different versions.
-func resolveVersion(flagVersion string, plan []*build) (string, error) {
+// resolveVersion returns --version, else what arm/build.sh wrote to
+// DIST/VERSION, else the version stamped into the builds (readable when
+// they were built without -trimpath), and refuses builds whose stamped
+// version differs.
+func resolveVersion(flagVersion, dist string, plan []*build) (string, error) {
 	version := flagVersion
 	from := "--version"
+	if version == "" {
+		vf := filepath.Join(dist, "VERSION")
+		raw, err := os.ReadFile(vf)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("read %s: %w", vf, err)
+		}
+		if v := strings.TrimSpace(string(raw)); v != "" {
+			version, from = v, vf
+		}
+	}
 	for _, b := range plan {
 		v := stampedVersion(b.data)
 		if v == "" {
@@ -297,10 +309,10 @@ func resolveVersion(flagVersion string, plan []*build) (string, error) {
 		}
 	}
 	if version == "" {
-		return "", usagef("--version is required: no version is stamped into the builds (build them with `make arm VERSION=v1.4.0`)")
+		return "", usagef("--version is required: %s has no VERSION and no version is stamped into the builds (build them with `make arm VERSION=v1.4.0`)", dist)
 	}
 	if !versionRE.MatchString(version) || len(version) > 128 {
-		return "", usagef("--version %q: want a release such as v1.4.0 ([A-Za-z0-9][A-Za-z0-9._+~-]*)", truncate(version))
+		return "", usagef("%s %q: want a release such as v1.4.0 ([A-Za-z0-9][A-Za-z0-9._+~-]*)", from, truncate(version))
 	}
 	return version, nil
 }

@@ -33,7 +33,8 @@ It reads DIST/fleet-agent-linux-{amd64,arm64,armv7,armv6} (those that were
 built), checks each against DIST/SHA256SUMS, and makes an image index with
 one image per platform: linux/amd64, linux/arm64, and linux/arm/v7 plus
 linux/arm/v6. Each image is a single layer from scratch holding
-/fleet-agent (mode 0755), labelled with the version.
+/fleet-agent (mode 0755), labelled with the version (--version, else
+DIST/VERSION, which make arm writes).
 
 The signed desired state names one digest per Go architecture, and arm
 covers armv7 and armv6: both arm platforms therefore carry the one binary
@@ -113,7 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&o.dist, "dist", "dist", "directory with the builds of make arm and their SHA256SUMS")
-	fs.StringVar(&o.version, "version", "", "agent release the image holds, such as v1.4.0 (default: the version stamped into the binaries)")
+	fs.StringVar(&o.version, "version", "", "agent release the image holds, such as v1.4.0 (default: DIST/VERSION, which make arm writes)")
 	fs.StringVar(&o.platforms, "platforms", "", "comma-separated platforms to include, such as linux/arm64,linux/arm/v6 (default: every one built in --dist)")
 	fs.StringVar(&o.armBuild, "arm-build", "", "which arm build both arm platforms carry: armv6 (runs on v6 and v7) or armv7 (linux/arm/v7 only) (default armv6 when built)")
 	fs.StringVar(&o.push, "push", "", "push the image index to `REGISTRY/REPO:TAG`")
@@ -166,7 +167,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	version, err := resolveVersion(o.version, builds)
+	version, err := resolveVersion(o.version, o.dist, builds)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"log"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -438,3 +439,52 @@ func TestHelpTeaches(t *testing.T) {
 }
 
 func flagErrHelp() error { return flag.ErrHelp }
+
+// TestVersionFromBinaries checks the release comes from DIST/VERSION (what
+// arm/build.sh writes) and that a version stamped into a real Go binary
+// (readable when built without -trimpath) that contradicts it is refused.
+func TestVersionFromBinaries(t *testing.T) {
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte("package main\n\nfunc main() {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module stamped\n\ngo 1.22\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dist := t.TempDir()
+	bin := filepath.Join(dist, "fleet-agent-linux-arm64")
+	cmd := exec.Command("go", "build", "-ldflags", "-s -w -X github.com/fleetmq/fleet/schema.Version=v9.8.7", "-o", bin, ".")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm64", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dist, "SHA256SUMS"), []byte(strings.TrimPrefix(digestOf(data), "sha256:")+"  fleet-agent-linux-arm64\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dist, "VERSION"), []byte("v9.8.7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runTool(t, "--dist", dist, "--oci-layout", filepath.Join(t.TempDir(), "oci"))
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "fleet agent upgrade --to v9.8.7 --image docker.io/fleetmq/fleet-agent:v9.8.7 --digest arm64="+digestOf(data)) {
+		t.Errorf("the stamped version is not the release:\n%s", out)
+	}
+	_, err = runTool(t, "--dist", dist, "--version", "v1.0.0", "--oci-layout", filepath.Join(t.TempDir(), "oci"))
+	if err == nil || !strings.Contains(err.Error(), "is version v9.8.7 but --version says v1.0.0") {
+		t.Errorf("a --version other than the stamped one: err = %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dist, "VERSION"), []byte("v9.9.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = runTool(t, "--dist", dist, "--oci-layout", filepath.Join(t.TempDir(), "oci"))
+	if err == nil || !strings.Contains(err.Error(), "is version v9.8.7 but "+filepath.Join(dist, "VERSION")+" says v9.9.0") {
+		t.Errorf("a DIST/VERSION other than the stamped one: err = %v", err)
+	}
+}
