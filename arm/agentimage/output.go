@@ -137,11 +137,10 @@ func (f *fileDest) setVersion(version string) error {
 func (f *fileDest) image() string { return f.tag.String() }
 
 func (f *fileDest) next() string {
-	where := f.dir
-	if f.tarFile != "" {
-		where = f.tarFile
+	if f.tarFile == "" {
+		return fmt.Sprintf("Devices pull %s: copy the layout %s to that registry first (crane push, skopeo copy --all oci:%s)", f.tag, f.dir, f.dir)
 	}
-	return fmt.Sprintf("Devices pull %s: push %s to that registry first (crane push, skopeo copy --all), or import it on each device: ctr -n fleet images import --all-platforms FILE.tar", f.tag, where)
+	return fmt.Sprintf("Devices pull %s: push %s to that registry first (crane push, skopeo copy --all), or import it on each device: ctr -n fleet images import --all-platforms %s", f.tag, f.tarFile, filepath.Base(f.tarFile))
 }
 
 func (f *fileDest) write(_ context.Context, idx v1.ImageIndex, stdout io.Writer) error {
