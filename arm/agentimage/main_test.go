@@ -488,3 +488,58 @@ func TestVersionFromBinaries(t *testing.T) {
 		t.Errorf("a DIST/VERSION other than the stamped one: err = %v", err)
 	}
 }
+
+// TestReadsBuildShOutput runs the real arm/build.sh, with GO a fake
+// compiler (a named fake: it writes a small file per build, so the test
+// takes no minutes of cross-compiling), and packs what it laid out: the
+// file names, SHA256SUMS and VERSION the tool reads are build.sh's own.
+func TestReadsBuildShOutput(t *testing.T) {
+	dist := t.TempDir()
+	fakeGo := filepath.Join(t.TempDir(), "fake-go")
+	script := `#!/bin/sh
+# fake go build: writes "fake GOARCH GOARM OUT" to the -o file OUT
+out=
+while [ $# -gt 0 ]; do
+	case $1 in -o) out=$2; shift ;; esac
+	shift
+done
+printf 'fake %s %s %s\n' "$GOARCH" "$GOARM" "$out" >"$out"
+`
+	if err := os.WriteFile(fakeGo, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "../build.sh")
+	cmd.Env = append(os.Environ(), "GO="+fakeGo, "DIST="+dist, "VERSION=v3.1.4", "ARCHES=amd64 arm64 armv7 armv6")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("arm/build.sh: %v\n%s", err, out)
+	}
+	bins := map[string][]byte{}
+	for _, b := range []string{"amd64", "arm64", "armv7", "armv6"} {
+		data, err := os.ReadFile(filepath.Join(dist, "fleet-agent-linux-"+b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bins[b] = data
+	}
+	host := startRegistry(t)
+	ref := host + "/fleet/agent:v3.1.4"
+	out, err := runTool(t, "--dist", dist, "--push", ref, "--insecure")
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := remote.Index(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkIndex(t, idx, bins, "v3.1.4", []platformWant{
+		{"linux/amd64", "amd64"}, {"linux/arm64", "arm64"},
+		{"linux/arm/v7", "armv6"}, {"linux/arm/v6", "armv6"},
+	})
+	if !strings.Contains(out, "fleet agent upgrade --to v3.1.4 ") {
+		t.Errorf("the version is not build.sh's VERSION:\n%s", out)
+	}
+}
