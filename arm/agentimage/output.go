@@ -217,9 +217,9 @@ func tarDir(dir, out string) error {
 		if err != nil {
 			return err
 		}
-		hdr.Name = filepath.ToSlash(rel)
+		hdr.Name, hdr.Mode = filepath.ToSlash(rel), 0o644
 		if d.IsDir() {
-			hdr.Name += "/"
+			hdr.Name, hdr.Mode = hdr.Name+"/", 0o755
 		}
 		hdr.ModTime, hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = epoch, 0, 0, "", ""
 		if err := tw.WriteHeader(hdr); err != nil {
