@@ -26,6 +26,7 @@ type build struct {
 	goarch    string // Go architecture, as an AgentRollout names it
 	data      []byte
 	digest    string // sha256:HEX of data
+	layerSize int64  // bytes of the gzipped layer: what a device pulls
 	platforms []v1.Platform
 }
 

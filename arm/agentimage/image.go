@@ -103,6 +103,9 @@ func buildIndex(plan []*build, version string) (v1.ImageIndex, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", b.file, err)
 		}
+		if b.layerSize, err = layer.Size(); err != nil {
+			return nil, fmt.Errorf("%s: layer: %w", b.file, err)
+		}
 		for _, p := range b.platforms {
 			img, err := agentImage(layer, b, p, version)
 			if err != nil {

@@ -251,10 +251,10 @@ func tarDir(dir, out string) error {
 // that rolls the release out.
 func printSummary(stdout io.Writer, dst destination, version string, plan []*build) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PLATFORM\tARCH\tBUILD\tBYTES\tSHA-256 OF /fleet-agent")
+	fmt.Fprintln(tw, "PLATFORM\tARCH\tBUILD\tBYTES\tPULLED\tSHA-256 OF /fleet-agent")
 	for _, b := range plan {
 		for _, p := range b.platforms {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", platformString(p), b.goarch, b.file, len(b.data), b.digest)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", platformString(p), b.goarch, b.file, len(b.data), b.layerSize, b.digest)
 		}
 	}
 	if err := tw.Flush(); err != nil {
