@@ -81,6 +81,12 @@ demo-down: ## stop everything `make demo` started
 arm: ## cross-build fleet-agent and fleet for arm64, armv7, armv6 into dist/ with SHA256SUMS
 	@VERSION=$(VERSION) bash arm/build.sh
 
+AGENT_IMAGE_ARCHES ?= amd64 arm64 armv7 armv6
+.PHONY: agent-image
+agent-image: ## `make arm` (plus amd64), then the multi-arch agent image: pushed to AGENT_IMAGE=registry/repo:tag, else dist/fleet-agent-image.tar
+	@ARCHES="$(AGENT_IMAGE_ARCHES)" $(MAKE) --no-print-directory arm
+	@$(GO) run ./arm/agentimage $(if $(AGENT_IMAGE),--push $(AGENT_IMAGE),-o dist/fleet-agent-image.tar) $(AGENT_IMAGE_FLAGS)
+
 .PHONY: uplot
 uplot: ## fetch uPlot (UPLOT_VERSION, default 1.6.32) with npm into the dashboard's embedded assets; by hand only, never in CI
 	@sh hub/dashboard/vendor-uplot.sh

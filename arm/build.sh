@@ -5,7 +5,9 @@
 #   dist/fleet-agent-linux-armv7   Pi 2/3/4 with a 32-bit OS
 #   dist/fleet-agent-linux-armv6   Pi Zero / Zero W / Pi 1 (ARM1176)
 #   dist/fleet-linux-{arm64,armv7,armv6}
+#   dist/fleet-agent-linux-amd64   x86-64 devices, when ARCHES names amd64
 #   dist/SHA256SUMS                sha256sum format, names relative to dist/
+#   dist/VERSION                   the version stamped, one line (arm/agentimage)
 #
 # Static (CGO_ENABLED=0), stripped, -trimpath, with the version stamped into
 # schema.Version. Usage: VERSION=v1.2.3 bash arm/build.sh (or `make arm`).
@@ -13,7 +15,8 @@
 # Environment:
 #   VERSION  version to stamp (default: git describe, else "dev")
 #   DIST     output directory (default: dist at the repository root)
-#   ARCHES   subset of "arm64 armv7 armv6" to build (default: all three)
+#   ARCHES   subset of "amd64 arm64 armv7 armv6" to build (default: the
+#            three arm ones; `make agent-image` adds amd64)
 #   GO       go command (default: go)
 set -euo pipefail
 
@@ -44,11 +47,12 @@ mkdir -p "$DIST"
 built=()
 for arch in $ARCHES; do
 	case $arch in
+	amd64) goarch=amd64 goarm= ;;
 	arm64) goarch=arm64 goarm= ;;
 	armv7) goarch=arm goarm=7 ;;
 	armv6) goarch=arm goarm=6 ;;
 	*)
-		echo "build.sh: unknown arch $arch in ARCHES (want arm64, armv7, armv6)" >&2
+		echo "build.sh: unknown arch $arch in ARCHES (want amd64, arm64, armv7, armv6)" >&2
 		exit 2
 		;;
 	esac
@@ -68,6 +72,8 @@ done
 	cd "$DIST"
 	sha256sum -- "${built[@]}" >.SHA256SUMS.tmp
 	mv -f .SHA256SUMS.tmp SHA256SUMS
+	echo "$VERSION" >.VERSION.tmp
+	mv -f .VERSION.tmp VERSION
 )
 
 echo "== sizes ($DIST)"
