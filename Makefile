@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X github.com/fleetmq/fleet/schema.Version=$(VERSION)
 # unused methods; the agent is 3.9 MB smaller (arm/FOOTPRINT.md).
 GOFLAGS_BUILD := -trimpath -tags grpcnotrace -ldflags '$(LDFLAGS)'
 BIN := bin
-TEST_TIMEOUT ?= 18m
+TEST_TIMEOUT ?= 30m
 
 .PHONY: help build deps test test-short fuzz lint bench bench-quick bench-failover demo demo-down arm clean
 
