@@ -108,6 +108,14 @@ type Options struct {
 	// ConnectTimeout bounds the time between accepting a connection and
 	// reading its CONNECT packet. Default 10 s.
 	ConnectTimeout time.Duration
+	// HoldConnections, when positive, makes Run accept network
+	// connections but read nothing from them until Admit is called, or
+	// for at most this long: a restarting hub admits its devices once
+	// their retained states are back, rather than serving thousands of
+	// logins while it loads (BENCHMARKS.md, "The hub's restart"). A held
+	// connection waits in the kernel's buffers; its ConnectTimeout
+	// starts when it is admitted. Default 0: admitted at once.
+	HoldConnections time.Duration
 
 	// AuthLimiter throttles failed logins per source address (see
 	// ratelimit.AuthLimiter); default one with ratelimit's defaults. The
@@ -246,6 +254,9 @@ type Broker struct {
 	closeOnce sync.Once
 	closeErr  error
 	done      chan struct{}
+
+	admitted  chan struct{} // closed by Admit
+	admitOnce sync.Once
 }
 
 // identEntry is the identity of one client object. ACL checks compare the
@@ -285,7 +296,7 @@ func New(opts Options) (*Broker, error) {
 	// none of Fleet's clients need them, so turn them off.
 	caps.TopicAliasMaximum = 0
 
-	b := &Broker{opts: opts, log: opts.Logger, done: make(chan struct{}), limits: newPublishLimits(opts)}
+	b := &Broker{opts: opts, log: opts.Logger, done: make(chan struct{}), admitted: make(chan struct{}), limits: newPublishLimits(opts)}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.server = mqtt.New(&mqtt.Options{
 		Capabilities:             caps,
@@ -329,6 +340,9 @@ func New(opts Options) (*Broker, error) {
 	for _, l := range []*listener{b.plain, b.tls} {
 		if l == nil {
 			continue
+		}
+		if opts.HoldConnections > 0 {
+			l.admitted = b.admitted
 		}
 		if err := b.server.AddListener(l); err != nil {
 			b.closeListeners()
@@ -385,11 +399,46 @@ func (b *Broker) Run(ctx context.Context) error {
 		attrs = append(attrs, "tls_addr", b.TLSAddr().String())
 	}
 	b.log.Info("mqtt broker serving", attrs...)
+	if b.opts.HoldConnections > 0 {
+		held := time.AfterFunc(b.opts.HoldConnections, func() { b.admit("the hold ran out") })
+		defer held.Stop()
+	}
 	select {
 	case <-ctx.Done():
 	case <-b.done:
 	}
 	return b.Close()
+}
+
+// Admit lets the network connections that Options.HoldConnections holds
+// be served, and every later one at once. It is safe to call more than
+// once, and before Run.
+func (b *Broker) Admit() { b.admit("") }
+
+func (b *Broker) admit(why string) {
+	b.admitOnce.Do(func() {
+		close(b.admitted)
+		if b.opts.HoldConnections > 0 {
+			attrs := []any{"held", b.heldCount()}
+			if why != "" {
+				attrs = append(attrs, "why", why)
+			}
+			b.log.Info("mqtt broker admitting devices", attrs...)
+		}
+	})
+}
+
+// heldCount is the number of connections the listeners hold or serve.
+func (b *Broker) heldCount() int {
+	n := 0
+	for _, l := range []*listener{b.plain, b.tls} {
+		if l != nil {
+			l.mu.Lock()
+			n += len(l.conns)
+			l.mu.Unlock()
+		}
+	}
+	return n
 }
 
 // Close disconnects every client and stops the broker. It is safe to call

@@ -24,6 +24,12 @@ type listener struct {
 	connectTimeout time.Duration
 	log            *slog.Logger
 
+	// admitted, when not nil, holds every accepted connection until it
+	// is closed (Broker.Admit): the connection waits, unread, in the
+	// kernel's buffers, and its CONNECT timeout starts then.
+	admitted <-chan struct{}
+	quit     chan struct{} // closed by Close: held connections give up
+
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
@@ -44,7 +50,8 @@ func NewListener(id string, ln net.Listener, tlsConfig *tls.Config, connectTimeo
 }
 
 func newListener(id string, ln net.Listener, tlsConfig *tls.Config, connectTimeout time.Duration) *listener {
-	return &listener{id: id, ln: ln, tlsConfig: tlsConfig, connectTimeout: connectTimeout, conns: map[net.Conn]struct{}{}}
+	return &listener{id: id, ln: ln, tlsConfig: tlsConfig, connectTimeout: connectTimeout,
+		conns: map[net.Conn]struct{}{}, quit: make(chan struct{})}
 }
 
 func (l *listener) ID() string { return l.id }
@@ -83,12 +90,6 @@ func (l *listener) Serve(establish listeners.EstablishFn) {
 		if l.tlsConfig != nil {
 			conn = tls.Server(conn, l.tlsConfig)
 		}
-		// mochi replaces this deadline with one derived from the keepalive
-		// once CONNECT has been read.
-		if err := conn.SetDeadline(time.Now().Add(l.connectTimeout)); err != nil {
-			_ = conn.Close()
-			continue
-		}
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
@@ -100,14 +101,41 @@ func (l *listener) Serve(establish listeners.EstablishFn) {
 		l.mu.Unlock()
 		go func() {
 			defer l.wg.Done()
-			if err := establish(l.id, conn); err != nil {
-				l.log.Debug("mqtt connection ended", "remote", conn.RemoteAddr().String(), "error", err)
-			}
+			l.handle(conn, establish)
 			_ = conn.Close()
 			l.mu.Lock()
 			delete(l.conns, conn)
 			l.mu.Unlock()
 		}()
+	}
+}
+
+// handle serves one accepted connection once it is admitted.
+func (l *listener) handle(conn net.Conn, establish listeners.EstablishFn) {
+	if l.hold() {
+		return
+	}
+	// mochi replaces this deadline with one derived from the keepalive
+	// once CONNECT has been read.
+	if err := conn.SetDeadline(time.Now().Add(l.connectTimeout)); err != nil {
+		return
+	}
+	if err := establish(l.id, conn); err != nil {
+		l.log.Debug("mqtt connection ended", "remote", conn.RemoteAddr().String(), "error", err)
+	}
+}
+
+// hold waits until connections are admitted. It reports whether the
+// listener closed first.
+func (l *listener) hold() (closed bool) {
+	if l.admitted == nil {
+		return false
+	}
+	select {
+	case <-l.admitted:
+		return false
+	case <-l.quit:
+		return true
 	}
 }
 
@@ -120,6 +148,7 @@ func (l *listener) Close(closeClients listeners.CloseFn) {
 		return
 	}
 	l.closed = true
+	close(l.quit)
 	_ = l.ln.Close()
 	conns := make([]net.Conn, 0, len(l.conns))
 	for c := range l.conns {

@@ -428,6 +428,8 @@ func newBroker(opts Options, st *store.Store, keys hubKeys, info *Info, m *metri
 		Auth: storeAuth{st: st}, Topics: opts.Topics, Logger: opts.Logger,
 		AuthLimiter: authLimiter(m, metrics.ListenerMQTT), OnClientCutOff: m.Abuse.ClientCutOff,
 		OnLoginRefused: onLoginRefused,
+		// Admitted when the first pass is done (run.go startEmbedded).
+		HoldConnections: deviceHold,
 	}
 	if keys.clientCA != nil {
 		bo.ClientCerts, bo.ClientCAsFunc = keys.clientCerts, keys.clientCA.Pool
