@@ -513,6 +513,13 @@ func (s *suite) storm(ctx context.Context) Result {
 	// The agents' profile covers the whole storm: losing the hub costs
 	// them as much as finding it again.
 	s.agentsProfile(ctx, phaseStorm)
+	if s.o.Profile != "" {
+		// The old hub's stop, until it exits: part of the restart.
+		path, _ := filepath.Abs(filepath.Join(s.o.Profile, phaseStorm+"-stop.cpu.pprof"))
+		if err := s.pprofPost(ctx, "/scale/cpu/start?file="+path); err != nil {
+			s.log.Warn("start cpu profile of the stop", "err", err)
+		}
+	}
 	stop := time.Now()
 	s.mon.setOrigin(w, stop)
 	if err := s.hub.stop(s.o.StormSignal, 30*time.Second); err != nil {

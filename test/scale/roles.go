@@ -142,6 +142,9 @@ func runHubRole(ctx context.Context, args []string) error {
 		}()
 	}
 	if pprofAddr != "" {
+		// A profile started over HTTP and still running at exit (the
+		// storm's stop) is written out too.
+		defer runtimepprof.StopCPUProfile()
 		ln, err := net.Listen("tcp", pprofAddr)
 		if err != nil {
 			return fmt.Errorf("hub: pprof: %w", err)
