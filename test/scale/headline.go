@@ -305,7 +305,7 @@ func contextRows(small, large string, sz benchSizes) []headlineRow {
 	p99 := func(r, _ *Result) string { return fmt.Sprintf("%s (wall %s)", durCell(r.P99MS), durCell(r.WallMS)) }
 	ratio := func(r, floor *Result) string {
 		if floor == nil || r.HubVsBroker == 0 {
-			return usCell(r.HubCPUPerChangeUS) + " (no floor)"
+			return usCell(r.HubCPUPerChangeUS) + " (the floor's CPU not measured)"
 		}
 		return fmt.Sprintf("%.0f ÷ %.0f µs = %.2f×", r.HubCPUPerChangeUS, floor.HubCPUPerChangeUS, r.HubVsBroker)
 	}
@@ -329,7 +329,7 @@ func contextRows(small, large string, sz benchSizes) []headlineRow {
 func durCell(v float64) string {
 	switch {
 	case v == 0:
-		return "-"
+		return "0 ms" // a latency seen before its origin (suite.go's monitor)
 	case v >= 10000:
 		return fmt.Sprintf("%.1f s", v/1000)
 	case v >= 1000:
