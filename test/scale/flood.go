@@ -149,19 +149,10 @@ func (s *suite) newFlooder(ctx context.Context) (*flooder, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := schema.DeviceStatus{
-		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDeviceStatus},
-		Device:   floodDevice, Time: time.Now().UTC(), Pods: []schema.PodStatus{},
-		Agent: schema.AgentInfo{Version: "scale-flood", OS: goruntime.GOOS, Arch: goruntime.GOARCH},
-	}
-	payload, err := json.Marshal(st)
-	if err != nil {
-		return nil, err
-	}
 	limit := broker.DefaultPublishRate
 	return &flooder{
 		addr: u.Host, name: floodDevice, token: res.Items[0].Token,
-		topic: s.topics.Device(floodDevice, schema.TopicStatus), payload: payload,
+		topic: s.topics.Device(floodDevice, schema.TopicStatus),
 		limit: limit, rate: floodFactor * limit.PerSecond,
 	}, nil
 }
@@ -221,7 +212,6 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 // rest of the fleet's.
 type flooder struct {
 	addr, name, token, topic string
-	payload                  []byte
 	limit                    ratelimit.Rate
 	rate                     float64
 
@@ -357,9 +347,20 @@ func (f *flooder) handshake(conn net.Conn, r *bufio.Reader) error {
 	return nil
 }
 
+// publish writes one retained status, each with its own time: a device
+// reporting in a loop, every message new to the hub.
 func (f *flooder) publish(w io.Writer, id uint16) error {
+	st := schema.DeviceStatus{
+		TypeMeta: schema.TypeMeta{APIVersion: schema.APIVersion, Kind: schema.KindDeviceStatus},
+		Device:   f.name, Time: time.Now().UTC(), Pods: []schema.PodStatus{},
+		Agent: schema.AgentInfo{Version: "scale-flood", OS: goruntime.GOOS, Arch: goruntime.GOARCH},
+	}
+	payload, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
 	p := packets.NewControlPacket(packets.Publish).(*packets.PublishPacket)
-	p.TopicName, p.Payload, p.Qos, p.Retain, p.MessageID = f.topic, f.payload, 1, true, id
+	p.TopicName, p.Payload, p.Qos, p.Retain, p.MessageID = f.topic, payload, 1, true, id
 	return p.Write(w)
 }
 
