@@ -298,6 +298,9 @@ func renderRun(o options, rs []Result, now time.Time, load string) string {
 		if r.Bytes != nil {
 			fmt.Fprintf(&b, "\n%s: %s.\n", r.Name, r.Bytes.summary())
 		}
+		if r.Flood != nil {
+			fmt.Fprintf(&b, "\n%s: %s.\n", r.Name, r.Flood.summary())
+		}
 	}
 	b.WriteString("\n<details><summary>JSON</summary>\n\n```json\n")
 	for _, r := range rs {

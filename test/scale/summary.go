@@ -161,6 +161,9 @@ type cell struct {
 	now, met string
 	from     []*Result // the phases it came from: their steal and load
 	steal    string    // instead of from's (agent.json)
+	// stealSuffix names the phase the steal is of, when it is not the
+	// figure's own.
+	stealSuffix string
 }
 
 const (
@@ -216,7 +219,7 @@ func (c cell) stealOf() string {
 	if len(parts) == 0 {
 		return "-"
 	}
-	return strings.Join(parts, " / ")
+	return strings.Join(parts, " / ") + c.stealSuffix
 }
 
 // headlineRow is one line of the table; a row without get is a group's
