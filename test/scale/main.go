@@ -22,6 +22,11 @@
 //	               lost devices; container starts caused by the storm. The
 //	               agents reconnect with their jittered backoff, or with
 //	               -reconnect-at-once all at the same instants
+//	flood          issue 45 (opt-in, embedded broker): one extra device
+//	               publishes at 10× its publish limit for -flood-window
+//	               while the single-change probe goes on changing; the
+//	               broker must cut the flooder off (when, how often, what
+//	               it accepted) and nothing else may reconnect
 //	rollout        issue 28: a Staged rollout of v1, then of a v2 that one
 //	               device in 10 cannot pull; it must stop at the failure
 //	               threshold (5 %) with no more devices on v2 than the
@@ -29,6 +34,9 @@
 //	               report v1 ready again; reports the devices that ever ran
 //	               v2, the step it stopped at, the time from the first
 //	               failure to RolledBack and from then to all on v1
+//
+// "go run ./test/scale summary -dir dist/bench" prints make bench's
+// headline from the runs' -json-file output (summary.go).
 //
 // The hub (cmd/fleet-hub, built from this tree), the hollow agents, the
 // floor broker and Mosquitto each run in their own process; the
@@ -69,6 +77,9 @@ func run(args []string) error {
 			return runHubRole(ctx, args[1:])
 		}
 		return fmt.Errorf("unknown role %q", role)
+	}
+	if len(args) > 0 && args[0] == "summary" {
+		return runSummary(args[1:], os.Stdout) // summary.go: make bench's headline
 	}
 	return runSuite(ctx, args, os.Stdout)
 }

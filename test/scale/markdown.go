@@ -238,7 +238,9 @@ func partialPhases(o options) string {
 	}
 	// The uplink phase exists only on the bridged topology: a run has it
 	// or not by its topology, which does not make it partial.
-	phases := slices.DeleteFunc(slices.Clone(o.Phases), func(p string) bool { return p == phaseUplink })
+	// The opt-in flood phase adds a line to a run (make bench's embedded
+	// runs have it) without making it another run.
+	phases := slices.DeleteFunc(slices.Clone(o.Phases), func(p string) bool { return p == phaseUplink || p == phaseFlood })
 	for _, full := range [][]string{without(), without(phaseBytes), without(phaseBytes, phaseRollout)} {
 		if slices.Equal(phases, full) {
 			return ""
@@ -295,6 +297,9 @@ func renderRun(o options, rs []Result, now time.Time, load string) string {
 	for _, r := range rs {
 		if r.Bytes != nil {
 			fmt.Fprintf(&b, "\n%s: %s.\n", r.Name, r.Bytes.summary())
+		}
+		if r.Flood != nil {
+			fmt.Fprintf(&b, "\n%s: %s.\n", r.Name, r.Flood.summary())
 		}
 	}
 	b.WriteString("\n<details><summary>JSON</summary>\n\n```json\n")

@@ -535,6 +535,7 @@ func (h *hubProc) counters(ctx context.Context) (map[string]float64, error) {
 		"fleet_controller_reconcile_duration_seconds_count":       "controller_passes",
 		"fleet_controller_reconcile_duration_seconds_sum":         "controller_seconds",
 		"fleet_status_flushes_total":                              "status_flushes",
+		`fleet_mqtt_clients_cut_off_total{reason="publish_rate"}`: cutOffCounter,
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)

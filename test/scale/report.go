@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -133,6 +135,11 @@ type Result struct {
 	Bytes *BytesFigures `json:"bytes,omitempty"`
 	// Uplink: the uplink phase's own figures (uplinkphase.go).
 	Uplink *UplinkFigures `json:"uplink,omitempty"`
+	// Flood: the flood phase's own figures (flood.go).
+	Flood *FloodFigures `json:"flood,omitempty"`
+	// LoadAvg: the machine's 1-minute load average when the phase
+	// started (/proc/loadavg): beside steal, the other engineers' share.
+	LoadAvg string `json:"load_avg,omitempty"`
 	// Target is the suite's objective for this phase at this size ("" when
 	// there is none: the floor, and the smaller sizes). OK says the phase
 	// ran without error, lost nothing and met its target if it has one,
@@ -192,6 +199,22 @@ func writeJSON(w io.Writer, rs []Result) error {
 		if err := enc.Encode(r); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// writeJSONLines writes the results into path, one per line, creating
+// its directory.
+func writeJSONLines(path string, rs []Result) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("-json-file: %w", err)
+	}
+	var b bytes.Buffer
+	if err := writeJSON(&b, rs); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("-json-file: %w", err)
 	}
 	return nil
 }
@@ -266,6 +289,11 @@ func writeTable(w io.Writer, rs []Result) error {
 			}
 		}
 		if f := r.Bytes; f != nil {
+			if _, err := fmt.Fprintf(w, "%s: %s\n", r.Name, f.summary()); err != nil {
+				return err
+			}
+		}
+		if f := r.Flood; f != nil {
 			if _, err := fmt.Fprintf(w, "%s: %s\n", r.Name, f.summary()); err != nil {
 				return err
 			}

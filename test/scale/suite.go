@@ -57,12 +57,15 @@ type options struct {
 	AgentHeartbeat time.Duration
 	Phases         []string
 	JSON           bool
-	Markdown       string
-	WorkDir        string
-	StateRoot      string
-	HubBin         string
-	Profile        string
-	ConnectRate    int
+	// JSONFile: also write the -json lines into this file (make bench
+	// keeps every run's figures for its headline: summary.go).
+	JSONFile    string
+	Markdown    string
+	WorkDir     string
+	StateRoot   string
+	HubBin      string
+	Profile     string
+	ConnectRate int
 	// ReconnectAtOnce takes the jitter out of the agents' reconnect
 	// backoff (B4 with every agent retrying at the same instants).
 	ReconnectAtOnce bool
@@ -91,6 +94,8 @@ type options struct {
 	UplinkQuickAck bool
 	// UplinkDown: how long the uplink phase keeps every uplink cut.
 	UplinkDown time.Duration
+	// FloodWindow: how long the flood phase floods (flood.go).
+	FloodWindow time.Duration
 	// Store is "badger" (the hub's default) or "etcd" (a 3-member etcd
 	// cluster on loopback, started by the suite: store.go).
 	Store string
@@ -117,8 +122,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.BytesSample, "bytes-sample", 100, "bytes phase: how many agents connect through the byte-counting proxy (the single-change probe is never one of them)")
 	fs.DurationVar(&o.AgentHeartbeat, "agent-heartbeat", 0, "the hollow agents' --status-heartbeat (0: none, the agent's default; 30s is what agents did before issue 31)")
 	fs.DurationVar(&o.AgentKeepAlive, "agent-keepalive", 0, "the hollow agents' MQTT keepalive (0: the agent's default, session.DefaultKeepAlive)")
-	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to report, comma-separated (converge always runs: the others need it); restore (opt-in, last) restores the hub from an online backup under the converged fleet")
+	phases := fs.String("phases", strings.Join(allPhases, ","), "phases to report, comma-separated (converge always runs: the others need it); restore (opt-in, last) restores the hub from an online backup under the converged fleet; flood (opt-in, embedded broker, after single-change) has one extra device publish at 10× its limit beside the single-change probe")
+	fs.DurationVar(&o.FloodWindow, "flood-window", 15*time.Second, "flood phase: how long the extra device floods (the broker should cut it off after burst / (rate − limit), 3.3 s with the default limit, and again after each reconnect)")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per phase")
+	fs.StringVar(&o.JSONFile, "json-file", "", "also write the JSON objects (as -json prints them) into this file, whatever is printed; make bench keeps each run's in dist/bench for its headline table (go run ./test/scale summary)")
 	fs.StringVar(&o.Markdown, "markdown", "", "also write the results into this file's \"## Scale suite\" section (BENCHMARKS.md)")
 	fs.StringVar(&o.WorkDir, "workdir", os.TempDir(), "where the run's directory (hub data, logs) is created")
 	fs.StringVar(&o.StateRoot, "state-root", defaultStateRoot(), "where the agents' state directories go (tmpfs keeps their fsyncs cheap)")
@@ -187,10 +194,13 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
 		}
-		if !slices.Contains(allPhases, p) && p != phaseRestore {
+		if !slices.Contains(allPhases, p) && p != phaseRestore && p != phaseFlood {
 			return o, fmt.Errorf("-phases: unknown phase %q (have %s)", p, strings.Join(allPhases, ", "))
 		}
 		o.Phases = append(o.Phases, p)
+	}
+	if slices.Contains(o.Phases, phaseFlood) && (o.Broker != "embedded" || o.FloodWindow <= 0) {
+		return o, errors.New("-phases flood: the publish limit is the embedded broker's (Mosquitto has none), and -flood-window must be positive")
 	}
 	return o, nil
 }
@@ -260,6 +270,9 @@ func runSuite(ctx context.Context, args []string, stdout io.Writer) error {
 		err = writeJSON(stdout, results)
 	} else {
 		err = writeTable(stdout, results)
+	}
+	if o.JSONFile != "" && o.FromJSON == "" {
+		err = errors.Join(err, writeJSONLines(o.JSONFile, results))
 	}
 	if err == nil && o.Markdown != "" && len(results) > 0 {
 		m := describeMachine()
@@ -391,6 +404,7 @@ func runOnce(ctx context.Context, o options, log *slog.Logger) (results []Result
 		{phaseConverge, s.converge},
 		{phaseMemory, s.memory},
 		{phaseSingle, s.singleChange},
+		{phaseFlood, s.flood}, // opt-in (flood.go)
 		{phaseBytes, s.bytes},
 		{phaseUplink, s.uplink},
 		{phaseStorm, s.storm},
@@ -436,7 +450,7 @@ func (s *suite) result(name string) Result {
 		lat = s.o.RuntimeLatency.String()
 	}
 	return Result{Name: name, Agents: s.o.Agents, Broker: s.o.Broker, Topology: s.topologyName(), AgentKind: s.agentKindName(),
-		RuntimeLatency: lat, StatusInterval: s.o.StatusInterval.String(), StealPct: -1}
+		RuntimeLatency: lat, StatusInterval: s.o.StatusInterval.String(), StealPct: -1, LoadAvg: loadAverage()}
 }
 
 func (s *suite) teardown() {
