@@ -4,6 +4,7 @@ import (
 	"math"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"time"
 )
 
@@ -37,14 +38,30 @@ const limitHeadroomPercent = 50
 type limiter struct {
 	on      bool
 	samples []metrics.Sample
-	set     int64 // the limit last set; 0: none
-	prev    int64 // the limit before, restored by stop
 }
 
+// The limit is the process's, and several hubs may run in one (the
+// hub's tests start many): the first limiter keeps the limit there was,
+// the last one to stop puts it back, so a hub that stops never leaves
+// its limit to another or restores a stale one.
+var (
+	limitersMu   sync.Mutex
+	limiters     int
+	limitsBefore int64
+)
+
 // newLimiter returns a limiter that does nothing unless on (GOMEMLIMIT
-// given: the operator's limit stays).
+// given: the operator's limit stays). An on limiter must be stopped.
 func newLimiter(on bool) *limiter {
-	return &limiter{on: on, prev: debug.SetMemoryLimit(-1), samples: []metrics.Sample{
+	if on {
+		limitersMu.Lock()
+		if limiters == 0 {
+			limitsBefore = debug.SetMemoryLimit(-1)
+		}
+		limiters++
+		limitersMu.Unlock()
+	}
+	return &limiter{on: on, samples: []metrics.Sample{
 		{Name: "/gc/heap/live:bytes"},
 		{Name: "/memory/classes/total:bytes"},
 		{Name: "/memory/classes/heap/released:bytes"},
@@ -93,14 +110,22 @@ func (l *limiter) follow() {
 	if !ok {
 		return
 	}
-	l.set = softLimit(f)
-	debug.SetMemoryLimit(l.set)
+	limitersMu.Lock()
+	defer limitersMu.Unlock()
+	if limiters > 0 { // not racing the last stop
+		debug.SetMemoryLimit(softLimit(f))
+	}
 }
 
-// stop puts back the limit there was before.
+// stop ends the limiter; the last one puts back the limit there was.
 func (l *limiter) stop() {
-	if l.on && l.set != 0 {
-		debug.SetMemoryLimit(l.prev)
-		l.set = 0
+	if !l.on {
+		return
+	}
+	l.on = false
+	limitersMu.Lock()
+	defer limitersMu.Unlock()
+	if limiters--; limiters == 0 {
+		debug.SetMemoryLimit(limitsBefore)
 	}
 }
