@@ -1,0 +1,51 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+// TestPageKeeper: releases come once a burst of work is over (the
+// resident set stopped growing) and left at least pageSlack over the idle
+// floor, or every period over what the last release left; never while
+// settling or while the set grows.
+func TestPageKeeper(t *testing.T) {
+	const mib = 1 << 20
+	k := newPageKeeper(10*time.Second, 30*time.Second) // settle 5 polls, period 30
+	if k.settle != 5 || k.period != 30 {
+		t.Fatalf("settle %d, period %d; want 5, 30", k.settle, k.period)
+	}
+	k.released(6 * mib)
+	step := func(what string, rss int64, want bool) {
+		t.Helper()
+		if got := k.observe(rss); got != want {
+			t.Errorf("%s: observe(%.1f MiB) = %v, want %v (since %d, floor %.1f, low %.1f)", what, float64(rss)/mib, got, want, k.since, float64(k.floor)/mib, float64(k.low)/mib)
+		}
+	}
+	// Settling: the idle set comes back, then is the floor.
+	for i, rss := range []int64{7 * mib, 8 * mib, 9 * mib, 9 * mib, 9 * mib} {
+		step("settling "+string(rune('1'+i)), rss, false)
+	}
+	step("idle", 9*mib+mib/2, false) // under the slack
+	step("idle", 9*mib, false)
+	step("burst, growing", 14*mib, false)
+	step("burst, growing", 15*mib, false)
+	step("burst over", 15*mib, true)
+	k.released(7 * mib)
+
+	// A burst while settling is taken for the floor; the period's release
+	// gives it back all the same.
+	for range 5 {
+		step("settling on a burst", 15*mib, false)
+	}
+	for k.since < k.period-1 {
+		step("idle on the high floor", 15*mib, false)
+	}
+	step("period", 15*mib, true)
+	k.released(7 * mib)
+
+	// The period's release needs something to give back.
+	for k.since < k.period+3 {
+		step("idle near what the release left", 7*mib+mib/2, false)
+	}
+}
