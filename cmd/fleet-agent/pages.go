@@ -64,7 +64,7 @@ func keepPagesReleased(ctx context.Context, d, resync time.Duration, log *slog.L
 			continue
 		}
 		debug.FreeOSMemory()
-		if _, err := dropBinaryPages(); err != nil {
+		if _, err := releaseBinaryPages(); err != nil {
 			log.Debug("pages not released", "err", err)
 			return
 		}
@@ -82,15 +82,20 @@ func keepPagesReleased(ctx context.Context, d, resync time.Duration, log *slog.L
 // (settle), so that what idling uses (the periodic resync's code and
 // heap) is back, and takes the lowest resident set it sees from then on
 // as the idle floor. It releases when the set has stopped growing (the
-// burst of work is over) and is either pageSlack above that floor, or,
-// every period polls, pageSlack above what the last release left: a burst
-// during the settle polls (the first desired state, just after the
-// start-up release) would otherwise be taken for the floor and stay.
+// burst of work is over) and is pageSlack above that floor; or, every
+// period polls, pageSlack above the lowest floor seen since start-up (a
+// burst during the settle polls, such as the first desired state just
+// after the start-up release, is otherwise taken for the floor and
+// stays). Until a second floor is known, the period compares with what
+// the last release left instead: the first floor may be such a burst,
+// and then the lowest.
 type pageKeeper struct {
 	settle, period int   // polls
 	since          int   // polls since the last release
 	low            int64 // the resident set the last release left
 	floor          int64 // lowest resident set since settling
+	best           int64 // lowest floor since start-up
+	floors         int   // floors learnt
 	prev           int64 // the previous poll's resident set
 }
 
@@ -107,14 +112,24 @@ func (k *pageKeeper) observe(rss int64) bool {
 	prev := k.prev
 	k.prev = rss
 	k.since++
-	if k.since <= k.settle {
-		k.floor = rss // the last settle poll's stays
+	if k.since < k.settle {
+		return false
+	}
+	if k.since == k.settle {
+		k.floor = rss
+		if k.floors++; k.floors == 1 || rss < k.best {
+			k.best = rss
+		}
 		return false
 	}
 	k.floor = min(k.floor, rss)
+	ref := k.best
+	if k.floors < 2 {
+		ref = k.low
+	}
 	quiet := rss <= prev
 	burst := rss >= k.floor+pageSlack
-	stale := k.since >= k.period && rss >= k.low+pageSlack
+	stale := k.since >= k.period && rss >= ref+pageSlack
 	return quiet && (burst || stale)
 }
 

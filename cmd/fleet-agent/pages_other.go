@@ -8,6 +8,4 @@ var errNoPages = errors.New("releasing pages is implemented on Linux only")
 
 func releaseBinaryPages() (int64, error) { return 0, errNoPages }
 
-func dropBinaryPages() (int64, error) { return 0, errNoPages }
-
 func residentBytes() (int64, error) { return 0, errNoPages }

@@ -7,8 +7,8 @@ import (
 
 // TestPageKeeper: releases come once a burst of work is over (the
 // resident set stopped growing) and left at least pageSlack over the idle
-// floor, or every period over what the last release left; never while
-// settling or while the set grows.
+// floor, or every period over the lowest floor; never while settling,
+// while the set grows, or, idle, every period.
 func TestPageKeeper(t *testing.T) {
 	const mib = 1 << 20
 	k := newPageKeeper(10*time.Second, 30*time.Second) // settle 5 polls, period 30
@@ -44,8 +44,24 @@ func TestPageKeeper(t *testing.T) {
 	step("period", 15*mib, true)
 	k.released(7 * mib)
 
-	// The period's release needs something to give back.
-	for k.since < k.period+3 {
-		step("idle near what the release left", 7*mib+mib/2, false)
+	// Settled on the idle set again: idle, no release, period after
+	// period.
+	for range 5 {
+		step("settling", 9*mib, false)
 	}
+	for k.since < 3*k.period {
+		step("idle", 9*mib+mib/2, false)
+	}
+
+	// A first floor that is a burst (the first desired state during the
+	// start-up settle): the period compares with what the release left.
+	k = newPageKeeper(10*time.Second, 30*time.Second)
+	k.released(6 * mib)
+	for range 5 {
+		step("first settle on a burst", 15*mib, false)
+	}
+	for k.since < k.period-1 {
+		step("idle on the first floor", 15*mib, false)
+	}
+	step("period, first floor", 15*mib, true)
 }
