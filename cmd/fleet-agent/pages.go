@@ -82,20 +82,25 @@ func keepPagesReleased(ctx context.Context, d, resync time.Duration, log *slog.L
 // (settle), so that what idling uses (the periodic resync's code and
 // heap) is back, and takes the lowest resident set it sees from then on
 // as the idle floor. It releases when the set has stopped growing (the
-// burst of work is over) and is pageSlack above that floor; or, every
-// period polls, pageSlack above the lowest floor seen since start-up (a
-// burst during the settle polls, such as the first desired state just
-// after the start-up release, is otherwise taken for the floor and
-// stays). Until a second floor is known, the period compares with what
-// the last release left instead: the first floor may be such a burst,
-// and then the lowest.
+// burst of work is over) and is pageSlack above that floor.
+//
+// A burst during the settle polls (changes right after a release) would
+// be taken for the floor and stay: a floor pageSlack above the lowest
+// floor seen is released once more as soon as the set stops growing; if
+// the next floor is as high, the idle set did grow (more pods), and it is
+// the new reference. The first floor has no lowest to compare with (the
+// first desired state often lands in the start-up settle): every period
+// polls, until a second floor is known, a set pageSlack above what the
+// last release left is released.
 type pageKeeper struct {
 	settle, period int   // polls
 	since          int   // polls since the last release
 	low            int64 // the resident set the last release left
 	floor          int64 // lowest resident set since settling
-	best           int64 // lowest floor since start-up
+	best           int64 // lowest floor since start-up (or the idle set grown)
 	floors         int   // floors learnt
+	suspect        bool  // this floor is pageSlack above best: release once more
+	retried        bool  // the last release was such a retry
 	prev           int64 // the previous poll's resident set
 }
 
@@ -116,21 +121,33 @@ func (k *pageKeeper) observe(rss int64) bool {
 		return false
 	}
 	if k.since == k.settle {
-		k.floor = rss
-		if k.floors++; k.floors == 1 || rss < k.best {
-			k.best = rss
-		}
+		k.learnFloor(rss)
 		return false
 	}
 	k.floor = min(k.floor, rss)
-	ref := k.best
-	if k.floors < 2 {
-		ref = k.low
-	}
 	quiet := rss <= prev
-	burst := rss >= k.floor+pageSlack
-	stale := k.since >= k.period && rss >= ref+pageSlack
-	return quiet && (burst || stale)
+	burst := rss >= k.floor+pageSlack || (k.suspect && rss >= k.best+pageSlack)
+	stale := k.floors < 2 && k.since >= k.period && rss >= k.low+pageSlack
+	if quiet && (burst || stale) {
+		k.retried, k.suspect = k.suspect, false
+		return true
+	}
+	return false
+}
+
+// learnFloor takes the resident set at the end of a settle as the floor.
+func (k *pageKeeper) learnFloor(rss int64) {
+	k.floor = rss
+	k.floors++
+	switch {
+	case k.floors == 1 || rss < k.best:
+		k.best = rss
+	case rss >= k.best+pageSlack && !k.retried:
+		k.suspect = true
+	case rss >= k.best+pageSlack:
+		k.best = rss // released once more and as high: the idle set grew
+	}
+	k.retried = false
 }
 
 // released records the resident set a release left.

@@ -7,8 +7,8 @@ import (
 
 // TestPageKeeper: releases come once a burst of work is over (the
 // resident set stopped growing) and left at least pageSlack over the idle
-// floor, or every period over the lowest floor; never while settling,
-// while the set grows, or, idle, every period.
+// floor; a burst taken for the floor is released once more; never while
+// settling, while the set grows, or, idle, period after period.
 func TestPageKeeper(t *testing.T) {
 	const mib = 1 << 20
 	k := newPageKeeper(10*time.Second, 30*time.Second) // settle 5 polls, period 30
@@ -33,24 +33,35 @@ func TestPageKeeper(t *testing.T) {
 	step("burst over", 15*mib, true)
 	k.released(7 * mib)
 
-	// A burst while settling is taken for the floor; the period's release
-	// gives it back all the same.
+	// A burst while settling is taken for the floor, above the lowest:
+	// released once more as soon as it stops growing.
 	for range 5 {
 		step("settling on a burst", 15*mib, false)
 	}
-	for k.since < k.period-1 {
-		step("idle on the high floor", 15*mib, false)
-	}
-	step("period", 15*mib, true)
+	step("burst over", 15*mib, true)
 	k.released(7 * mib)
-
-	// Settled on the idle set again: idle, no release, period after
-	// period.
 	for range 5 {
 		step("settling", 9*mib, false)
 	}
 	for k.since < 3*k.period {
-		step("idle", 9*mib+mib/2, false)
+		step("idle", 9*mib+mib/2, false) // under the slack, period after period
+	}
+	step("burst, growing", 12*mib, false)
+	step("burst over", 12*mib, true)
+	k.released(7 * mib)
+
+	// The idle set grew (more pods): one more release, then it is the
+	// reference.
+	for range 5 {
+		step("settling, more pods", 12*mib, false)
+	}
+	step("idle, more pods: once more", 12*mib, true)
+	k.released(7 * mib)
+	for range 5 {
+		step("settling, more pods", 12*mib, false)
+	}
+	for k.since < 3*k.period {
+		step("idle, more pods", 12*mib, false)
 	}
 
 	// A first floor that is a burst (the first desired state during the
