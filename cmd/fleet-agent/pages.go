@@ -17,6 +17,11 @@ const pagePoll = 10 * time.Second
 // (below it a release would only be undone by the next resync).
 const pageSlack = 1 << 20
 
+// pageQuiet is the growth between two polls that still counts as the
+// burst being over: an idle agent's heap and a frequent resync move its
+// resident set by a few pages a poll, a burst by megabytes.
+const pageQuiet = 256 << 10
+
 // keepPagesReleased releases the binary's start-up pages and heap d after
 // the agent reached containerd, then again after each burst of work once
 // the agent is idle (pageKeeper decides when), until ctx is done.
@@ -125,7 +130,7 @@ func (k *pageKeeper) observe(rss int64) bool {
 		return false
 	}
 	k.floor = min(k.floor, rss)
-	quiet := rss <= prev
+	quiet := rss < prev+pageQuiet
 	burst := rss >= k.floor+pageSlack || (k.suspect && rss >= k.best+pageSlack)
 	stale := k.floors < 2 && k.since >= k.period && rss >= k.low+pageSlack
 	if quiet && (burst || stale) {
