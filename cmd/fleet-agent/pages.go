@@ -65,7 +65,11 @@ func keepPagesReleased(ctx context.Context, d, resync time.Duration, log *slog.L
 			log.Debug("resident memory unknown; pages no longer released", "err", err)
 			return
 		}
-		if !k.observe(rss) {
+		release := k.observe(rss)
+		if k.since == k.settle {
+			log.Debug("idle resident set learnt", "rss", rss)
+		}
+		if !release {
 			continue
 		}
 		debug.FreeOSMemory()
