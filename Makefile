@@ -10,7 +10,7 @@ GOFLAGS_BUILD := -trimpath -tags grpcnotrace -ldflags '$(LDFLAGS)'
 BIN := bin
 TEST_TIMEOUT ?= 30m
 
-.PHONY: help build deps test test-short fuzz lint bench bench-quick bench-failover demo demo-down arm clean
+.PHONY: help build deps test test-short fuzz lint bench bench-quick bench-failover bench-agent demo demo-down arm clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -116,6 +116,15 @@ bench-summary: ## issue 45's headline table from the JSON in dist/bench (make be
 
 bench-failover: ## kill -9 of the leader hub 20 times (3 etcd members, 2 hubs): new-leader time p50/max in the log (BENCHMARKS.md)
 	FLEET_REQUIRE_CONTAINERD=1 FLEET_FAILOVER_KILLS=20 $(GO) test -race -count=1 -timeout 20m -run '^TestE2EHubFailover$$' -v ./test/ | grep -E 'kill [0-9]+ of|failover over|^(ok|FAIL|---)'
+
+# BenchmarkAgent runs once (-benchtime 1x) and prints its own table; the
+# agent it measures is built as released (no -race), whatever the flags.
+BENCH_AGENT_IDLE ?= 5m
+BENCH_AGENT_CHANGES ?= 20
+
+bench-agent: ## the real agent on the private containerd, three pods, no -race: idle CPU/hour (BENCH_AGENT_IDLE window), CPU per pod replaced, VmRSS/RssAnon/RssFile/Pss, steal (root; ~10 min)
+	FLEET_REQUIRE_CONTAINERD=1 FLEET_BENCH_AGENT_IDLE=$(BENCH_AGENT_IDLE) FLEET_BENCH_AGENT_CHANGES=$(BENCH_AGENT_CHANGES) \
+	  $(GO) test -count=1 -timeout 30m -run '^$$' -bench '^BenchmarkAgent$$' -benchtime 1x ./test/
 
 demo: ## start a local fleet (root): containerd, a hub, three agents; prints the dashboard URL and a read-only token; see README
 	@bash test/demo/demo.sh up

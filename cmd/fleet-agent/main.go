@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	goruntime "runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -206,7 +205,7 @@ func runAgent(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		return err
 	}
 	if st.releaseAfter > 0 {
-		go releaseStartupPages(ctx, st.releaseAfter, log)
+		go keepPagesReleased(ctx, st.releaseAfter, st.resync, log)
 	}
 	if err := up.run(ctx, agent); err != nil && !errors.Is(err, context.Canceled) {
 		return err
@@ -246,27 +245,6 @@ func (cfg *config) settings() (settings, error) {
 	}
 	st.brokers, err = cfg.brokers()
 	return st, err
-}
-
-// releaseStartupPages waits d, then releases the binary's resident pages
-// once (see releaseBinaryPages).
-func releaseStartupPages(ctx context.Context, d time.Duration, log *slog.Logger) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return
-	case <-t.C:
-	}
-	// The heap start-up grew (the first reconcile, the containerd and
-	// gRPC clients) goes back too: about 1 MiB of anonymous RSS.
-	debug.FreeOSMemory()
-	n, err := releaseBinaryPages()
-	if err != nil {
-		log.Debug("start-up pages not released", "err", err)
-		return
-	}
-	log.Debug("start-up pages released", "mapped_bytes", n)
 }
 
 // connectRuntime connects to containerd, retrying with backoff while it is

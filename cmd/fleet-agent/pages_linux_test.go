@@ -52,6 +52,9 @@ func TestReleaseBinaryPages(t *testing.T) {
 	if after >= before {
 		t.Errorf("RssFile %d KiB after the release, %d KiB before: nothing was released", after>>10, before>>10)
 	}
+	if rss, err := residentBytes(); err != nil || rss < after {
+		t.Errorf("residentBytes() = %d, %v; want at least RssFile, %d", rss, err, after)
+	}
 }
 
 func rssFile(t *testing.T) int64 {
@@ -71,4 +74,34 @@ func rssFile(t *testing.T) int64 {
 	}
 	t.Fatal("no RssFile in /proc/self/status")
 	return 0
+}
+
+// TestParseSmaps: the read-only mappings of the binary, each with whether
+// it holds private (anonymous) copies, and nothing else.
+func TestParseSmaps(t *testing.T) {
+	const smaps = `00400000-00b72000 r-xp 00000000 fd:01 1234567 /usr/local/bin/fleet-agent
+Size:               7624 kB
+Rss:                4220 kB
+Anonymous:             0 kB
+VmFlags: rd ex mr mw me
+00b72000-013b3000 r--p 00772000 fd:01 1234567 /usr/local/bin/fleet-agent
+Rss:                5344 kB
+Anonymous:             8 kB
+013b3000-01437000 rw-p 00fb3000 fd:01 1234567 /usr/local/bin/fleet-agent
+Anonymous:           140 kB
+7fb66ffe0000-7fb670300000 rw-p 00000000 00:00 0 
+Anonymous:          1388 kB
+7fb6b6e5e000-7fb6b6e60000 r-xp 00000000 00:00 0                          [vdso]
+Anonymous:             0 kB
+`
+	got := parseSmaps([]byte(smaps), 1234567)
+	want := []binaryRange{{0x400000, 0xb72000, false}, {0xb72000, 0x13b3000, true}}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("mapping %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
 }

@@ -4,6 +4,8 @@ package main
 
 import "errors"
 
-func releaseBinaryPages() (int64, error) {
-	return 0, errors.New("releasing pages is implemented on Linux only")
-}
+var errNoPages = errors.New("releasing pages is implemented on Linux only")
+
+func releaseBinaryPages() (int64, error) { return 0, errNoPages }
+
+func residentBytes() (int64, error) { return 0, errNoPages }

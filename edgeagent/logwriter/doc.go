@@ -27,6 +27,10 @@
 // Cost: one process per running container; as "fleet-agent log-writer",
 // about 4 MiB of anonymous memory (the Go runtime and the agent's package
 // initialisation), idle or writing 7 MiB/s, once its start-up heap is
-// given back; its RSS (7 to 11 MiB) also counts the binary's pages,
-// shared by every writer and the agent.
+// given back. A second after it starts it also hands back the binary's
+// pages its start-up read (unmapped even where the agent or another
+// writer maps them too): idle, its RSS is 5 to 6 MiB, of which 1.3 to
+// 1.9 MiB of the binary (BENCHMARKS.md, "The real agent on containerd,
+// three pods"; 16 MiB before, nearly the same 12 MiB of the binary as the
+// agent's).
 package logwriter
