@@ -4,7 +4,6 @@ import (
 	"math"
 	"runtime/debug"
 	"runtime/metrics"
-	"sync"
 	"time"
 )
 
@@ -38,30 +37,14 @@ const limitHeadroomPercent = 50
 type limiter struct {
 	on      bool
 	samples []metrics.Sample
+	set     int64 // the limit last set; 0: none
+	prev    int64 // the limit before, restored by stop
 }
 
-// The limit is the process's, and several hubs may run in one (the
-// hub's tests start many): the first limiter keeps the limit there was,
-// the last one to stop puts it back, so a hub that stops never leaves
-// its limit to another or restores a stale one.
-var (
-	limitersMu   sync.Mutex
-	limiters     int
-	limitsBefore int64
-)
-
 // newLimiter returns a limiter that does nothing unless on (GOMEMLIMIT
-// given: the operator's limit stays). An on limiter must be stopped.
+// given: the operator's limit stays).
 func newLimiter(on bool) *limiter {
-	if on {
-		limitersMu.Lock()
-		if limiters == 0 {
-			limitsBefore = debug.SetMemoryLimit(-1)
-		}
-		limiters++
-		limitersMu.Unlock()
-	}
-	return &limiter{on: on, samples: []metrics.Sample{
+	return &limiter{on: on, prev: debug.SetMemoryLimit(-1), samples: []metrics.Sample{
 		{Name: "/gc/heap/live:bytes"},
 		{Name: "/memory/classes/total:bytes"},
 		{Name: "/memory/classes/heap/released:bytes"},
@@ -110,22 +93,14 @@ func (l *limiter) follow() {
 	if !ok {
 		return
 	}
-	limitersMu.Lock()
-	defer limitersMu.Unlock()
-	if limiters > 0 { // not racing the last stop
-		debug.SetMemoryLimit(softLimit(f))
-	}
+	l.set = softLimit(f)
+	debug.SetMemoryLimit(l.set)
 }
 
-// stop ends the limiter; the last one puts back the limit there was.
+// stop puts back the limit there was before.
 func (l *limiter) stop() {
-	if !l.on {
-		return
-	}
-	l.on = false
-	limitersMu.Lock()
-	defer limitersMu.Unlock()
-	if limiters--; limiters == 0 {
-		debug.SetMemoryLimit(limitsBefore)
+	if l.on && l.set != 0 {
+		debug.SetMemoryLimit(l.prev)
+		l.set = 0
 	}
 }

@@ -34,7 +34,8 @@ func TestRunFollowsFootprint(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "")
 	prev := debug.SetMemoryLimit(math.MaxInt64)
 	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
-	f, ok := newLimiter(false).read()
+	l := newLimiter(true)
+	f, ok := l.read()
 	if !ok {
 		t.Fatal("the runtime's memory metrics cannot be read")
 	}
@@ -73,25 +74,5 @@ func TestLimiterLeavesGOMEMLIMIT(t *testing.T) {
 	l.stop()
 	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
 		t.Errorf("limit %d set though GOMEMLIMIT was given", got)
-	}
-}
-
-// Two limiters in one process (two hubs in a test): the limit there was
-// comes back when the last one stops, whatever the order.
-func TestLimitersShareTheProcessLimit(t *testing.T) {
-	prev := debug.SetMemoryLimit(math.MaxInt64)
-	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
-	a, b := newLimiter(true), newLimiter(true)
-	a.follow()
-	b.follow()
-	a.stop()
-	if got := debug.SetMemoryLimit(-1); got == math.MaxInt64 {
-		t.Error("the first stop lifted the limit the other limiter keeps")
-	}
-	b.follow()
-	b.stop()
-	a.stop() // a second stop changes nothing
-	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
-		t.Errorf("limit %d left after both stopped", got)
 	}
 }
