@@ -39,8 +39,7 @@
 //	hub/enrollment  answers bootstrap clients' enrollment requests
 //	hub/mosquitto   an external Mosquitto's passwd and acl, kept in sync
 //	hub/adminconf   admin.conf and the admin credential
-//	hub/memtrim     gives the heap a burst left behind back to the OS and
-//	                keeps a soft memory limit at the footprint
+//	hub/memtrim     gives the heap a burst left behind back to the OS
 //	hub/homeassistant  Home Assistant MQTT discovery configs and their publisher
 //
 // The hub must not import package client (the CLI's library);

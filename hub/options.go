@@ -148,8 +148,7 @@ type Options struct {
 	AuditRetention time.Duration
 	AuditMaxBytes  int64
 	// MemoryTrimInterval is how often the hub looks for free heap to give
-	// back to the OS after a burst, and keeps the soft memory limit that
-	// holds a burst's heap down (hub/memtrim); default DefaultMemoryTrimInterval,
+	// back to the OS after a burst; default DefaultMemoryTrimInterval,
 	// negative: never (the Go runtime's own pace).
 	MemoryTrimInterval time.Duration
 

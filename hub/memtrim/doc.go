@@ -3,10 +3,7 @@
 // and forces one collection and scavenge (debug.FreeOSMemory) only when
 // no collection ran since the last check and the heap held beyond the
 // live one is at least 64 MiB and half the live heap. While the process is
-// busy it forces nothing. Unless GOMEMLIMIT is set, Run also keeps a soft
-// memory limit (debug.SetMemoryLimit) at the process's footprint plus half
-// its live heap, so a burst's heap stays near what the process needs
-// (limit.go). It reads the runtime's metrics only, so it is a leaf any
-// long-running Fleet process may use; the hub runs it every
+// busy it forces nothing. It reads the runtime's metrics only, so it is a
+// leaf any long-running Fleet process may use; the hub runs it every
 // DefaultInterval unless Options.MemoryTrimInterval turns it off.
 package memtrim

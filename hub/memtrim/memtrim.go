@@ -3,7 +3,6 @@ package memtrim
 import (
 	"context"
 	"log/slog"
-	"os"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
@@ -59,10 +58,6 @@ func readHeap(s []metrics.Sample) (heapSample, bool) {
 // collection and scavenge (debug.FreeOSMemory) returns it and shrinks the
 // goroutine stacks the burst grew. While the hub is busy, nothing is
 // forced.
-//
-// Run also holds the process under a soft memory limit that follows its
-// footprint (limiter, limit.go), unless GOMEMLIMIT is set, and lifts it
-// when ctx ends.
 func Run(ctx context.Context, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -71,17 +66,10 @@ func Run(ctx context.Context, every time.Duration, log *slog.Logger) {
 	if !ok {
 		return
 	}
-	lim := newLimiter(os.Getenv("GOMEMLIMIT") == "")
-	defer lim.stop()
-	follow := time.NewTicker(limitInterval)
-	defer follow.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-follow.C:
-			lim.follow()
-			continue
 		case <-t.C:
 		}
 		h, _ := readHeap(samples)
