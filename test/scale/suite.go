@@ -190,19 +190,24 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	default:
 		return o, fmt.Errorf("-storm-signal %q: want TERM or KILL", *sig)
 	}
-	for p := range strings.SplitSeq(*phases, ",") {
+	return o, parsePhases(&o, *phases)
+}
+
+// parsePhases fills o.Phases from -phases' comma-separated list.
+func parsePhases(o *options, list string) error {
+	for p := range strings.SplitSeq(list, ",") {
 		if p = strings.TrimSpace(p); p == "" {
 			continue
 		}
 		if !slices.Contains(allPhases, p) && p != phaseRestore && p != phaseFlood {
-			return o, fmt.Errorf("-phases: unknown phase %q (have %s)", p, strings.Join(allPhases, ", "))
+			return fmt.Errorf("-phases: unknown phase %q (have %s)", p, strings.Join(allPhases, ", "))
 		}
 		o.Phases = append(o.Phases, p)
 	}
 	if slices.Contains(o.Phases, phaseFlood) && (o.Broker != "embedded" || o.FloodWindow <= 0) {
-		return o, errors.New("-phases flood: the publish limit is the embedded broker's (Mosquitto has none), and -flood-window must be positive")
+		return errors.New("-phases flood: the publish limit is the embedded broker's (Mosquitto has none), and -flood-window must be positive")
 	}
-	return o, nil
+	return nil
 }
 
 // defaultLogNormalMedian is the containerd create+start median measured
