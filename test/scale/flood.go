@@ -30,6 +30,7 @@ import (
 	"github.com/fleetmq/fleet/broker"
 	"github.com/fleetmq/fleet/broker/ratelimit"
 	"github.com/fleetmq/fleet/schema"
+	"github.com/fleetmq/fleet/test/scale/hollow"
 )
 
 const (
@@ -333,18 +334,7 @@ func (f *flooder) handshake(conn net.Conn, r *bufio.Reader) error {
 	if err := c.Write(conn); err != nil {
 		return err
 	}
-	cp, err := packets.ReadPacket(r)
-	if err != nil {
-		return fmt.Errorf("connack: %w", err)
-	}
-	ack, ok := cp.(*packets.ConnackPacket)
-	if !ok {
-		return fmt.Errorf("want CONNACK, got %s", cp.String())
-	}
-	if ack.ReturnCode != packets.Accepted {
-		return fmt.Errorf("connect refused: %s", packets.ConnackReturnCodes[ack.ReturnCode])
-	}
-	return nil
+	return hollow.ReadConnack(r)
 }
 
 // publish writes one retained status, each with its own time: a device

@@ -236,6 +236,12 @@ func (a *liteAgent) handshake(conn net.Conn, r *bufio.Reader) error {
 	if err := writePacket(conn, c); err != nil {
 		return err
 	}
+	return ReadConnack(r)
+}
+
+// ReadConnack reads a CONNACK from r and returns an error unless it
+// accepts the connection.
+func ReadConnack(r *bufio.Reader) error {
 	cp, err := packets.ReadPacket(r)
 	if err != nil {
 		return fmt.Errorf("connack: %w", err)
