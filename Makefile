@@ -123,7 +123,7 @@ BENCH_AGENT_IDLE ?= 5m
 BENCH_AGENT_CHANGES ?= 20
 
 bench-agent: ## the real agent on the private containerd, three pods, no -race: idle CPU/hour (BENCH_AGENT_IDLE window), CPU per pod replaced, VmRSS/RssAnon/RssFile/Pss, steal (root; ~10 min)
-	FLEET_REQUIRE_CONTAINERD=1 FLEET_BENCH_AGENT_IDLE=$(BENCH_AGENT_IDLE) FLEET_BENCH_AGENT_CHANGES=$(BENCH_AGENT_CHANGES) \
+	FLEET_REQUIRE_CONTAINERD=1 FLEET_BENCH_AGENT_JSON=$(BENCH_AGENT_JSON) FLEET_BENCH_AGENT_IDLE=$(BENCH_AGENT_IDLE) FLEET_BENCH_AGENT_CHANGES=$(BENCH_AGENT_CHANGES) \
 	  $(GO) test -count=1 -timeout 30m -run '^$$' -bench '^BenchmarkAgent$$' -benchtime 1x ./test/
 
 demo: ## start a local fleet (root): containerd, a hub, three agents; prints the dashboard URL and a read-only token; see README
