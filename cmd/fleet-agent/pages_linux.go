@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // madvPageout is MADV_PAGEOUT (Linux 5.4): reclaim the pages of a range
@@ -73,9 +75,10 @@ func evictBinary() error {
 		return fmt.Errorf("open /proc/self/exe: %w", err)
 	}
 	defer f.Close()
-	const fadvDontneed = 4 // POSIX_FADV_DONTNEED
-	if _, _, errno := syscall.Syscall6(syscall.SYS_FADVISE64, f.Fd(), 0, 0, fadvDontneed, 0, 0); errno != 0 {
-		return fmt.Errorf("fadvise(POSIX_FADV_DONTNEED): %w", errno)
+	// x/sys/unix: 32-bit ARM's fadvise64_64 takes its arguments in
+	// another order than amd64's and arm64's fadvise64.
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return fmt.Errorf("fadvise(POSIX_FADV_DONTNEED): %w", err)
 	}
 	return nil
 }
